@@ -1,0 +1,27 @@
+# The CUDA backend: found nvcc, cuBLAS and NCCL. Sources live in src/backend/cuda/.
+enable_language(CUDA)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
+  # sm_80 and sm_90 machine code, plus PTX of sm_90 for newer chips.
+  set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures" FORCE)
+endif()
+find_package(CUDAToolkit REQUIRED)
+find_path(PE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
+find_library(PE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+if(NOT PE_NCCL_INCLUDE_DIR OR NOT PE_NCCL_LIBRARY)
+  message(FATAL_ERROR "CUDA found but NCCL is missing (nccl.h / libnccl); set NCCL_HOME or -DPE_WITH_CUDA=OFF")
+endif()
+get_filename_component(PE_NCCL_LIBDIR ${PE_NCCL_LIBRARY} DIRECTORY)
+set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart -lnccl")
+
+function(pe_add_cuda_backend target)
+  file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.c
+       ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
+  target_sources(${target} PRIVATE ${cuda_sources})
+  target_include_directories(${target} PRIVATE ${PE_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt ${PE_NCCL_LIBRARY})
+  set(cuda_flags -Xcompiler=-Wall,-Wextra)
+  if(PE_WERROR)
+    list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
+  endif()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+endfunction()

@@ -1,0 +1,137 @@
+/* backend.h: the one interface between the engine/model and a device backend.
+ *
+ * A backend is a table of function pointers (be_ops). The engine and the model's forward
+ * pass are written once against it; src/backend/host/ (CPU) and src/backend/cuda/ (GPU)
+ * implement it.
+ *
+ * Threading: a be_device belongs to the worker thread that opened it; every call that
+ * takes a be_device runs on that thread. comm_create/comm_abort/comm_destroy and the
+ * discovery calls may run on any thread. Pointers named "device pointer" come from
+ * alloc on the same device.
+ *
+ * Ordering: like a CUDA stream, calls on one device are executed in call order; a
+ * backend may return before the work is done. synchronize(dev) waits until everything
+ * issued on dev is complete, including sends that a peer has not yet received.
+ *
+ * Errors: every call returns a pe_status; the message of the last failure on a device is
+ * read with last_error(dev).
+ */
+#ifndef PE_BACKEND_H
+#define PE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "pengine/pengine.h"
+
+typedef struct be_device be_device; /* one device, as owned by one worker (opaque) */
+typedef struct be_comm be_comm;     /* one rank of a communicator (opaque) */
+
+typedef struct be_device_desc {
+    int id;
+    char name[128];      /* "host core set", "NVIDIA H200" */
+    size_t memory_bytes; /* total device memory (host: physical RAM) */
+    char bus_id[32];     /* PCI bus id, "" for host devices */
+    int numa_node;       /* -1 if unknown */
+    char cpulist[256];   /* cores near the device in hwloc list syntax ("0-7"), "" = any */
+} be_device_desc;
+
+typedef struct be_ops {
+    const char *name;     /* "host", "cuda" */
+    pe_backend_kind kind; /* PE_BACKEND_HOST or PE_BACKEND_CUDA */
+
+    /* ---- discovery (any thread) ---- */
+    pe_status (*device_count)(int *n, pe_err *err);
+    pe_status (*device_describe)(int id, be_device_desc *out, pe_err *err);
+
+    /* ---- life cycle (on the owning worker thread) ---- */
+    pe_status (*open)(int id, be_device **out, pe_err *err);
+    void (*close)(be_device *dev);
+    const char *(*last_error)(const be_device *dev);
+
+    /* ---- memory; sizes in bytes ---- */
+    pe_status (*alloc)(be_device *dev, size_t bytes, void **out); /* 64-byte aligned at least */
+    void (*free)(be_device *dev, void *p);
+    pe_status (*copy_h2d)(be_device *dev, void *dst, const void *src, size_t bytes);
+    pe_status (*copy_d2h)(be_device *dev, void *dst, const void *src, size_t bytes);
+    pe_status (*copy_d2d)(be_device *dev, void *dst, const void *src, size_t bytes);
+
+    /* ---- ordering ---- */
+    pe_status (*synchronize)(be_device *dev);
+
+    /* ---- GEMM, row-major, fp32 ----
+     * C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C(M,N)
+     * op(X) = X, or X^T when trans_x is nonzero; ld* are row strides in elements
+     * (lda is the stored row length of A: K if not transposed, M if transposed). */
+    pe_status (*gemm)(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                      float alpha, const float *A, size_t lda, const float *B, size_t ldb,
+                      float beta, float *C, size_t ldc);
+    /* batch GEMMs; matrix b of X starts at X + b * stride_x (elements) */
+    pe_status (*gemm_strided_batched)(be_device *dev, int trans_a, int trans_b, size_t M,
+                                      size_t N, size_t K, float alpha, const float *A,
+                                      size_t lda, size_t stride_a, const float *B, size_t ldb,
+                                      size_t stride_b, float beta, float *C, size_t ldc,
+                                      size_t stride_c, size_t batch);
+
+    /* ---- kernels (element math from src/kernels/) ---- */
+    /* x(rows, cols) += bias(cols) broadcast over rows */
+    pe_status (*bias_add)(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
+    pe_status (*relu)(be_device *dev, float *x, size_t n);
+    pe_status (*gelu)(be_device *dev, float *x, size_t n); /* tanh form */
+    /* out(rows, cols) = (x - mean) / sqrt(var + eps) * gamma(cols) + beta(cols), per row */
+    pe_status (*layernorm)(be_device *dev, float *out, const float *x, const float *gamma,
+                           const float *beta, size_t rows, size_t cols, float eps);
+    /* x(rows, cols): softmax of each row, in place */
+    pe_status (*softmax)(be_device *dev, float *x, size_t rows, size_t cols);
+    /* x(n) += r(n) */
+    pe_status (*residual_add)(be_device *dev, float *x, const float *r, size_t n);
+    /* out(n, dim) = table(vocab, dim)[ids(n)]; ids is a device pointer; an id outside
+     * [0, vocab) is PE_EINVAL */
+    pe_status (*embedding)(be_device *dev, float *out, const float *table, const int32_t *ids,
+                           size_t n, size_t dim, size_t vocab);
+
+    /* ---- communicators (ncclCommInitAll-like) ----
+     * One call makes n ranks, rank r on devs[r]; out[r] is rank r's handle. Any thread. */
+    pe_status (*comm_create)(be_device *const *devs, int n, be_comm **out, pe_err *err);
+    /* Aborts the communicator that comm belongs to: every rank blocked in it wakes with
+     * PE_ECOMM, and every later call on any of its ranks returns PE_ECOMM. Any thread. */
+    void (*comm_abort)(be_comm *comm);
+    /* Frees all n ranks made by one comm_create; no rank may be in a call. */
+    void (*comm_destroy)(be_comm **comms, int n);
+
+    /* ---- collectives; counts in elements; called by every rank in the same order ---- */
+    /* recv(count) = sum over ranks of send(count), same bits on every rank; send == recv ok */
+    pe_status (*allreduce_sum)(be_comm *c, const float *send, float *recv, size_t count);
+    /* recv(n * count) = rank 0's send(count), rank 1's, ... */
+    pe_status (*allgather)(be_comm *c, const float *send, float *recv, size_t count);
+    /* recv(count) = slice r of the sum over ranks of send(n * count) */
+    pe_status (*reduce_scatter)(be_comm *c, const float *send, float *recv, size_t count);
+    /* buf(count) on every rank = buf on root */
+    pe_status (*broadcast)(be_comm *c, float *buf, size_t count, int root);
+    /* Point to point, matched in order per (sender, receiver) pair. send may return before
+     * the peer received: buf must stay unchanged until synchronize(dev of the sender).
+     * recv returns once buf holds the data (for the device's later calls). */
+    pe_status (*send)(be_comm *c, const float *buf, size_t count, int peer);
+    pe_status (*recv)(be_comm *c, float *buf, size_t count, int peer);
+    pe_status (*barrier)(be_comm *c);
+    int (*comm_rank)(const be_comm *c);
+    int (*comm_size)(const be_comm *c);
+} be_ops;
+
+/* The host backend (always built). */
+const be_ops *be_host_ops(void);
+/* The CUDA backend, or NULL when pengine was built without it. */
+const be_ops *be_cuda_ops(void);
+
+/* Picks the backend for kind. AUTO: CUDA when built and at least one device answers,
+ * else host, and notice (if not NULL) gets a one-line explanation of the fallback.
+ * CUDA without a device is PE_ENODEV with a message saying so. */
+pe_status be_select(pe_backend_kind kind, const be_ops **out, char *notice, size_t notice_len,
+                    pe_err *err);
+
+/* Checks a device list against the backend: every id must exist. On failure the message
+ * names the bad id and lists the devices that exist (index, name, memory, bus id). */
+pe_status be_check_devices(const be_ops *ops, const int *ids, int n, pe_err *err);
+
+#endif

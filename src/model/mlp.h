@@ -1,0 +1,63 @@
+/* mlp.h: an MLP model described as data: a list of Linear layers with activations.
+ *
+ * Layer l computes y(rows, out) = act(x(rows, in) * W^T + b), W (out, in), b (out), as
+ * torch.nn.Linear stores them. The last layer has no activation unless the file says so.
+ *
+ * On disk: safetensors with tensors "layers.<l>.weight" (out, in) and "layers.<l>.bias"
+ * (out), and __metadata__ {"architecture": "mlp", "activation": "relu"|"gelu",
+ * "layers": "<L>"}. F32, F16 and BF16 are read (converted to F32); F32 is written.
+ */
+#ifndef PE_MODEL_MLP_H
+#define PE_MODEL_MLP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+typedef enum md_activation { MD_ACT_NONE = 0, MD_ACT_RELU, MD_ACT_GELU } md_activation;
+
+typedef struct md_layer {
+    size_t in, out;
+    md_activation act; /* applied after the bias */
+    const float *w;    /* (out, in) */
+    const float *b;    /* (out) */
+} md_layer;
+
+typedef struct md_mlp {
+    int nlayers;
+    md_layer *layers; /* (nlayers) */
+    void *storage;    /* private: the mapping or converted copies behind w and b */
+} md_mlp;
+
+/* Reads and validates a model file: every offset, size, dtype and shape is checked
+ * against the file before use. Messages name the tensor and the offset at fault. */
+pe_status md_mlp_load(const char *path, md_mlp *out, pe_err *err);
+void md_mlp_free(md_mlp *m);
+
+size_t md_mlp_params(const md_mlp *m);
+/* Forward FLOPs of layer l for one row: 2 * in * out. */
+double md_layer_flops(const md_layer *l);
+
+typedef enum md_init { MD_INIT_NORMAL = 0, MD_INIT_IDENTITY } md_init;
+
+typedef struct md_mlp_spec {
+    size_t in;          /* input width */
+    size_t hidden;      /* width of every hidden layer */
+    size_t out;         /* output width */
+    int layers;         /* number of Linear layers, >= 1 */
+    md_activation act;  /* between layers */
+    md_init init;       /* normal(0, std) weights and zero bias, or identity (square only) */
+    float std;          /* default 0.02 */
+    uint64_t seed;
+} md_mlp_spec;
+
+/* Writes a seeded random model: the same spec gives the same bytes. */
+pe_status md_mlp_write(const md_mlp_spec *spec, const char *path, pe_err *err);
+
+/* Naive single-threaded reference forward (plain loops, no BLAS), for tests:
+ * x (rows, in of layer 0) -> y (rows, out of the last layer). */
+pe_status md_mlp_forward_reference(const md_mlp *m, const float *x, size_t rows, float *y,
+                                   pe_err *err);
+
+#endif
