@@ -1,0 +1,22 @@
+/* elementwise.h: one-element math: activations, bias, residual. */
+#ifndef PE_KERNELS_ELEMENTWISE_H
+#define PE_KERNELS_ELEMENTWISE_H
+
+#include <math.h>
+
+#include "kernels/kernel_defs.h"
+
+PE_KFN float pe_k_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Written out with
+ * tanhf (not a fast approximation) so that host and device agree to a few ulp. */
+PE_KFN float pe_k_gelu(float x)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    float inner = k * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+PE_KFN float pe_k_add(float a, float b) { return a + b; }
+
+#endif
