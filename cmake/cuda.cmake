@@ -1,25 +1,37 @@
-# The CUDA backend: found nvcc, cuBLAS and NCCL. Sources live in src/backend/cuda/.
-enable_language(CUDA)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-  # sm_80 and sm_90 machine code, plus PTX of sm_90 for newer chips.
-  set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures" FORCE)
+# The CUDA backend: nvcc, cuBLAS(Lt) and NCCL, all found by CMake. Sources: src/backend/cuda/.
+#
+# Architectures: sm_80 and sm_90 machine code plus sm_90 PTX (JIT-compiled on newer chips),
+# unless the user chose (-DCMAKE_CUDA_ARCHITECTURES=native or a list, or $CUDAARCHS).
+# Decided before enable_language(CUDA), which would otherwise cache nvcc's own default.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+  set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures (default: 80-real;90)")
 endif()
+enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
-find_path(PE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
-find_library(PE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+
+# NCCL ships with the toolkit here (include/nccl.h, lib64/libnccl.so); NCCL_HOME or
+# -DNCCL_ROOT point elsewhere.
+find_path(PE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME ${NCCL_ROOT}
+  PATH_SUFFIXES include)
+find_library(PE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ${NCCL_ROOT}
+  PATH_SUFFIXES lib lib64)
 if(NOT PE_NCCL_INCLUDE_DIR OR NOT PE_NCCL_LIBRARY)
   message(FATAL_ERROR "CUDA found but NCCL is missing (nccl.h / libnccl); set NCCL_HOME or -DPE_WITH_CUDA=OFF")
 endif()
 get_filename_component(PE_NCCL_LIBDIR ${PE_NCCL_LIBRARY} DIRECTORY)
+# For pengine.pc (cmake/install.cmake): what a static link of libpengine.a needs.
 set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart -lnccl")
 
+# pe_add_cuda_backend(<object library>): adds src/backend/cuda/*.c and *.cu to it.
 function(pe_add_cuda_backend target)
   file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.c
        ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
   target_sources(${target} PRIVATE ${cuda_sources})
-  target_include_directories(${target} PRIVATE ${PE_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  # SYSTEM: the toolkit's and NCCL's headers are not held to our warning flags.
+  target_include_directories(${target} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
+    ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt ${PE_NCCL_LIBRARY})
-  set(cuda_flags -Xcompiler=-Wall,-Wextra)
+  set(cuda_flags -Xcompiler=-Wall,-Wextra,-Wshadow)
   if(PE_WERROR)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()

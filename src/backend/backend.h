@@ -56,6 +56,10 @@ typedef struct be_ops {
     pe_status (*copy_h2d)(be_device *dev, void *dst, const void *src, size_t bytes);
     pe_status (*copy_d2h)(be_device *dev, void *dst, const void *src, size_t bytes);
     pe_status (*copy_d2d)(be_device *dev, void *dst, const void *src, size_t bytes);
+    /* 2-D device-to-device copy (cudaMemcpy2D): height rows of width bytes, row i from
+     * src + i * src_pitch to dst + i * dst_pitch (pitches in bytes) */
+    pe_status (*copy_d2d_2d)(be_device *dev, void *dst, size_t dst_pitch, const void *src,
+                             size_t src_pitch, size_t width, size_t height);
 
     /* ---- ordering ---- */
     pe_status (*synchronize)(be_device *dev);

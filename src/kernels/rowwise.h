@@ -1,8 +1,9 @@
 /* rowwise.h: one-row math: layernorm and softmax over a row of n elements.
  *
  * The reductions run in a fixed left-to-right order in float, so a serial caller gets
- * the same bits every time. A parallel (CUDA) caller splits the row into partial sums
- * and combines them with the *_combine helpers below; its results match within a few ulp.
+ * the same bits every time. A parallel (CUDA) caller sums the row in a tree of partial
+ * sums (same formulas, another order) and then uses the *_elem helpers below for each
+ * element; its results match within a few ulp.
  */
 #ifndef PE_KERNELS_ROWWISE_H
 #define PE_KERNELS_ROWWISE_H
@@ -12,20 +13,25 @@
 
 #include "kernels/kernel_defs.h"
 
-/* mean and 1/sqrt(var + eps) of x(n), two-pass (numerically stable). */
+/* mean and 1/sqrt(var + eps) of x(n), corrected two-pass (Bjorck): the first pass gives a
+ * rough mean m0 (its float sum loses digits when |mean| >> std); the second sums the
+ * deviations d = x - m0, which are small and exact enough, and corrects both moments:
+ *   mean = m0 + sum(d) / n,  var = (sum(d^2) - sum(d)^2 / n) / n. */
 PE_KFN void pe_k_moments(const float *x, size_t n, float eps, float *mean, float *rstd)
 {
     float s = 0.0f;
     for (size_t i = 0; i < n; i++)
         s += x[i];
-    float m = s / (float)n;
-    float v = 0.0f;
+    float m0 = s / (float)n;
+    float c = 0.0f, v = 0.0f;
     for (size_t i = 0; i < n; i++) {
-        float d = x[i] - m;
+        float d = x[i] - m0;
+        c += d;
         v += d * d;
     }
-    *mean = m;
-    *rstd = 1.0f / sqrtf(v / (float)n + eps);
+    float var = (v - c * c / (float)n) / (float)n;
+    *mean = m0 + c / (float)n;
+    *rstd = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
 }
 
 /* One normalized element: (x - mean) * rstd * gamma + beta. */

@@ -4,8 +4,11 @@
  * torch.nn.Linear stores them. The last layer has no activation unless the file says so.
  *
  * On disk: safetensors with tensors "layers.<l>.weight" (out, in) and "layers.<l>.bias"
- * (out), and __metadata__ {"architecture": "mlp", "activation": "relu"|"gelu",
- * "layers": "<L>"}. F32, F16 and BF16 are read (converted to F32); F32 is written.
+ * (out), and __metadata__ {"architecture": "mlp", "activation": "relu"|"gelu"|"none",
+ * "layers": "<L>"}. "activation" is required; "architecture" (if present) must be "mlp";
+ * without "layers" the layers are counted from layers.0.weight up; the optional
+ * "final_activation" (default "none") is the last layer's. Any other tensor is an error.
+ * F32, F16 and BF16 are read (converted to F32); F32 is written.
  */
 #ifndef PE_MODEL_MLP_H
 #define PE_MODEL_MLP_H
@@ -16,6 +19,10 @@
 #include "common/error.h"
 
 typedef enum md_activation { MD_ACT_NONE = 0, MD_ACT_RELU, MD_ACT_GELU } md_activation;
+
+/* "none", "relu", "gelu" (NULL for an unknown value) and back (0 if s is unknown). */
+const char *md_act_name(md_activation a);
+int md_act_parse(const char *s, md_activation *out);
 
 typedef struct md_layer {
     size_t in, out;
@@ -31,7 +38,9 @@ typedef struct md_mlp {
 } md_mlp;
 
 /* Reads and validates a model file: every offset, size, dtype and shape is checked
- * against the file before use. Messages name the tensor and the offset at fault. */
+ * against the file before use. Messages name the tensor and the offset at fault.
+ * Aligned F32 weights point into the read-only mapping; others are converted copies.
+ * On failure *out is empty. md_mlp_free releases everything (a zeroed md_mlp is fine). */
 pe_status md_mlp_load(const char *path, md_mlp *out, pe_err *err);
 void md_mlp_free(md_mlp *m);
 
@@ -48,15 +57,18 @@ typedef struct md_mlp_spec {
     int layers;         /* number of Linear layers, >= 1 */
     md_activation act;  /* between layers */
     md_init init;       /* normal(0, std) weights and zero bias, or identity (square only) */
-    float std;          /* default 0.02 */
+    float std;          /* standard deviation of the normal init; 0 means 0.02 */
     uint64_t seed;
 } md_mlp_spec;
 
-/* Writes a seeded random model: the same spec gives the same bytes. */
+/* Writes a seeded random model: the same spec gives the same bytes. Layer 0 is
+ * (hidden, in), the middle ones (hidden, hidden), the last (out, hidden); one layer is
+ * (out, in). Identity init needs every layer square (PE_EINVAL otherwise). */
 pe_status md_mlp_write(const md_mlp_spec *spec, const char *path, pe_err *err);
 
-/* Naive single-threaded reference forward (plain loops, no BLAS), for tests:
- * x (rows, in of layer 0) -> y (rows, out of the last layer). */
+/* Naive single-threaded reference forward (plain loops, no BLAS, double accumulation,
+ * activations from kernels/elementwise.h), for tests:
+ * x (rows, in of layer 0) -> y (rows, out of the last layer); x and y must not overlap. */
 pe_status md_mlp_forward_reference(const md_mlp *m, const float *x, size_t rows, float *y,
                                    pe_err *err);
 

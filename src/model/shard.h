@@ -21,7 +21,9 @@ typedef enum md_shard_kind {
 
 /* PP: stage p owns layers [first[p], first[p+1]); first has pp + 1 entries.
  * split (may be NULL): the layer count of each stage, pinned by hand (--split 3,5).
- * Otherwise stages are contiguous and balanced by FLOPs (the max stage cost is minimal). */
+ * Otherwise stages are contiguous and balanced by FLOPs (the max stage cost is minimal;
+ * among such cuts, the one with the least sum of squared stage costs). Every stage has at
+ * least one layer: pp > nlayers is PE_EINVAL, as is a split that does not sum to nlayers. */
 pe_status md_plan_stages(const md_mlp *m, int pp, const int *split, int *first, pe_err *err);
 
 /* TP: the shard kind of every layer in [first, last) for degree tp; checks divisibility
@@ -30,8 +32,9 @@ pe_status md_plan_tp(const md_mlp *m, int first, int last, int tp, md_shard_kind
                      pe_err *err);
 
 /* Rank t's slice of layer l under kind: w (out_t, in_t) and b (out_t). For ROW, b is the
- * whole bias, which every rank adds after the all-reduce. The caller frees *w and *b with
- * free(). */
+ * whole bias (out), which every rank adds after the all-reduce. The split width must be
+ * divisible by tp (PE_EINVAL otherwise; md_plan_tp checks it first). The caller frees *w
+ * and *b with free(); on failure both are NULL. */
 pe_status md_shard_layer(const md_layer *l, md_shard_kind kind, int t, int tp, float **w,
                          float **b, size_t *out_t, size_t *in_t, pe_err *err);
 

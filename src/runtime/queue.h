@@ -14,7 +14,7 @@
 
 typedef struct rt_queue rt_queue;
 
-/* capacity: a power of two >= 2, else PE_EINVAL. */
+/* capacity: a power of two >= 2, else PE_EINVAL (PE_ENOMEM when memory runs out). */
 pe_status rt_queue_create(size_t capacity, rt_queue **out);
 /* No thread may be inside a call. Items still queued are not freed (they are the caller's). */
 void rt_queue_destroy(rt_queue *q);
@@ -36,5 +36,10 @@ void rt_queue_close(rt_queue *q);
 size_t rt_queue_capacity(const rt_queue *q);
 /* Items queued right now; exact only when no other thread is pushing or popping. */
 size_t rt_queue_size(const rt_queue *q);
+
+/* Threads blocked (or about to block) in rt_queue_pop / rt_queue_push right now; for
+ * tests and statistics. */
+unsigned rt_queue_waiting_pops(const rt_queue *q);
+unsigned rt_queue_waiting_pushes(const rt_queue *q);
 
 #endif

@@ -1,0 +1,324 @@
+/* args.c: parses the pengine flags into cli_options and checks that they fit together. */
+#include "args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *msg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int cli_parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *msg,
+                   size_t msg_len)
+{
+    const char *p = s;
+    if (*p == '+' || *p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return fail(msg, msg_len, "%s '%s' is not a whole number; give an integer from %ld to %ld",
+                    flag, s, lo, hi);
+    errno = 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0')
+        return fail(msg, msg_len, "%s '%s' is not a whole number; give an integer from %ld to %ld",
+                    flag, s, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        return fail(msg, msg_len, "%s %s is out of range; give an integer from %ld to %ld", flag,
+                    s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out, char *msg, size_t msg_len)
+{
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p))
+            return fail(msg, msg_len, "%s '%s' is not a non-negative integer; e.g. %s 42", flag,
+                        s, flag);
+    if (!*s)
+        return fail(msg, msg_len, "%s is empty; give a non-negative integer, e.g. %s 42", flag,
+                    flag);
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
+        return fail(msg, msg_len, "%s %s does not fit in 64 bits; give a smaller integer", flag,
+                    s);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_double(const char *flag, const char *s, double lo, double hi, double *out,
+                     char *msg, size_t msg_len)
+{
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return fail(msg, msg_len, "%s '%s' is not a number; give a number from %g to %g", flag, s,
+                    lo, hi);
+    if (v < lo || v > hi)
+        return fail(msg, msg_len, "%s %s is out of range; give a number from %g to %g", flag, s,
+                    lo, hi);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int min_value, int *n,
+                       char *msg, size_t msg_len)
+{
+    *n = 0;
+    if (!*s)
+        return fail(msg, msg_len, "%s is empty; list integers separated by commas, e.g. %s 0,1",
+                    flag, flag);
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0)
+            return fail(msg, msg_len,
+                        "%s '%s' has an empty entry; list integers separated by single commas, "
+                        "e.g. %s 0,1",
+                        flag, s, flag);
+        char item[32];
+        if (len >= sizeof item)
+            return fail(msg, msg_len, "%s '%s': entry '%.*s...' is too long; use small integers",
+                        flag, s, 20, p);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        const char *d = item[0] == '-' ? item + 1 : item;
+        for (const char *q = d; *q; q++)
+            if (!isdigit((unsigned char)*q))
+                return fail(msg, msg_len,
+                            "%s '%s': '%s' is not an integer; list integers separated by "
+                            "commas, e.g. %s 0,1",
+                            flag, s, item, flag);
+        if (!*d)
+            return fail(msg, msg_len, "%s '%s': '%s' is not an integer; e.g. %s 0,1", flag, s,
+                        item, flag);
+        long v = strtol(item, NULL, 10);
+        if (v < min_value)
+            return fail(msg, msg_len, "%s '%s': %ld is below %d; use integers >= %d, e.g. %s 0,1",
+                        flag, s, v, min_value, min_value, flag);
+        if (v > 1000000)
+            return fail(msg, msg_len, "%s '%s': %ld is too large; use ids the backend has", flag,
+                        s, v);
+        if (*n == max)
+            return fail(msg, msg_len, "%s '%s' has more than %d entries; list at most %d", flag, s,
+                        max, max);
+        ids[(*n)++] = (int)v;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+/* ---- the flag table ---------------------------------------------------------------------- */
+
+typedef struct flag_def {
+    const char *name;
+    int takes_value;
+} flag_def;
+
+static const flag_def flags[] = {
+    {"--mode", 1},    {"--gpus", 1},      {"--dp", 1},           {"--pp", 1},
+    {"--tp", 1},      {"--model", 1},     {"--batch", 1},        {"--microbatches", 1},
+    {"--schedule", 1}, {"--split", 1},    {"--iters", 1},        {"--warmup", 1},
+    {"--seed", 1},    {"--backend", 1},   {"--trace", 1},        {"--json", 0},
+    {"--verify", 0},  {"--no-verify", 0}, {"--topology", 0},     {"--help", 0},
+    {"-h", 0},        {"--version", 0},
+};
+
+static const flag_def *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0)
+            return &flags[i];
+    return NULL;
+}
+
+static int set_int(const char *flag, const char *v, long lo, long hi, int *out, char *msg,
+                   size_t len)
+{
+    long x;
+    if (cli_parse_long(flag, v, lo, hi, &x, msg, len))
+        return -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* Applies one flag with its value (NULL for switches). */
+static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t len)
+{
+    if (!strcmp(f, "--mode")) {
+        if (!strcmp(v, "dp")) o->mode = CLI_MODE_DP;
+        else if (!strcmp(v, "tp")) o->mode = CLI_MODE_TP;
+        else if (!strcmp(v, "pp")) o->mode = CLI_MODE_PP;
+        else return fail(msg, len, "unknown mode '%s'; use --mode dp, --mode tp or --mode pp", v);
+    } else if (!strcmp(f, "--gpus")) {
+        if (cli_parse_int_list("--gpus", v, o->devices, CLI_MAX_DEVICES, 0, &o->ndevices, msg,
+                               len))
+            return -1;
+    } else if (!strcmp(f, "--dp")) {
+        return set_int(f, v, 1, CLI_MAX_DEVICES, &o->dp, msg, len);
+    } else if (!strcmp(f, "--pp")) {
+        return set_int(f, v, 1, CLI_MAX_DEVICES - 1, &o->pp, msg, len);
+    } else if (!strcmp(f, "--tp")) {
+        return set_int(f, v, 1, CLI_MAX_DEVICES, &o->tp, msg, len);
+    } else if (!strcmp(f, "--model")) {
+        if (!*v)
+            return fail(msg, len, "--model is empty; give a .safetensors file, e.g. one written "
+                                  "by pengine gen mlp");
+        o->model_path = v;
+    } else if (!strcmp(f, "--batch")) {
+        long x;
+        if (cli_parse_long(f, v, 1, 1L << 20, &x, msg, len))
+            return -1;
+        o->batch = (size_t)x;
+    } else if (!strcmp(f, "--microbatches")) {
+        return set_int(f, v, 1, 4096, &o->microbatches, msg, len);
+    } else if (!strcmp(f, "--schedule")) {
+        if (!strcmp(v, "naive")) o->schedule = PE_SCHED_NAIVE;
+        else if (!strcmp(v, "gpipe")) o->schedule = PE_SCHED_GPIPE;
+        else if (!strcmp(v, "stream")) o->schedule = PE_SCHED_STREAM;
+        else return fail(msg, len, "unknown schedule '%s'; use --schedule naive, gpipe or stream",
+                         v);
+        o->schedule_set = 1;
+    } else if (!strcmp(f, "--split")) {
+        return cli_parse_int_list("--split", v, o->split, CLI_MAX_DEVICES, 1, &o->nsplit, msg,
+                                  len);
+    } else if (!strcmp(f, "--iters")) {
+        return set_int(f, v, 1, 10000000, &o->iters, msg, len);
+    } else if (!strcmp(f, "--warmup")) {
+        return set_int(f, v, 0, 10000000, &o->warmup, msg, len);
+    } else if (!strcmp(f, "--seed")) {
+        return cli_parse_u64(f, v, &o->seed, msg, len);
+    } else if (!strcmp(f, "--backend")) {
+        if (!strcmp(v, "auto")) o->backend = PE_BACKEND_AUTO;
+        else if (!strcmp(v, "host")) o->backend = PE_BACKEND_HOST;
+        else if (!strcmp(v, "cuda")) o->backend = PE_BACKEND_CUDA;
+        else return fail(msg, len, "unknown backend '%s'; use --backend auto, host or cuda", v);
+    } else if (!strcmp(f, "--trace")) {
+        if (!*v)
+            return fail(msg, len, "--trace is empty; give a file name, e.g. --trace trace.json");
+        o->trace_path = v;
+    } else if (!strcmp(f, "--json")) {
+        o->json = 1;
+    } else if (!strcmp(f, "--verify")) {
+        o->verify = 1;
+    } else if (!strcmp(f, "--no-verify")) {
+        o->verify = 0;
+    } else if (!strcmp(f, "--topology")) {
+        o->topology = 1;
+    } else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+        o->help = 1;
+    } else if (!strcmp(f, "--version")) {
+        o->version = 1;
+    }
+    return 0;
+}
+
+/* Derives the grid from --mode and --dp/--pp/--tp and checks it against --gpus. */
+static int resolve_grid(cli_options *o, char *msg, size_t len)
+{
+    int grid_given = o->dp || o->pp || o->tp;
+    if (!o->mode && !grid_given)
+        return fail(msg, len, "nothing to run; give a mode and devices, e.g. pengine --mode pp "
+                              "--gpus 0,1 (see pengine --help)");
+    if (o->ndevices == 0)
+        return fail(msg, len, "no devices given; list them with --gpus, e.g. --gpus 0,1");
+    if (!grid_given) {
+        o->dp = o->mode == CLI_MODE_DP ? o->ndevices : 1;
+        o->tp = o->mode == CLI_MODE_TP ? o->ndevices : 1;
+        o->pp = o->mode == CLI_MODE_PP ? o->ndevices : 1;
+    } else {
+        if (!o->dp) o->dp = 1;
+        if (!o->pp) o->pp = 1;
+        if (!o->tp) o->tp = 1;
+        long world = (long)o->dp * o->pp * o->tp;
+        if (world != o->ndevices)
+            return fail(msg, len,
+                        "grid dp=%d x pp=%d x tp=%d needs %ld devices but --gpus lists %d; list "
+                        "%ld device ids (they may repeat) or change --dp/--pp/--tp",
+                        o->dp, o->pp, o->tp, world, o->ndevices, world);
+        if (!o->mode)
+            o->mode = o->pp > 1 ? CLI_MODE_PP : o->tp > 1 ? CLI_MODE_TP : CLI_MODE_DP;
+    }
+    if (o->nsplit && o->nsplit != o->pp)
+        return fail(msg, len,
+                    "--split lists %d stage size%s but the grid has pp=%d stage%s; give %d layer "
+                    "counts, one per stage",
+                    o->nsplit, o->nsplit == 1 ? "" : "s", o->pp, o->pp == 1 ? "" : "s", o->pp);
+    if (o->batch && o->microbatches > 0 && (size_t)o->microbatches > o->batch)
+        return fail(msg, len,
+                    "--microbatches %d is more than --batch %zu rows; use at most %zu "
+                    "micro-batches or a larger batch",
+                    o->microbatches, o->batch, o->batch);
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
+{
+    memset(o, 0, sizeof *o);
+    o->iters = 100;
+    o->warmup = 10;
+    o->seed = 1;
+    o->backend = PE_BACKEND_AUTO;
+    o->verify = 1;
+    msg[0] = '\0';
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (arg[0] != '-') {
+            fail(msg, msg_len, "unexpected argument '%s'; flags start with --, see pengine --help",
+                 arg);
+            return CLI_USAGE;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const flag_def *f = find_flag(arg, name_len);
+        if (!f) {
+            fail(msg, msg_len, "unknown flag '%.*s'; see pengine --help for the flags",
+                 (int)name_len, arg);
+            return CLI_USAGE;
+        }
+        const char *value = NULL;
+        if (f->takes_value) {
+            if (eq)
+                value = eq + 1;
+            else if (i + 1 < argc)
+                value = argv[++i];
+            else {
+                fail(msg, msg_len, "%s needs a value; e.g. %s %s", f->name, f->name,
+                     !strcmp(f->name, "--gpus") ? "0,1" : "<value> (see pengine --help)");
+                return CLI_USAGE;
+            }
+        } else if (eq) {
+            fail(msg, msg_len, "%s takes no value; write just %s", f->name, f->name);
+            return CLI_USAGE;
+        }
+        if (apply(o, f->name, value, msg, msg_len))
+            return CLI_USAGE;
+    }
+    if (o->help || o->version)
+        return CLI_OK;
+    if (o->topology)
+        return CLI_OK; /* --topology needs no grid; --gpus is optional */
+    if (resolve_grid(o, msg, msg_len))
+        return CLI_USAGE;
+    return CLI_OK;
+}

@@ -1,0 +1,68 @@
+/* args.h: the pengine command line, parsed into a cli_options struct; exit codes; errors. */
+#ifndef PE_APPS_ARGS_H
+#define PE_APPS_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pengine/pengine.h"
+
+/* Exit codes of the command. */
+enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
+
+#define CLI_MAX_DEVICES 64 /* pe_engine_info keeps pp + 1 <= 64 stage boundaries */
+#define CLI_MSG_LEN 768
+
+typedef enum cli_mode { CLI_MODE_NONE = 0, CLI_MODE_DP, CLI_MODE_TP, CLI_MODE_PP } cli_mode;
+
+typedef struct cli_options {
+    cli_mode mode;             /* the demo that runs (from --mode, or from the grid) */
+    int ndevices;              /* --gpus entries; 0 = not given */
+    int devices[CLI_MAX_DEVICES];
+    int dp, pp, tp;            /* the grid; after cli_parse, dp * pp * tp == ndevices */
+    const char *model_path;    /* --model, NULL = the demo's generated model */
+    size_t batch;              /* rows per request; 0 = the demo's default */
+    int microbatches;          /* --microbatches, 0 = the demo's default */
+    pe_schedule schedule;      /* --schedule, when schedule_set */
+    int schedule_set;
+    int nsplit;                /* --split entries, 0 = balanced by FLOPs */
+    int split[CLI_MAX_DEVICES];
+    int iters, warmup;         /* timed iterations (default 100) and warm-up (default 10) */
+    uint64_t seed;             /* model and input seed, default 1 */
+    pe_backend_kind backend;   /* --backend, default auto */
+    int json;                  /* --json: one JSON object on stdout, nothing else */
+    const char *trace_path;    /* --trace FILE, NULL = none */
+    int verify;                /* 1 (default) = compare against a single device */
+    int topology;              /* --topology: print the machine and the core plan */
+    int help, version;
+} cli_options;
+
+/* Parses argv (without the "gen" subcommand) into o and checks that the flags fit
+ * together (grid product, --split count). Returns CLI_OK, or CLI_USAGE with a one-line
+ * "<problem>; <fix>" in msg. */
+int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len);
+
+/* Parses a device list "0,1,3" into ids (at most max). Returns 0, or -1 with msg set. */
+int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int min_value,
+                       int *n, char *msg, size_t msg_len);
+
+/* Strict number parsing: the whole string, in [lo, hi]. Return 0, or -1 with msg set. */
+int cli_parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *msg,
+                   size_t msg_len);
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out, char *msg, size_t msg_len);
+int cli_parse_double(const char *flag, const char *s, double lo, double hi, double *out,
+                     char *msg, size_t msg_len);
+
+/* Prints "pengine: error: <msg>" as one line on stderr (newlines become spaces). */
+void cli_error(const char *msg);
+void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints the --help text to out. */
+void cli_usage(FILE *out);
+
+const char *cli_mode_name(cli_mode m);
+const char *cli_schedule_name(pe_schedule s);
+const char *cli_backend_name(pe_backend_kind b);
+
+#endif

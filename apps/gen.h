@@ -1,0 +1,8 @@
+/* gen.h: the "pengine gen mlp" subcommand, which writes a seeded random model file. */
+#ifndef PE_APPS_GEN_H
+#define PE_APPS_GEN_H
+
+/* argv[0] is "gen". Returns the exit code (CLI_OK, CLI_RUNTIME, CLI_USAGE). */
+int cli_gen(int argc, char **argv);
+
+#endif

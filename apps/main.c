@@ -1,0 +1,73 @@
+/* main.c: the pengine command: parses the flags, then runs gen, --topology or a demo, and
+ * turns the outcome into the exit code (0 ok, 1 runtime failure, 2 usage error). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "args.h"
+#include "demo.h"
+#include "gen.h"
+#include "report.h"
+#include "topology_report.h"
+
+/* --trace is written after the run: refuse an unwritable path before spending the time. */
+static int check_trace_path(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cli_errorf("cannot write --trace %s (%s); give a writable path", path, strerror(errno));
+        return CLI_USAGE;
+    }
+    fclose(f);
+    return CLI_OK;
+}
+
+static int run_demo(const cli_options *o)
+{
+    int rc = cli_preflight(o);
+    if (rc == CLI_OK && o->trace_path)
+        rc = check_trace_path(o->trace_path);
+    if (rc != CLI_OK)
+        return rc;
+    cli_report *r = report_new(o->json);
+    if (!r) {
+        cli_error("out of memory before the run started; free some memory and retry");
+        return CLI_RUNTIME;
+    }
+    switch (o->mode) {
+    case CLI_MODE_DP: rc = cli_demo_dp(o, r); break;
+    case CLI_MODE_TP: rc = cli_demo_tp(o, r); break;
+    case CLI_MODE_PP: rc = cli_demo_pp(o, r); break;
+    case CLI_MODE_NONE: rc = CLI_USAGE; cli_error("no mode; use --mode dp, tp or pp"); break;
+    }
+    /* the figures of a failed verification are printed too: they show what went wrong */
+    if ((rc == CLI_OK || rc == CLI_RUNTIME) && report_finish(r) != 0 && rc == CLI_OK) {
+        cli_error("writing the report failed (out of memory or a closed stdout); retry");
+        rc = CLI_RUNTIME;
+    }
+    report_free(r);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "gen") == 0)
+        return cli_gen(argc - 1, argv + 1);
+    cli_options o;
+    char msg[CLI_MSG_LEN];
+    if (cli_parse(argc, argv, &o, msg, sizeof msg) != CLI_OK) {
+        cli_error(msg);
+        return CLI_USAGE;
+    }
+    if (o.help) {
+        cli_usage(stdout);
+        return CLI_OK;
+    }
+    if (o.version) {
+        printf("pengine %s\n", pe_version());
+        return CLI_OK;
+    }
+    if (o.topology)
+        return cli_topology(&o);
+    return run_demo(&o);
+}

@@ -1,0 +1,82 @@
+/* usage.c: the --help text and the names of modes, schedules and backends. */
+#include <stdio.h>
+
+#include "args.h"
+
+void cli_usage(FILE *out)
+{
+    fputs(
+"usage: pengine --mode dp|tp|pp --gpus LIST [options]\n"
+"       pengine --dp N --pp N --tp N --gpus LIST [options]\n"
+"       pengine --topology [--gpus LIST] [--backend B]\n"
+"       pengine gen mlp --hidden N --layers L --out FILE [gen options]\n"
+"\n"
+"Runs a demo of data (dp), tensor (tp) or pipeline (pp) parallelism on the listed devices,\n"
+"verified against a single device. Example: pengine --mode pp --gpus 0,1\n"
+"\n"
+"grid and devices:\n"
+"  --mode dp|tp|pp       the demo; with --gpus alone it sets the 1-D grid\n"
+"  --gpus LIST           device ids, e.g. 0,1 (may repeat: several ranks on one device)\n"
+"  --dp N --pp N --tp N  any grid; dp * pp * tp must equal the number of devices\n"
+"  --backend B           auto (default: CUDA if a GPU answers, else host), host or cuda\n"
+"  --split A,B,...       layers per pipeline stage (default: balanced by FLOPs)\n"
+"\n"
+"workload:\n"
+"  --model FILE          a safetensors MLP instead of the demo's generated model\n"
+"  --batch N             rows per request (default 16 for dp/tp, 64 for pp)\n"
+"  --microbatches M      micro-batches per request (default 4 for pp, 1 otherwise)\n"
+"  --schedule S          naive, gpipe (default for pp) or stream\n"
+"  --iters N             timed iterations (default 100)\n"
+"  --warmup N            untimed iterations first (default 10)\n"
+"  --seed S              seed of the demo model and the inputs (default 1)\n"
+"  --verify, --no-verify compare with a single device (default on; exit 1 on mismatch)\n"
+"\n"
+"output:\n"
+"  --json                one JSON object on stdout with every figure, nothing else\n"
+"  --trace FILE          Chrome trace-event JSON of every task (open it in Perfetto)\n"
+"  --topology            print the machine and the cores each device's worker would use\n"
+"  --help, --version\n"
+"\n"
+"gen mlp options:\n"
+"  --hidden N --layers L  width of every hidden layer, number of Linear layers\n"
+"  --in N --out-dim N     input and output widths (default: --hidden)\n"
+"  --act relu|gelu        activation between layers (default relu)\n"
+"  --init normal|identity normal(0, std) weights and zero bias (default), or identity\n"
+"  --std X               standard deviation of the normal init (default 0.02)\n"
+"  --seed S              seed (default 1): the same seed writes the same bytes\n"
+"  --out FILE            the safetensors file to write\n"
+"\n"
+"exit codes: 0 ok, 1 runtime failure (including a failed verification), 2 usage error\n",
+        out);
+}
+
+const char *cli_mode_name(cli_mode m)
+{
+    switch (m) {
+    case CLI_MODE_DP: return "dp";
+    case CLI_MODE_TP: return "tp";
+    case CLI_MODE_PP: return "pp";
+    case CLI_MODE_NONE: break;
+    }
+    return "none";
+}
+
+const char *cli_schedule_name(pe_schedule s)
+{
+    switch (s) {
+    case PE_SCHED_NAIVE: return "naive";
+    case PE_SCHED_GPIPE: return "gpipe";
+    case PE_SCHED_STREAM: return "stream";
+    }
+    return "?";
+}
+
+const char *cli_backend_name(pe_backend_kind b)
+{
+    switch (b) {
+    case PE_BACKEND_AUTO: return "auto";
+    case PE_BACKEND_HOST: return "host";
+    case PE_BACKEND_CUDA: return "cuda";
+    }
+    return "?";
+}

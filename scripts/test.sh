@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The README's second command: the whole test suite, as CI runs it.
+#   1. a -Werror build (CUDA backend too when nvcc is there) and every unit test;
+#   2. the valgrind label: memcheck, helgrind and DRD on the threaded tests (small sizes);
+#   3. a ThreadSanitizer build of the same tests;
+#   4. an AddressSanitizer build running the file-format tests (and the rest).
+# Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+source scripts/env.sh
+jobs=$(nproc)
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "build (-Werror)"
+cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON
+cmake --build build-ci -j"$jobs"
+
+step "unit tests"
+(cd build-ci && ctest --output-on-failure -LE valgrind -j"$jobs")
+
+step "valgrind: memcheck, helgrind, DRD"
+(cd build-ci && ctest --output-on-failure -L valgrind -j"$jobs")
+
+step "ThreadSanitizer build"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_SANITIZE=thread \
+  -DPE_BUILD_BENCH=OFF
+cmake --build build-tsan -j"$jobs"
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+
+step "AddressSanitizer build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_SANITIZE=address \
+  -DPE_BUILD_BENCH=OFF
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS="detect_leaks=1" \
+   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+
+step "all passed"

@@ -1,0 +1,69 @@
+/* cb_comm.h: communicators of the CUDA backend: one group of n ranks made by one
+ * comm_create, on NCCL (cb_nccl.c) or on the in-process peer path (cb_peer.c). cb_comm.c
+ * picks the path and dispatches. */
+#ifndef PE_CB_COMM_H
+#define PE_CB_COMM_H
+
+#include <stdatomic.h>
+
+#include "backend/backend_select.h"
+#include "backend/cuda/cb_internal.h"
+
+typedef struct cb_group cb_group;
+struct cb_nccl;
+struct cb_peer;
+
+struct be_comm {
+    cb_group *g;
+    int rank;
+    be_device *dev; /* the device of this rank, owned by the rank's worker */
+    unsigned seq;   /* collectives this rank has entered (peer path: event parity) */
+};
+
+struct cb_group {
+    be_comm_path path; /* BE_COMM_NCCL or BE_COMM_PEER */
+    int n;
+    int *ids;          /* (n) device ids */
+    be_comm *ranks;    /* (n) */
+    atomic_int aborted;
+    /* Host-side meeting of the rank threads (cb_rendezvous), and the lock and condition
+     * the peer path's channels wait on; abort broadcasts cond. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_uint arrived, gen;
+    struct cb_nccl *nccl;
+    struct cb_peer *peer;
+};
+
+/* ---- NCCL (cb_nccl.c) ---- */
+pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err);
+void cb_nccl_abort(cb_group *g);
+void cb_nccl_destroy(cb_group *g);
+pe_status cb_nccl_allreduce(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_nccl_allgather(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_nccl_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_nccl_broadcast(be_comm *c, float *buf, size_t count, int root);
+pe_status cb_nccl_send(be_comm *c, const float *buf, size_t count, int peer);
+pe_status cb_nccl_recv(be_comm *c, float *buf, size_t count, int peer);
+pe_status cb_nccl_barrier(be_comm *c);
+
+/* ---- peer path (cb_peer.c) ---- */
+pe_status cb_peer_create(cb_group *g, be_device *const *devs, pe_err *err);
+void cb_peer_abort(cb_group *g);
+void cb_peer_destroy(cb_group *g);
+pe_status cb_peer_allreduce(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_peer_allgather(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_peer_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_peer_broadcast(be_comm *c, float *buf, size_t count, int root);
+pe_status cb_peer_send(be_comm *c, const float *buf, size_t count, int peer);
+pe_status cb_peer_recv(be_comm *c, float *buf, size_t count, int peer);
+pe_status cb_peer_barrier(be_comm *c);
+
+/* Returns once every rank of c's group called it (the rank threads are in this
+ * process); PE_ECOMM when the group is aborted first. */
+pe_status cb_rendezvous(be_comm *c, const char *what);
+
+/* PE_ECOMM with "<what>: the communicator was aborted" in the rank's device error. */
+pe_status cb_comm_aborted(be_comm *c, const char *what);
+
+#endif

@@ -1,0 +1,95 @@
+/* cb_grid.cuh: launch geometry and block reductions shared by the .cu files. */
+#ifndef PE_CB_GRID_CUH
+#define PE_CB_GRID_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace cb {
+
+constexpr int kThreads = 256;        /* threads per block of the element-wise grids */
+constexpr size_t kMaxBlocks = 1u << 20; /* grid-stride loops cover more work than this */
+
+/* Blocks for `work` items at `threads` per block, at least 1, at most kMaxBlocks. */
+inline unsigned grid_for(size_t work, int threads)
+{
+    size_t b = (work + (size_t)threads - 1) / (size_t)threads;
+    if (b < 1)
+        b = 1;
+    if (b > kMaxBlocks)
+        b = kMaxBlocks;
+    return (unsigned)b;
+}
+
+/* Threads for one block per row of `work` items: a multiple of 32 in [32, 512]. */
+inline int row_threads(size_t work)
+{
+    size_t t = (work + 31) / 32 * 32;
+    if (t < 32)
+        t = 32;
+    if (t > 512)
+        t = 512;
+    return (int)t;
+}
+
+inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ inline size_t thread_index() { return blockIdx.x * (size_t)blockDim.x + threadIdx.x; }
+__device__ inline size_t grid_stride() { return (size_t)gridDim.x * blockDim.x; }
+
+__device__ inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* The sum (or max) of v over the block; every thread gets it. blockDim.x is a multiple
+ * of 32; red holds 32 floats of shared memory. */
+__device__ inline float block_sum(float v, float *red)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* red may still be read from the previous reduction */
+    if (lane == 0)
+        red[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = warp_sum(lane < nw ? red[lane] : 0.0f);
+        if (lane == 0)
+            red[0] = v;
+    }
+    __syncthreads();
+    return red[0];
+}
+
+__device__ inline float block_max(float v, float *red)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        red[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = warp_max(lane < nw ? red[lane] : -INFINITY);
+        if (lane == 0)
+            red[0] = v;
+    }
+    __syncthreads();
+    return red[0];
+}
+
+} /* namespace cb */
+
+#endif

@@ -1,0 +1,98 @@
+/* cb_internal.h: the CUDA backend's private types and helpers, shared by its .c files.
+ *
+ * A be_device is one GPU as owned by one worker thread: cudaSetDevice ran once on that
+ * thread in open(); every call of the device is issued on its one stream, and its cuBLAS
+ * handle is bound to that stream. Error helpers turn CUDA, cuBLAS and NCCL codes into a
+ * pe_status and a message naming the call, the device and the error string.
+ */
+#ifndef PE_CB_INTERNAL_H
+#define PE_CB_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cb_launch.h"
+
+struct cb_chan; /* a peer-path send/recv channel (cb_peer.c) */
+
+struct be_device {
+    int id;               /* CUDA device ordinal */
+    cudaStream_t stream;  /* every call of this device runs on it */
+    cublasHandle_t blas;  /* bound to stream */
+    int32_t *bad_id;      /* device int: first out-of-range embedding row, or -1 */
+    int32_t *bad_id_host; /* pinned host copy of *bad_id */
+    pe_err err;           /* the last failure on this device */
+    /* Peer-path channels this device sends on: synchronize() waits until the receivers
+     * took every send. comm_create/comm_destroy (any thread) edit the list under lock. */
+    pthread_mutex_t lock;
+    struct cb_chan **out_chans; /* (n_out_chans) */
+    int n_out_chans, cap_out_chans;
+};
+
+/* ---- errors: each fills dev->err (or err) and returns the status ---- */
+pe_status cb_cuda_fail(pe_err *err, cudaError_t e, const char *call, int dev);
+pe_status cb_blas_fail(pe_err *err, cublasStatus_t s, const char *call, int dev);
+/* Status for a CUDA error: PE_ENOMEM for allocation failures, PE_EDEVICE otherwise. */
+pe_status cb_cuda_status(cudaError_t e);
+/* Launch check: the error of the last launch on this thread, as cb_cuda_fail. */
+pe_status cb_check_launch(be_device *dev, cudaError_t e, const char *kernel);
+
+/* Registers/unregisters a peer-path channel that dev sends on (cb_device.c). */
+pe_status cb_device_add_out_chan(be_device *dev, struct cb_chan *ch, pe_err *err);
+void cb_device_remove_out_chan(be_device *dev, struct cb_chan *ch);
+
+/* Waits until every peer-path send issued on dev was taken and copied by its receiver
+ * (cb_peer.c); PE_ECOMM when the communicator was aborted first. */
+pe_status cb_peer_wait_sends(be_device *dev);
+
+/* ---- the op groups, for the table in cb_ops.c ---- */
+pe_status cb_device_count(int *n, pe_err *err);
+pe_status cb_device_describe(int id, be_device_desc *out, pe_err *err);
+pe_status cb_open(int id, be_device **out, pe_err *err);
+void cb_close(be_device *dev);
+const char *cb_last_error(const be_device *dev);
+pe_status cb_alloc(be_device *dev, size_t bytes, void **out);
+void cb_free(be_device *dev, void *p);
+pe_status cb_copy_h2d(be_device *dev, void *dst, const void *src, size_t bytes);
+pe_status cb_copy_d2h(be_device *dev, void *dst, const void *src, size_t bytes);
+pe_status cb_copy_d2d(be_device *dev, void *dst, const void *src, size_t bytes);
+pe_status cb_synchronize(be_device *dev);
+
+pe_status cb_gemm(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                  float alpha, const float *A, size_t lda, const float *B, size_t ldb,
+                  float beta, float *C, size_t ldc);
+pe_status cb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size_t M,
+                                  size_t N, size_t K, float alpha, const float *A, size_t lda,
+                                  size_t stride_a, const float *B, size_t ldb, size_t stride_b,
+                                  float beta, float *C, size_t ldc, size_t stride_c,
+                                  size_t batch);
+
+pe_status cb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
+pe_status cb_relu(be_device *dev, float *x, size_t n);
+pe_status cb_gelu(be_device *dev, float *x, size_t n);
+pe_status cb_layernorm(be_device *dev, float *out, const float *x, const float *gamma,
+                       const float *beta, size_t rows, size_t cols, float eps);
+pe_status cb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
+pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n);
+pe_status cb_embedding(be_device *dev, float *out, const float *table, const int32_t *ids,
+                       size_t n, size_t dim, size_t vocab);
+
+pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
+void cb_comm_abort(be_comm *comm);
+void cb_comm_destroy(be_comm **comms, int n);
+pe_status cb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_allgather(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count);
+pe_status cb_broadcast(be_comm *c, float *buf, size_t count, int root);
+pe_status cb_send(be_comm *c, const float *buf, size_t count, int peer);
+pe_status cb_recv(be_comm *c, float *buf, size_t count, int peer);
+pe_status cb_barrier(be_comm *c);
+int cb_comm_rank(const be_comm *c);
+int cb_comm_size(const be_comm *c);
+
+#endif

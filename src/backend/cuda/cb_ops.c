@@ -1,0 +1,41 @@
+/* cb_ops.c: the CUDA backend's table of operations (backend.h). */
+#include "backend/cuda/cb_internal.h"
+
+static const be_ops cuda_ops = {
+    .name = "cuda",
+    .kind = PE_BACKEND_CUDA,
+    .device_count = cb_device_count,
+    .device_describe = cb_device_describe,
+    .open = cb_open,
+    .close = cb_close,
+    .last_error = cb_last_error,
+    .alloc = cb_alloc,
+    .free = cb_free,
+    .copy_h2d = cb_copy_h2d,
+    .copy_d2h = cb_copy_d2h,
+    .copy_d2d = cb_copy_d2d,
+    .synchronize = cb_synchronize,
+    .gemm = cb_gemm,
+    .gemm_strided_batched = cb_gemm_strided_batched,
+    .bias_add = cb_bias_add,
+    .relu = cb_relu,
+    .gelu = cb_gelu,
+    .layernorm = cb_layernorm,
+    .softmax = cb_softmax,
+    .residual_add = cb_residual_add,
+    .embedding = cb_embedding,
+    .comm_create = cb_comm_create,
+    .comm_abort = cb_comm_abort,
+    .comm_destroy = cb_comm_destroy,
+    .allreduce_sum = cb_allreduce_sum,
+    .allgather = cb_allgather,
+    .reduce_scatter = cb_reduce_scatter,
+    .broadcast = cb_broadcast,
+    .send = cb_send,
+    .recv = cb_recv,
+    .barrier = cb_barrier,
+    .comm_rank = cb_comm_rank,
+    .comm_size = cb_comm_size,
+};
+
+const be_ops *be_cuda_ops(void) { return &cuda_ops; }

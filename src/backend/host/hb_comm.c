@@ -1,0 +1,132 @@
+/* hb_comm.c: host communicators: create (all ranks at once), abort, destroy. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/host/hb_comm.h"
+
+int hb_overlap(const float *a, size_t an, const float *b, size_t bn)
+{
+    if (!a || !b || !an || !bn)
+        return 0;
+    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a0 < b0 + bn * sizeof(float) && b0 < a0 + an * sizeof(float);
+}
+
+static void world_free(hb_world *w, int chans_ready, int bar_ready)
+{
+    if (w->chans)
+        for (int i = 0; i < chans_ready; i++) {
+            pthread_cond_destroy(&w->chans[i].cv);
+            pthread_mutex_destroy(&w->chans[i].mu);
+        }
+    if (w->ranks)
+        for (int r = 0; r < w->n; r++)
+            if (w->ranks[r].pend)
+                hb_pending_release(w->ranks[r].pend);
+    if (bar_ready)
+        hb_bar_destroy(&w->bar);
+    free(w->chans);
+    free(w->slots);
+    free(w->ranks);
+    free(w);
+}
+
+pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err)
+{
+    if (n < 1 || !devs || !out)
+        return pe_fail(err, PE_EINVAL, "comm_create: need n >= 1 devices (got n=%d%s)", n,
+                       devs && out ? "" : ", or a NULL array");
+    for (int r = 0; r < n; r++) {
+        if (!devs[r])
+            return pe_fail(err, PE_EINVAL, "comm_create: device of rank %d is NULL", r);
+        for (int q = 0; q < r; q++)
+            if (devs[q] == devs[r])
+                return pe_fail(err, PE_EINVAL,
+                               "comm_create: ranks %d and %d are the same opened device (host "
+                               "device %d); each rank needs its own worker thread and its own "
+                               "open() of the device (opening one id twice is allowed)",
+                               q, r, devs[r]->id);
+    }
+    hb_world *w = calloc(1, sizeof *w);
+    if (!w)
+        return pe_fail(err, PE_ENOMEM, "comm_create: out of memory for %d ranks", n);
+    w->n = n;
+    w->ranks = calloc((size_t)n, sizeof *w->ranks);
+    w->slots = aligned_alloc(64, (size_t)n * sizeof *w->slots);
+    w->chans = calloc((size_t)n * (size_t)n, sizeof *w->chans);
+    if (!w->ranks || !w->slots || !w->chans) {
+        world_free(w, 0, 0);
+        return pe_fail(err, PE_ENOMEM, "comm_create: out of memory for %d ranks", n);
+    }
+    memset(w->slots, 0, (size_t)n * sizeof *w->slots);
+    pe_status s = hb_bar_init(&w->bar, n, err);
+    if (s != PE_OK) {
+        world_free(w, 0, 0);
+        return s;
+    }
+    for (int r = 0; r < n; r++) {
+        w->ranks[r] = (be_comm){.w = w, .rank = r, .dev = devs[r], .pend = devs[r]->pend};
+        hb_pending_retain(devs[r]->pend);
+    }
+    int ready = 0;
+    for (; ready < n * n; ready++) {
+        hb_chan *ch = &w->chans[ready];
+        if (pthread_mutex_init(&ch->mu, NULL) != 0)
+            break;
+        if (pthread_cond_init(&ch->cv, NULL) != 0) {
+            pthread_mutex_destroy(&ch->mu);
+            break;
+        }
+        ch->pend = w->ranks[ready / n].pend; /* chans[from * n + to] */
+    }
+    if (ready < n * n) {
+        world_free(w, ready, 1);
+        return pe_fail(err, PE_ENOMEM, "comm_create: cannot create the %d channels of %d ranks",
+                       n * n, n);
+    }
+    for (int r = 0; r < n; r++)
+        out[r] = &w->ranks[r];
+    return PE_OK;
+}
+
+/* Drops every posted message nobody has started to copy; the one being copied (claimed)
+ * finishes normally, since its receiver is inside recv and not blocked. */
+static void chan_abort(hb_chan *ch)
+{
+    pthread_mutex_lock(&ch->mu);
+    ch->aborted = 1;
+    size_t keep = ch->head + (ch->claimed ? 1 : 0);
+    for (size_t i = keep; i < ch->tail; i++)
+        hb_pending_done(ch->pend, 1);
+    ch->tail = keep;
+    pthread_cond_broadcast(&ch->cv);
+    pthread_mutex_unlock(&ch->mu);
+}
+
+void hb_comm_abort(be_comm *comm)
+{
+    if (!comm)
+        return;
+    hb_world *w = comm->w;
+    hb_bar_abort(&w->bar);
+    for (int i = 0; i < w->n * w->n; i++)
+        chan_abort(&w->chans[i]);
+}
+
+void hb_comm_destroy(be_comm **comms, int n)
+{
+    if (!comms || n < 1 || !comms[0])
+        return;
+    hb_world *w = comms[0]->w;
+    /* Messages still posted were never received: their senders' synchronize must not
+     * wait for them forever. */
+    for (int i = 0; i < w->n * w->n; i++)
+        chan_abort(&w->chans[i]);
+    world_free(w, w->n * w->n, 1);
+    for (int r = 0; r < n; r++)
+        comms[r] = NULL;
+}
+
+int hb_comm_rank(const be_comm *c) { return c->rank; }
+int hb_comm_size(const be_comm *c) { return c->w->n; }

@@ -1,0 +1,265 @@
+/* hb_device.c: host devices: discovery, life cycle, memory, synchronize, the ops table. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/host/hb_internal.h"
+
+pe_status hb_fail(be_device *dev, pe_status s, const char *fmt, ...)
+{
+    if (dev) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(dev->err.msg, sizeof dev->err.msg, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+/* ---- sends in flight ---------------------------------------------------------------- */
+
+pe_status hb_pending_create(hb_pending **out)
+{
+    hb_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return PE_ENOMEM;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return PE_ENOMEM;
+    }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return PE_ENOMEM;
+    }
+    p->refs = 1;
+    *out = p;
+    return PE_OK;
+}
+
+void hb_pending_retain(hb_pending *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->refs++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hb_pending_release(hb_pending *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!last)
+        return;
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+void hb_pending_post(hb_pending *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->outstanding++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hb_pending_done(hb_pending *p, int failed)
+{
+    pthread_mutex_lock(&p->mu);
+    p->outstanding--;
+    p->failed += failed ? 1 : 0;
+    if (p->outstanding == 0)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- discovery ---------------------------------------------------------------------- */
+
+static pe_status hb_device_count(int *n, pe_err *err)
+{
+    (void)err;
+    *n = HB_DEVICE_COUNT;
+    return PE_OK;
+}
+
+static size_t physical_ram(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+static pe_status hb_device_describe(int id, be_device_desc *out, pe_err *err)
+{
+    if (id < 0 || id >= HB_DEVICE_COUNT)
+        return pe_fail(err, PE_ENODEV, "host device %d does not exist; host devices are 0..%d",
+                       id, HB_DEVICE_COUNT - 1);
+    memset(out, 0, sizeof *out);
+    out->id = id;
+    snprintf(out->name, sizeof out->name, "host device %d", id);
+    out->memory_bytes = physical_ram();
+    out->numa_node = -1;
+    /* bus_id and cpulist stay "": the runtime's topology plan picks each worker's cores. */
+    return PE_OK;
+}
+
+/* ---- life cycle --------------------------------------------------------------------- */
+
+static pe_status hb_open(int id, be_device **out, pe_err *err)
+{
+    *out = NULL;
+    if (id < 0 || id >= HB_DEVICE_COUNT)
+        return pe_fail(err, PE_ENODEV, "host device %d does not exist; host devices are 0..%d",
+                       id, HB_DEVICE_COUNT - 1);
+    be_device *dev = calloc(1, sizeof *dev);
+    if (!dev || hb_pending_create(&dev->pend) != PE_OK) {
+        free(dev);
+        return pe_fail(err, PE_ENOMEM, "cannot open host device %d: out of memory", id);
+    }
+    dev->id = id;
+    hb_gemm_init();
+    *out = dev;
+    return PE_OK;
+}
+
+/* Sends still in flight keep their hb_pending alive through their communicator. */
+static void hb_close(be_device *dev)
+{
+    if (!dev)
+        return;
+    hb_pending_release(dev->pend);
+    free(dev);
+}
+
+static const char *hb_last_error(const be_device *dev) { return dev ? dev->err.msg : ""; }
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+static pe_status hb_alloc(be_device *dev, size_t bytes, void **out)
+{
+    *out = NULL;
+    void *p = NULL;
+    /* 0 bytes still gives a unique pointer that free accepts. */
+    int rc = posix_memalign(&p, HB_ALIGN, bytes ? bytes : 1);
+    if (rc != 0)
+        return hb_fail(dev, PE_ENOMEM,
+                       "cannot allocate %zu bytes on host device %d (%s); use a smaller batch "
+                       "or model, or more devices",
+                       bytes, dev->id, strerror(rc));
+    *out = p;
+    return PE_OK;
+}
+
+static void hb_free(be_device *dev, void *p)
+{
+    (void)dev;
+    free(p);
+}
+
+static pe_status hb_copy(be_device *dev, void *dst, const void *src, size_t bytes,
+                         const char *what)
+{
+    if (bytes == 0)
+        return PE_OK;
+    if (!dst || !src)
+        return hb_fail(dev, PE_EINVAL, "%s of %zu bytes on host device %d: %s pointer is NULL",
+                       what, bytes, dev->id, dst ? "source" : "destination");
+    memmove(dst, src, bytes);
+    return PE_OK;
+}
+
+static pe_status hb_copy_h2d(be_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return hb_copy(dev, dst, src, bytes, "copy_h2d");
+}
+
+static pe_status hb_copy_d2h(be_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return hb_copy(dev, dst, src, bytes, "copy_d2h");
+}
+
+static pe_status hb_copy_d2d(be_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return hb_copy(dev, dst, src, bytes, "copy_d2d");
+}
+
+static pe_status hb_copy_d2d_2d(be_device *dev, void *dst, size_t dst_pitch, const void *src,
+                                size_t src_pitch, size_t width, size_t height)
+{
+    if (height > 1 && (dst_pitch < width || src_pitch < width))
+        return hb_fail(dev, PE_EINVAL,
+                       "copy_d2d_2d on host device %d: pitches %zu/%zu are below the row "
+                       "width %zu bytes", dev->id, dst_pitch, src_pitch, width);
+    for (size_t i = 0; i < height; i++) {
+        pe_status s = hb_copy(dev, (char *)dst + i * dst_pitch, (const char *)src + i * src_pitch,
+                              width, "copy_d2d_2d");
+        if (s != PE_OK)
+            return s;
+    }
+    return PE_OK;
+}
+
+/* ---- ordering ----------------------------------------------------------------------- */
+
+/* Host work is done when its call returns; only sends can be in flight. */
+static pe_status hb_synchronize(be_device *dev)
+{
+    hb_pending *p = dev->pend;
+    pthread_mutex_lock(&p->mu);
+    while (p->outstanding > 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    size_t failed = p->failed;
+    p->failed = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (failed)
+        return hb_fail(dev, PE_ECOMM,
+                       "host device %d: %zu send%s never reached the receiver (the communicator "
+                       "was aborted, or the receiver asked for a different count); see the "
+                       "receiver's error",
+                       dev->id, failed, failed == 1 ? "" : "s");
+    return PE_OK;
+}
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+static const be_ops hb_ops = {
+    .name = "host",
+    .kind = PE_BACKEND_HOST,
+    .device_count = hb_device_count,
+    .device_describe = hb_device_describe,
+    .open = hb_open,
+    .close = hb_close,
+    .last_error = hb_last_error,
+    .alloc = hb_alloc,
+    .free = hb_free,
+    .copy_h2d = hb_copy_h2d,
+    .copy_d2h = hb_copy_d2h,
+    .copy_d2d = hb_copy_d2d,
+    .copy_d2d_2d = hb_copy_d2d_2d,
+    .synchronize = hb_synchronize,
+    .gemm = hb_gemm,
+    .gemm_strided_batched = hb_gemm_strided_batched,
+    .bias_add = hb_bias_add,
+    .relu = hb_relu,
+    .gelu = hb_gelu,
+    .layernorm = hb_layernorm,
+    .softmax = hb_softmax,
+    .residual_add = hb_residual_add,
+    .embedding = hb_embedding,
+    .comm_create = hb_comm_create,
+    .comm_abort = hb_comm_abort,
+    .comm_destroy = hb_comm_destroy,
+    .allreduce_sum = hb_allreduce_sum,
+    .allgather = hb_allgather,
+    .reduce_scatter = hb_reduce_scatter,
+    .broadcast = hb_broadcast,
+    .send = hb_send,
+    .recv = hb_recv,
+    .barrier = hb_barrier,
+    .comm_rank = hb_comm_rank,
+    .comm_size = hb_comm_size,
+};
+
+const be_ops *be_host_ops(void) { return &hb_ops; }

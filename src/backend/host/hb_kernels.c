@@ -1,0 +1,100 @@
+/* hb_kernels.c: the host backend's kernels: loops over the element math of src/kernels/. */
+#include "backend/host/hb_internal.h"
+#include "kernels/elementwise.h"
+#include "kernels/gather.h"
+#include "kernels/rowwise.h"
+
+/* A NULL pointer is allowed only for an empty operand. */
+#define HB_NEED(dev, p, n, op)                                                          \
+    do {                                                                                \
+        if ((n) != 0 && !(p))                                                           \
+            return hb_fail((dev), PE_EINVAL, "%s on host device %d: " #p " is NULL",    \
+                           (op), (dev)->id);                                            \
+    } while (0)
+
+pe_status hb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols)
+{
+    HB_NEED(dev, x, rows * cols, "bias_add");
+    HB_NEED(dev, bias, rows * cols, "bias_add");
+    for (size_t r = 0; r < rows; r++) {
+        float *row = x + r * cols; /* (cols) */
+        for (size_t c = 0; c < cols; c++)
+            row[c] = pe_k_add(row[c], bias[c]);
+    }
+    return PE_OK;
+}
+
+pe_status hb_relu(be_device *dev, float *x, size_t n)
+{
+    HB_NEED(dev, x, n, "relu");
+    for (size_t i = 0; i < n; i++)
+        x[i] = pe_k_relu(x[i]);
+    return PE_OK;
+}
+
+pe_status hb_gelu(be_device *dev, float *x, size_t n)
+{
+    HB_NEED(dev, x, n, "gelu");
+    for (size_t i = 0; i < n; i++)
+        x[i] = pe_k_gelu(x[i]);
+    return PE_OK;
+}
+
+pe_status hb_layernorm(be_device *dev, float *out, const float *x, const float *gamma,
+                       const float *beta, size_t rows, size_t cols, float eps)
+{
+    if (rows == 0)
+        return PE_OK;
+    if (cols == 0)
+        return hb_fail(dev, PE_EINVAL,
+                       "layernorm on host device %d: rows=%zu of 0 columns have no mean; "
+                       "cols must be > 0",
+                       dev->id, rows);
+    if (!(eps >= 0.0f))
+        return hb_fail(dev, PE_EINVAL, "layernorm on host device %d: eps=%g must be >= 0",
+                       dev->id, (double)eps);
+    HB_NEED(dev, out, 1, "layernorm");
+    HB_NEED(dev, x, 1, "layernorm");
+    HB_NEED(dev, gamma, 1, "layernorm");
+    HB_NEED(dev, beta, 1, "layernorm");
+    for (size_t r = 0; r < rows; r++)
+        pe_k_layernorm_row(out + r * cols, x + r * cols, gamma, beta, cols, eps);
+    return PE_OK;
+}
+
+pe_status hb_softmax(be_device *dev, float *x, size_t rows, size_t cols)
+{
+    HB_NEED(dev, x, rows * cols, "softmax");
+    for (size_t r = 0; r < rows; r++)
+        pe_k_softmax_row(x + r * cols, cols);
+    return PE_OK;
+}
+
+pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n)
+{
+    HB_NEED(dev, x, n, "residual_add");
+    HB_NEED(dev, r, n, "residual_add");
+    for (size_t i = 0; i < n; i++)
+        x[i] = pe_k_add(x[i], r[i]);
+    return PE_OK;
+}
+
+pe_status hb_embedding(be_device *dev, float *out, const float *table, const int32_t *ids,
+                       size_t n, size_t dim, size_t vocab)
+{
+    if (n == 0)
+        return PE_OK;
+    HB_NEED(dev, ids, 1, "embedding");
+    HB_NEED(dev, out, dim, "embedding");
+    HB_NEED(dev, table, dim, "embedding");
+    /* Every id is checked before any row is written: a bad id leaves out untouched. */
+    for (size_t i = 0; i < n; i++)
+        if (!pe_k_id_in_range(ids[i], vocab))
+            return hb_fail(dev, PE_EINVAL,
+                           "embedding on host device %d: token id %d at position %zu is outside "
+                           "the vocabulary [0, %zu); check the tokenizer and the model's vocab",
+                           dev->id, (int)ids[i], i, vocab);
+    for (size_t i = 0; i < n; i++)
+        pe_k_embedding_row(out + i * dim, table, (size_t)ids[i], dim);
+    return PE_OK;
+}

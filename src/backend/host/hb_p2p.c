@@ -1,0 +1,96 @@
+/* hb_p2p.c: send and recv between two ranks of a host communicator.
+ *
+ * Stream-like, as in NCCL: send posts (buffer, count) into the (sender, receiver) channel
+ * and returns (it blocks only while HB_RING messages of that pair are in flight); recv
+ * takes the next message of that pair, copies once straight from the sender's buffer,
+ * then marks it consumed. The sender's synchronize waits until each of its sends was
+ * consumed, so the sender keeps its buffer unchanged until then. Two ranks that both
+ * send before they receive do not deadlock.
+ */
+#include <string.h>
+
+#include "backend/host/hb_comm.h"
+
+static pe_status check_peer(be_comm *c, int peer, const char *op, const float *buf,
+                            size_t count)
+{
+    if (peer < 0 || peer >= c->w->n)
+        return hb_fail(c->dev, PE_EINVAL, "%s on rank %d: peer %d is not a rank (0..%d)", op,
+                       c->rank, peer, c->w->n - 1);
+    if (count && !buf)
+        return hb_fail(c->dev, PE_EINVAL, "%s on rank %d: buf is NULL with count %zu", op,
+                       c->rank, count);
+    if (hb_bar_aborted(&c->w->bar))
+        return hb_fail(c->dev, PE_ECOMM,
+                       "%s on rank %d (peer %d): the communicator was aborted (a peer worker "
+                       "failed); the first failing worker's error says why",
+                       op, c->rank, peer);
+    return PE_OK;
+}
+
+pe_status hb_send(be_comm *c, const float *buf, size_t count, int peer)
+{
+    pe_status s = check_peer(c, peer, "send", buf, count);
+    if (s != PE_OK)
+        return s;
+    hb_chan *ch = &c->w->chans[(size_t)c->rank * (size_t)c->w->n + (size_t)peer];
+    /* Count it before a receiver can see it, so that consumed never runs ahead. */
+    hb_pending_post(ch->pend);
+    pthread_mutex_lock(&ch->mu);
+    while (ch->tail - ch->head == HB_RING && !ch->aborted)
+        pthread_cond_wait(&ch->cv, &ch->mu);
+    int dead = ch->aborted;
+    if (!dead) {
+        ch->ring[ch->tail % HB_RING] = (hb_msg){.buf = buf, .count = count};
+        ch->tail++;
+        pthread_cond_broadcast(&ch->cv);
+    }
+    pthread_mutex_unlock(&ch->mu);
+    if (dead) {
+        hb_pending_done(ch->pend, 0); /* never posted: nothing for synchronize to report */
+        return hb_fail(c->dev, PE_ECOMM,
+                       "send on rank %d to rank %d: the communicator was aborted (a peer worker "
+                       "failed); the first failing worker's error says why",
+                       c->rank, peer);
+    }
+    return PE_OK;
+}
+
+pe_status hb_recv(be_comm *c, float *buf, size_t count, int peer)
+{
+    pe_status s = check_peer(c, peer, "recv", buf, count);
+    if (s != PE_OK)
+        return s;
+    hb_chan *ch = &c->w->chans[(size_t)peer * (size_t)c->w->n + (size_t)c->rank];
+    pthread_mutex_lock(&ch->mu);
+    while (ch->head == ch->tail && !ch->aborted)
+        pthread_cond_wait(&ch->cv, &ch->mu);
+    if (ch->head == ch->tail) {
+        pthread_mutex_unlock(&ch->mu);
+        return hb_fail(c->dev, PE_ECOMM,
+                       "recv on rank %d from rank %d: the communicator was aborted (a peer "
+                       "worker failed); the first failing worker's error says why",
+                       c->rank, peer);
+    }
+    hb_msg m = ch->ring[ch->head % HB_RING];
+    ch->claimed = 1; /* an abort now leaves this message to us */
+    pthread_mutex_unlock(&ch->mu);
+
+    int match = m.count == count;
+    if (match && count && m.buf != buf)
+        memcpy(buf, m.buf, count * sizeof *buf);
+
+    pthread_mutex_lock(&ch->mu);
+    ch->claimed = 0;
+    ch->head++;
+    pthread_cond_broadcast(&ch->cv);
+    pthread_mutex_unlock(&ch->mu);
+    hb_pending_done(ch->pend, !match);
+    if (!match)
+        return hb_fail(c->dev, PE_ECOMM,
+                       "recv on rank %d from rank %d: expected %zu elements but the matching "
+                       "send has %zu; sends and recvs of a pair are matched in order and "
+                       "their counts must agree",
+                       c->rank, peer, count, m.count);
+    return PE_OK;
+}

@@ -1,0 +1,71 @@
+/* config.c: configuration defaults and validation; the grid world = dp x pp x tp. */
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+void pe_config_init(pe_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->backend = PE_BACKEND_AUTO;
+    cfg->microbatches = 1;
+    cfg->schedule = PE_SCHED_NAIVE;
+    cfg->dtype = PE_DTYPE_FP32;
+    cfg->bind_threads = 1;
+}
+
+static int is_pow2(size_t x) { return x >= 2 && (x & (x - 1)) == 0; }
+
+pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
+{
+    if (cfg->ndevices < 1 || !cfg->devices)
+        return pe_fail(err, PE_EINVAL,
+                       "no devices: list at least one device id (e.g. --gpus 0,1)");
+    int dp = cfg->dp, pp = cfg->pp, tp = cfg->tp;
+    if (dp < 0 || pp < 0 || tp < 0)
+        return pe_fail(err, PE_EINVAL, "grid dp=%d pp=%d tp=%d: sizes must be >= 1", dp, pp,
+                       tp);
+    if (dp == 0 && pp == 0 && tp == 0)
+        dp = cfg->ndevices;
+    dp = dp ? dp : 1;
+    pp = pp ? pp : 1;
+    tp = tp ? tp : 1;
+    long world = (long)dp * pp * tp;
+    if (world != cfg->ndevices)
+        return pe_fail(err, PE_EINVAL,
+                       "grid dp=%d x pp=%d x tp=%d needs %ld devices but %d %s listed; list "
+                       "%ld device ids or change --dp/--pp/--tp so their product is %d",
+                       dp, pp, tp, world, cfg->ndevices, cfg->ndevices == 1 ? "was" : "were",
+                       world, cfg->ndevices);
+    if (pp > EN_MAX_STAGES)
+        return pe_fail(err, PE_EINVAL, "pp=%d: at most %d pipeline stages are supported", pp,
+                       EN_MAX_STAGES);
+    if (cfg->microbatches < 1)
+        return pe_fail(err, PE_EINVAL, "microbatches=%d: use 1 or more",
+                       cfg->microbatches);
+    if (cfg->schedule != PE_SCHED_NAIVE && cfg->schedule != PE_SCHED_GPIPE &&
+        cfg->schedule != PE_SCHED_STREAM)
+        return pe_fail(err, PE_EINVAL, "unknown schedule %d: use naive, gpipe or stream",
+                       (int)cfg->schedule);
+    if (cfg->queue_capacity && !is_pow2(cfg->queue_capacity))
+        return pe_fail(err, PE_EINVAL,
+                       "queue_capacity=%zu: use a power of two >= 2 (or 0 for the default)",
+                       cfg->queue_capacity);
+    if (cfg->dtype != PE_DTYPE_FP32 && cfg->dtype != PE_DTYPE_BF16)
+        return pe_fail(err, PE_EINVAL, "unknown dtype %d: use fp32 or bf16", (int)cfg->dtype);
+    if (cfg->stage_layers) {
+        for (int p = 0; p < pp; p++)
+            if (cfg->stage_layers[p] < 1)
+                return pe_fail(err, PE_EINVAL,
+                               "split: stage %d has %d layers; every stage needs at least one",
+                               p, cfg->stage_layers[p]);
+        memcpy(e->stage_split, cfg->stage_layers, (size_t)pp * sizeof(int));
+        e->has_split = 1;
+    }
+    e->dp = dp;
+    e->pp = pp;
+    e->tp = tp;
+    e->world = (int)world;
+    e->schedule = cfg->schedule;
+    e->m = cfg->schedule == PE_SCHED_NAIVE ? 1 : cfg->microbatches;
+    return PE_OK;
+}

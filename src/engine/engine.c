@@ -1,0 +1,412 @@
+/* engine.c: the engine's life cycle: create (grid, backend, workers, communicators),
+ * load (plan and upload the shards), destroy, errors and failure.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
+#include "runtime/annotate.h"
+#include "runtime/clock.h"
+
+#define EN_DEFAULT_QUEUE 1024
+
+pe_status en_error(pe_engine *e, pe_status s, const pe_err *err)
+{
+    pe_set_last_error(err->msg);
+    if (e) {
+        pthread_mutex_lock(&e->err_mu);
+        e->last_err = *err;
+        pthread_mutex_unlock(&e->err_mu);
+    }
+    return s;
+}
+
+const char *pe_engine_last_error(const pe_engine *e)
+{
+    return e ? e->last_err.msg : "engine is NULL";
+}
+
+static void abort_group(pe_engine *e, be_comm **comms)
+{
+    for (int r = 0; comms && r < e->world; r++)
+        if (comms[r])
+            e->ops->comm_abort(comms[r]);
+}
+
+void en_fail(pe_engine *e, pe_status s, const char *msg)
+{
+    pthread_mutex_lock(&e->err_mu);
+    int first = atomic_load(&e->failed) == PE_OK;
+    if (first) {
+        snprintf(e->fail_err.msg, sizeof e->fail_err.msg, "%s", msg);
+        atomic_store(&e->failed, s == PE_OK ? PE_EINTERNAL : s);
+    }
+    pthread_mutex_unlock(&e->err_mu);
+    if (!first)
+        return;
+    /* Wake everyone: peers blocked in a collective or recv, and idle workers. */
+    abort_group(e, e->tp_comms);
+    abort_group(e, e->pipe_comms);
+    for (int r = 0; r < e->world; r++)
+        if (e->workers[r].inq)
+            rt_queue_close(e->workers[r].inq);
+}
+
+void en_inject_failure(pe_engine *e, int rank, long at_task)
+{
+    e->workers[rank].fail_at_task = at_task;
+}
+
+static void destroy_comms(pe_engine *e, be_comm **comms, int group)
+{
+    for (int r = 0; comms && r < e->world; r += group)
+        if (comms[r])
+            e->ops->comm_destroy(&comms[r], group);
+    free(comms);
+}
+
+void pe_engine_destroy(pe_engine *e)
+{
+    if (!e)
+        return;
+    if (e->inq)
+        rt_queue_close(e->inq);
+    if (e->router_started)
+        pthread_join(e->router, NULL);
+    /* Stage by stage: a stage's queue closes once the stages before it are gone, so the
+     * micro-batches they passed on are all run. */
+    for (int p = 0; e->workers && p < e->pp; p++) {
+        for (int r = 0; r < e->world; r++)
+            if (e->workers[r].p == p && e->workers[r].inq)
+                rt_queue_close(e->workers[r].inq);
+        for (int r = 0; r < e->world; r++)
+            if (e->workers[r].p == p && e->workers[r].thread)
+                rt_worker_join(e->workers[r].thread, NULL);
+    }
+    destroy_comms(e, e->tp_comms, e->tp);
+    destroy_comms(e, e->pipe_comms, e->pp * e->tp);
+    void *item;
+    while (e->outq && rt_queue_try_pop(e->outq, &item) == PE_OK) {
+        en_request *r = item;
+        RT_UNIGNORE_WORD(r->remaining);
+        RT_UNIGNORE_WORD(r->status);
+        RT_HAPPENS_FORGET(&r->remaining);
+        free(r);
+    }
+    for (int r = 0; e->workers && r < e->world; r++) {
+        rt_queue_destroy(e->workers[r].inq);
+        free(e->workers[r].trace.ev);
+    }
+    rt_queue_destroy(e->inq);
+    rt_queue_destroy(e->outq);
+    rt_queue_destroy(e->permits);
+    for (int d = 0; e->replica_load && d < e->dp; d++)
+        RT_UNIGNORE_WORD(e->replica_load[d]);
+    RT_UNIGNORE_WORD(e->failed);
+    RT_UNIGNORE_WORD(e->outstanding);
+    free(e->replica_load);
+    free(e->workers);
+    free(e->devices);
+    if (e->loaded)
+        md_mlp_free(&e->model);
+    rt_topology_free(e->topo);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->err_mu);
+    free(e);
+}
+
+static pe_status make_queues(pe_engine *e, pe_err *err)
+{
+    size_t cap = e->cfg.queue_capacity ? e->cfg.queue_capacity : EN_DEFAULT_QUEUE;
+    pe_status s = rt_queue_create(cap, &e->inq);
+    if (s == PE_OK)
+        s = rt_queue_create(cap, &e->outq);
+    if (s == PE_OK)
+        s = rt_queue_create(cap, &e->permits);
+    for (size_t i = 0; s == PE_OK && i < cap; i++)
+        s = rt_queue_try_push(e->permits, (void *)1);
+    for (int r = 0; s == PE_OK && r < e->world; r++)
+        s = rt_queue_create(cap, &e->workers[r].inq);
+    if (s != PE_OK)
+        return pe_fail(err, s, "cannot create the engine's queues (capacity %zu)", cap);
+    return PE_OK;
+}
+
+/* The cores each worker runs on: near its GPU, or an even share of the host's. */
+static pe_status plan_binding(pe_engine *e, pe_err *err)
+{
+    if (!e->cfg.bind_threads)
+        return PE_OK;
+    pe_status s = rt_topology_load(&e->topo, err);
+    if (s != PE_OK)
+        return s;
+    const char **near = calloc((size_t)e->world, sizeof *near);
+    be_device_desc *desc = calloc((size_t)e->world, sizeof *desc);
+    rt_binding *plan = calloc((size_t)e->world, sizeof *plan);
+    if (!near || !desc || !plan)
+        s = pe_fail(err, PE_ENOMEM, "out of host memory planning thread binding");
+    for (int r = 0; s == PE_OK && r < e->world; r++) {
+        if (e->ops->device_describe(e->devices[r], &desc[r], NULL) != PE_OK)
+            desc[r].cpulist[0] = '\0';
+        near[r] = desc[r].cpulist;
+    }
+    if (s == PE_OK)
+        s = rt_topology_plan(e->topo, e->world, near, plan, err);
+    for (int r = 0; s == PE_OK && r < e->world; r++)
+        e->workers[r].bind = plan[r];
+    free(near);
+    free(desc);
+    free(plan);
+    return s;
+}
+
+static pe_status start_workers(pe_engine *e, pe_err *err)
+{
+    for (int r = 0; r < e->world; r++) {
+        en_worker *w = &e->workers[r];
+        rt_worker_desc desc = {
+            .index = r,
+            .inq = w->inq,
+            .ctx = w,
+            .setup = en_worker_setup,
+            .teardown = en_worker_teardown,
+            .run = en_worker_run,
+            .cancel = en_worker_cancel,
+            .on_failure = en_worker_on_failure,
+            .topo = e->topo,
+            .bind = e->topo ? &w->bind : NULL,
+        };
+        pe_status s = rt_worker_start(&desc, &w->thread, err);
+        if (s != PE_OK) {
+            pthread_mutex_lock(&e->mu);
+            e->setup_done += e->world - r; /* those never start */
+            pthread_mutex_unlock(&e->mu);
+            en_fail(e, s, err->msg);
+            return s;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    while (e->setup_done < e->world)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    pe_status f = atomic_load(&e->failed);
+    if (f != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(err, f, "%s", e->fail_err.msg);
+        pthread_mutex_unlock(&e->err_mu);
+    }
+    return f;
+}
+
+/* One communicator per group of `size` consecutive ranks (ncclCommInitAll each). */
+static pe_status make_comms(pe_engine *e, int size, be_comm ***out, pe_err *err)
+{
+    *out = NULL;
+    if (size == 1)
+        return PE_OK;
+    be_comm **comms = calloc((size_t)e->world, sizeof *comms);
+    be_device **devs = calloc((size_t)e->world, sizeof *devs);
+    if (!comms || !devs) {
+        free(comms);
+        free(devs);
+        return pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
+    }
+    for (int r = 0; r < e->world; r++)
+        devs[r] = e->workers[r].dev;
+    pe_status s = PE_OK;
+    for (int r = 0; s == PE_OK && r < e->world; r += size)
+        s = e->ops->comm_create(&devs[r], size, &comms[r], err);
+    free(devs);
+    *out = comms; /* partial groups are destroyed with the engine */
+    return s;
+}
+
+pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
+{
+    pe_err err = {{0}};
+    if (!out || !cfg) {
+        pe_set_last_error("pe_engine_create: cfg and out must not be NULL");
+        return PE_EINVAL;
+    }
+    *out = NULL;
+    pe_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        pe_set_last_error("out of host memory for the engine");
+        return PE_ENOMEM;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->err_mu, NULL);
+    atomic_init(&e->failed, PE_OK);
+    atomic_init(&e->outstanding, 0);
+    RT_IGNORE_WORD(e->failed);
+    RT_IGNORE_WORD(e->outstanding);
+    e->t0_ns = rt_now_ns();
+    e->cfg = *cfg;
+    pe_status s = en_config_resolve(e, cfg, &err);
+    if (s == PE_OK && cfg->dtype == PE_DTYPE_BF16)
+        s = pe_fail(&err, PE_EINVAL,
+                    "dtype bf16 is not supported by this build's engine yet; use fp32");
+    if (s == PE_OK)
+        s = be_select(cfg->backend, &e->ops, e->notice, sizeof e->notice, &err);
+    if (s == PE_OK)
+        s = be_check_devices(e->ops, cfg->devices, cfg->ndevices, &err);
+    if (s == PE_OK) {
+        e->devices = malloc((size_t)e->world * sizeof(int));
+        e->workers = calloc((size_t)e->world, sizeof(en_worker));
+        e->replica_load = calloc((size_t)e->dp, sizeof(atomic_long));
+        if (!e->devices || !e->workers || !e->replica_load)
+            s = pe_fail(&err, PE_ENOMEM, "out of host memory for %d workers", e->world);
+    }
+    if (s == PE_OK) {
+        memcpy(e->devices, cfg->devices, (size_t)e->world * sizeof(int));
+        e->cfg.devices = e->devices;
+        e->cfg.stage_layers = NULL; /* copied into stage_split */
+        for (int d = 0; d < e->dp; d++) {
+            atomic_init(&e->replica_load[d], 0);
+            RT_IGNORE_WORD(e->replica_load[d]);
+        }
+        for (int r = 0; r < e->world; r++) {
+            en_worker *w = &e->workers[r];
+            w->e = e;
+            w->rank = r;
+            w->t = r % e->tp;
+            w->p = (r / e->tp) % e->pp;
+            w->d = r / (e->tp * e->pp);
+            w->device_id = e->devices[r];
+            if (cfg->trace_capacity) {
+                w->trace.ev = calloc(cfg->trace_capacity, sizeof(pe_trace_event));
+                w->trace.cap = w->trace.ev ? cfg->trace_capacity : 0;
+            }
+        }
+        s = make_queues(e, &err);
+    }
+    if (s == PE_OK)
+        s = plan_binding(e, &err);
+    if (s == PE_OK)
+        s = start_workers(e, &err);
+    if (s == PE_OK)
+        s = make_comms(e, e->tp, &e->tp_comms, &err);
+    if (s == PE_OK)
+        s = make_comms(e, e->pp * e->tp, &e->pipe_comms, &err);
+    for (int r = 0; s == PE_OK && r < e->world; r++) {
+        en_worker *w = &e->workers[r];
+        w->tp_comm = e->tp_comms ? e->tp_comms[r] : NULL;
+        w->pipe_comm = e->pipe_comms ? e->pipe_comms[r] : NULL;
+    }
+    if (s == PE_OK) {
+        if (pthread_create(&e->router, NULL, en_router_main, e) != 0)
+            s = pe_fail(&err, PE_ENOMEM, "cannot start the router thread");
+        else
+            e->router_started = 1;
+    }
+    if (s != PE_OK) {
+        pe_set_last_error(err.msg);
+        pe_engine_destroy(e);
+        return s;
+    }
+    *out = e;
+    return PE_OK;
+}
+
+static pe_status plan_model(pe_engine *e, pe_err *err)
+{
+    pe_status s = md_plan_stages(&e->model, e->pp, e->has_split ? e->stage_split : NULL,
+                                 e->stage_first, err);
+    for (int p = 0; s == PE_OK && p < e->pp; p++) {
+        int first = e->stage_first[p], last = e->stage_first[p + 1];
+        md_shard_kind *kinds = calloc((size_t)(last - first), sizeof *kinds);
+        s = kinds ? md_plan_tp(&e->model, first, last, e->tp, kinds, err)
+                  : pe_fail(err, PE_ENOMEM, "out of host memory planning stage %d", p);
+        free(kinds);
+    }
+    return s;
+}
+
+pe_status pe_engine_load(pe_engine *e, const char *model_path)
+{
+    pe_err err = {{0}};
+    if (!e || !model_path) {
+        pe_set_last_error("pe_engine_load: engine and path must not be NULL");
+        return PE_EINVAL;
+    }
+    if (e->loaded) {
+        pe_fail(&err, PE_EINVAL, "a model is already loaded; create a new engine for another");
+        return en_error(e, PE_EINVAL, &err);
+    }
+    pe_status s = md_mlp_load(model_path, &e->model, &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    s = plan_model(e, &err);
+    if (s != PE_OK) {
+        md_mlp_free(&e->model);
+        return en_error(e, s, &err);
+    }
+    e->loaded = 1;
+    e->info.in_features = e->model.layers[0].in;
+    e->info.out_features = e->model.layers[e->model.nlayers - 1].out;
+    e->info.nlayers = e->model.nlayers;
+    e->info.nparams = md_mlp_params(&e->model);
+
+    en_task *tasks = calloc((size_t)e->world, sizeof *tasks);
+    if (!tasks) {
+        pe_fail(&err, PE_ENOMEM, "out of host memory for load tasks");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->load_done = 0;
+    pthread_mutex_unlock(&e->mu);
+    int pushed = 0;
+    for (int r = 0; r < e->world; r++) {
+        tasks[r].kind = EN_TASK_LOAD;
+        if (rt_queue_push(e->workers[r].inq, &tasks[r]) == PE_OK)
+            pushed++;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (e->load_done < pushed)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    free(tasks);
+    pe_status f = atomic_load(&e->failed);
+    if (f != PE_OK || pushed < e->world) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(&err, f != PE_OK ? f : PE_ECLOSED, "loading %s failed: %s", model_path,
+                e->fail_err.msg);
+        pthread_mutex_unlock(&e->err_mu);
+        return en_error(e, f != PE_OK ? f : PE_ECLOSED, &err);
+    }
+    return PE_OK;
+}
+
+pe_status pe_engine_model_info(const pe_engine *e, pe_model_info *out)
+{
+    if (!e || !out || !e->loaded) {
+        pe_set_last_error("pe_engine_model_info: no engine or no model loaded");
+        return PE_EINVAL;
+    }
+    *out = e->info;
+    return PE_OK;
+}
+
+pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
+{
+    if (!e || !out) {
+        pe_set_last_error("pe_engine_info_get: engine and out must not be NULL");
+        return PE_EINVAL;
+    }
+    memset(out, 0, sizeof *out);
+    out->backend = e->ops->kind;
+    out->world = e->world;
+    out->dp = e->dp;
+    out->pp = e->pp;
+    out->tp = e->tp;
+    out->microbatches = e->m;
+    out->schedule = e->schedule;
+    if (e->loaded)
+        memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
+    snprintf(out->notice, sizeof out->notice, "%s", e->notice);
+    return PE_OK;
+}

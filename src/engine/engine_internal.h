@@ -1,0 +1,169 @@
+/* engine_internal.h: the engine's own structures, shared by the files of src/engine/.
+ *
+ * Threads: the client threads (pe_submit, pe_poll, ...), one router thread that turns
+ * requests into tasks, and one worker thread per device (rt_worker). Requests travel:
+ *   pe_submit -> in-queue -> router -> worker in-queues (stage 0, or every stage for gpipe)
+ *   -> stage to stage (stream) -> the last part done completes the request -> out-queue.
+ */
+#ifndef PE_ENGINE_INTERNAL_H
+#define PE_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/forward.h"
+#include "model/mlp.h"
+#include "runtime/queue.h"
+#include "runtime/topology.h"
+#include "runtime/worker.h"
+
+#define EN_MAX_STAGES 63 /* pe_engine_info.stage_first_layer holds pp + 1 */
+#define EN_SEND_SLOTS 2
+
+/* A pe_infer caller waiting for its request. */
+typedef struct en_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} en_sync;
+
+typedef enum en_task_kind {
+    EN_TASK_MICROBATCH = 0, /* stream/naive: one micro-batch of one lane, moves stage to stage */
+    EN_TASK_REQUEST,        /* gpipe: a whole request, every worker of the replica runs clocks */
+    EN_TASK_LOAD            /* upload this worker's shards */
+} en_task_kind;
+
+typedef struct en_request en_request;
+
+typedef struct en_task {
+    en_task_kind kind;
+    en_request *req; /* NULL for LOAD */
+    int mb;          /* micro-batch index (MICROBATCH) */
+} en_task;
+
+struct en_request {
+    pe_request req;
+    int replica;
+    int m;                    /* micro-batches actually used: min(config m, rows) */
+    atomic_int remaining;     /* parts still to run; the worker that takes it to 0 completes */
+    _Atomic pe_status status; /* PE_OK, or the first error */
+    en_sync *sync;            /* pe_infer's waiter, or NULL: result goes to the out-queue */
+    int ntasks;
+    en_task tasks[];          /* MICROBATCH: (m, tp) lane-major per mb; REQUEST: (pp * tp) */
+};
+
+typedef struct en_trace_buf {
+    pe_trace_event *ev; /* (cap) */
+    size_t n, cap;
+    size_t dropped;
+} en_trace_buf;
+
+typedef struct pe_engine pe_engine;
+
+typedef struct en_worker {
+    pe_engine *e;
+    int rank, d, p, t; /* world rank and grid coordinates (t fastest) */
+    int device_id;
+    rt_queue *inq;
+    rt_worker *thread;
+    rt_binding bind;
+    be_device *dev;
+    be_comm *tp_comm;   /* TP group of (d, p): tp ranks, this one is rank t */
+    be_comm *pipe_comm; /* replica d: pp * tp ranks, this one is p * tp + t */
+    md_stage stage;     /* this rank's shards of stage p's layers */
+    md_stage_scratch scratch;
+    float *in_buf;                  /* (rows_cap, stage.in): received / uploaded input */
+    float *out_buf[EN_SEND_SLOTS];  /* (rows_cap, stage.out): outputs, sent from here */
+    int out_pending[EN_SEND_SLOTS]; /* a send from this slot may still be in flight */
+    size_t rows_cap;
+    int next_slot;
+    en_trace_buf trace;
+    long tasks_run;
+    long fail_at_task; /* test hook: fail the Nth task (1-based); 0 = never */
+} en_worker;
+
+struct pe_engine {
+    pe_config cfg;
+    int *devices; /* (world) copy of cfg.devices */
+    int stage_split[EN_MAX_STAGES];
+    int has_split;
+    const be_ops *ops;
+    char notice[256];
+    int world, dp, pp, tp, m;
+    pe_schedule schedule;
+    rt_topology *topo;
+
+    en_worker *workers; /* (world), rank = (d * pp + p) * tp + t */
+    be_comm **tp_comms; /* (world): dp * pp groups of tp ranks, by rank */
+    be_comm **pipe_comms; /* (world): dp groups of pp * tp ranks, by rank */
+
+    md_mlp model;
+    int loaded;
+    int stage_first[EN_MAX_STAGES + 1];
+    pe_model_info info;
+
+    rt_queue *inq;     /* en_request*: clients -> router */
+    rt_queue *outq;    /* en_request*: finished, for pe_poll/pe_wait */
+    rt_queue *permits; /* tokens: one per request that may be outstanding (out-queue room) */
+    pthread_t router;
+    int router_started;
+    atomic_long outstanding;      /* submitted to the out-queue path and not yet taken */
+    atomic_long *replica_load;    /* (dp) micro-batches routed and not yet finished */
+
+    /* Start-up and load hand-shakes between the creating thread and the workers. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int setup_done;
+    int load_done;
+    pe_status load_status;
+
+    /* The first failure stops the engine; later requests complete with it. */
+    _Atomic pe_status failed;
+    pthread_mutex_t err_mu;
+    pe_err fail_err; /* message of the first failure */
+    pe_err last_err; /* message of the last failed API call */
+
+    uint64_t t0_ns; /* trace time origin */
+};
+
+/* ---- config.c ---- */
+/* Validates cfg and fills the grid fields of e (world, dp, pp, tp, m, schedule, split). */
+pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err);
+
+/* ---- grid ---- */
+static inline int en_rank(const pe_engine *e, int d, int p, int t)
+{
+    return (d * e->pp + p) * e->tp + t;
+}
+
+/* ---- worker.c ---- */
+pe_status en_worker_setup(void *ctx, pe_err *err);
+void en_worker_teardown(void *ctx);
+pe_status en_worker_run(void *ctx, void *task, pe_err *err);
+void en_worker_cancel(void *ctx, void *task, pe_status why);
+void en_worker_on_failure(void *ctx, int index, pe_status s, const pe_err *err);
+
+/* ---- requests.c ---- */
+/* Marks `parts` parts of r done with status s (PE_OK or the error); completes r at zero. */
+void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s);
+/* Parts a task stands for when it is dropped at worker w: a micro-batch task dropped at
+ * stage p never reaches stages p+1..pp-1 of its lane. */
+int en_task_parts(const pe_engine *e, const en_worker *w, const en_task *t);
+
+/* ---- router.c ---- */
+void *en_router_main(void *arg);
+
+/* ---- failure ---- */
+/* Records the first failure, aborts every communicator and closes every worker queue, so
+ * every blocked thread wakes. Any thread. */
+void en_fail(pe_engine *e, pe_status s, const char *msg);
+/* Sets the engine's last error (and this thread's) and returns s. */
+pe_status en_error(pe_engine *e, pe_status s, const pe_err *err);
+
+/* ---- trace.c ---- */
+void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,
+                     uint64_t start_ns, uint64_t end_ns);
+
+#endif

@@ -1,0 +1,11 @@
+/* engine_testing.h: test hooks into the engine (not part of the public API). */
+#ifndef PE_ENGINE_TESTING_H
+#define PE_ENGINE_TESTING_H
+
+#include "pengine/pengine.h"
+
+/* Makes worker `rank` fail its at_task-th task (1-based) with PE_EDEVICE, as a device
+ * error would. Call before submitting. */
+void en_inject_failure(pe_engine *e, int rank, long at_task);
+
+#endif

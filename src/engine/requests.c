@@ -1,0 +1,209 @@
+/* requests.c: the client side: submit, poll, wait, infer, and completing a request.
+ *
+ * Every request accepted by pe_submit gets exactly one result: the last of its parts to
+ * finish (or be dropped after a failure) pushes it to the out-queue. A permit queue
+ * bounds the requests outstanding to the out-queue's capacity, so that push never waits.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "runtime/annotate.h"
+
+#define EN_PERMIT ((void *)1)
+
+static en_request *request_new(pe_engine *e, const pe_request *q)
+{
+    int m = (size_t)e->m < q->rows ? e->m : (int)q->rows;
+    int gpipe = e->schedule == PE_SCHED_GPIPE;
+    int ntasks = gpipe ? e->pp * e->tp : m * e->tp;
+    en_request *r = malloc(sizeof *r + (size_t)ntasks * sizeof(en_task));
+    if (!r)
+        return NULL;
+    r->req = *q;
+    r->replica = -1;
+    r->m = m;
+    r->sync = NULL;
+    r->ntasks = ntasks;
+    atomic_init(&r->remaining, gpipe ? ntasks : m * e->pp * e->tp);
+    atomic_init(&r->status, PE_OK);
+    RT_IGNORE_WORD(r->remaining);
+    RT_IGNORE_WORD(r->status);
+    for (int i = 0; i < ntasks; i++) {
+        r->tasks[i].kind = gpipe ? EN_TASK_REQUEST : EN_TASK_MICROBATCH;
+        r->tasks[i].req = r;
+        r->tasks[i].mb = gpipe ? -1 : i / e->tp; /* (m, tp): micro-batch major */
+    }
+    return r;
+}
+
+static void request_free(en_request *r)
+{
+    RT_UNIGNORE_WORD(r->remaining);
+    RT_UNIGNORE_WORD(r->status);
+    RT_HAPPENS_FORGET(&r->remaining);
+    free(r);
+}
+
+void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s)
+{
+    if (s != PE_OK) {
+        pe_status ok = PE_OK;
+        atomic_compare_exchange_strong(&r->status, &ok, s);
+    }
+    RT_HAPPENS_BEFORE(&r->remaining);
+    if (atomic_fetch_sub_explicit(&r->remaining, parts, memory_order_acq_rel) != parts)
+        return;
+    RT_HAPPENS_AFTER(&r->remaining);
+    if (r->replica >= 0)
+        atomic_fetch_sub_explicit(&e->replica_load[r->replica], r->m, memory_order_relaxed);
+    if (r->sync) {
+        en_sync *sync = r->sync;
+        pthread_mutex_lock(&sync->mu);
+        sync->done = 1;
+        pthread_cond_signal(&sync->cv);
+        pthread_mutex_unlock(&sync->mu);
+        return;
+    }
+    if (rt_queue_push(e->outq, r) != PE_OK) /* closed: the engine is being destroyed */
+        request_free(r);
+}
+
+static pe_status check_request(pe_engine *e, const pe_request *q, pe_err *err)
+{
+    if (!q || !q->input || !q->output)
+        return pe_fail(err, PE_EINVAL, "request: input and output must not be NULL");
+    if (q->rows == 0)
+        return pe_fail(err, PE_EINVAL, "request %llu: rows is 0; send at least one row",
+                       (unsigned long long)q->id);
+    if (!e->loaded)
+        return pe_fail(err, PE_EINVAL, "no model loaded: call pe_engine_load before submitting");
+    return PE_OK;
+}
+
+static pe_status submit(pe_engine *e, const pe_request *q, int block)
+{
+    if (!e) {
+        pe_set_last_error("engine is NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    pe_status s = check_request(e, q, &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    void *permit = NULL;
+    s = block ? rt_queue_pop(e->permits, &permit) : rt_queue_try_pop(e->permits, &permit);
+    if (s == PE_EAGAIN) {
+        pe_fail(&err, s, "%zu requests are outstanding (the queue capacity); take results "
+                         "with pe_poll/pe_wait, or submit with pe_submit to wait",
+                rt_queue_capacity(e->permits));
+        return en_error(e, s, &err);
+    }
+    if (s != PE_OK) {
+        pe_fail(&err, PE_ECLOSED, "the engine is shutting down");
+        return en_error(e, PE_ECLOSED, &err);
+    }
+    en_request *r = request_new(e, q);
+    if (!r) {
+        rt_queue_push(e->permits, permit);
+        pe_fail(&err, PE_ENOMEM, "out of host memory for request %llu",
+                (unsigned long long)q->id);
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    atomic_fetch_add(&e->outstanding, 1);
+    s = rt_queue_push(e->inq, r);
+    if (s != PE_OK) {
+        atomic_fetch_sub(&e->outstanding, 1);
+        rt_queue_push(e->permits, permit);
+        request_free(r);
+        pe_fail(&err, PE_ECLOSED, "the engine is shutting down");
+        return en_error(e, PE_ECLOSED, &err);
+    }
+    return PE_OK;
+}
+
+pe_status pe_submit(pe_engine *e, const pe_request *r) { return submit(e, r, 1); }
+pe_status pe_try_submit(pe_engine *e, const pe_request *r) { return submit(e, r, 0); }
+
+static void take_result(pe_engine *e, en_request *r, pe_result *out)
+{
+    out->id = r->req.id;
+    out->status = atomic_load(&r->status);
+    out->user = r->req.user;
+    request_free(r);
+    atomic_fetch_sub(&e->outstanding, 1);
+    rt_queue_push(e->permits, EN_PERMIT);
+}
+
+pe_status pe_poll(pe_engine *e, pe_result *out)
+{
+    if (!e || !out) {
+        pe_set_last_error("pe_poll: engine and out must not be NULL");
+        return PE_EINVAL;
+    }
+    void *item = NULL;
+    pe_status s = rt_queue_try_pop(e->outq, &item);
+    if (s != PE_OK)
+        return s; /* PE_EAGAIN: nothing ready (not an error worth a message) */
+    take_result(e, item, out);
+    return PE_OK;
+}
+
+pe_status pe_wait(pe_engine *e, pe_result *out)
+{
+    if (!e || !out) {
+        pe_set_last_error("pe_wait: engine and out must not be NULL");
+        return PE_EINVAL;
+    }
+    if (atomic_load(&e->outstanding) == 0)
+        return PE_EAGAIN;
+    void *item = NULL;
+    pe_status s = rt_queue_pop(e->outq, &item);
+    if (s != PE_OK)
+        return s;
+    take_result(e, item, out);
+    return PE_OK;
+}
+
+pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out)
+{
+    if (!e) {
+        pe_set_last_error("engine is NULL");
+        return PE_EINVAL;
+    }
+    pe_request q = {.id = 0, .rows = rows, .input = in, .output = out, .user = NULL};
+    pe_err err = {{0}};
+    pe_status s = check_request(e, &q, &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    en_request *r = request_new(e, &q);
+    if (!r) {
+        pe_fail(&err, PE_ENOMEM, "out of host memory for a request");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    en_sync sync = {.done = 0};
+    pthread_mutex_init(&sync.mu, NULL);
+    pthread_cond_init(&sync.cv, NULL);
+    r->sync = &sync;
+    s = rt_queue_push(e->inq, r);
+    if (s == PE_OK) {
+        pthread_mutex_lock(&sync.mu);
+        while (!sync.done)
+            pthread_cond_wait(&sync.cv, &sync.mu);
+        pthread_mutex_unlock(&sync.mu);
+        s = atomic_load(&r->status);
+    } else {
+        s = PE_ECLOSED;
+    }
+    request_free(r);
+    pthread_mutex_destroy(&sync.mu);
+    pthread_cond_destroy(&sync.cv);
+    if (s != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(&err, s, "inference failed: %s",
+                e->fail_err.msg[0] ? e->fail_err.msg : "the engine is shutting down");
+        pthread_mutex_unlock(&e->err_mu);
+        return en_error(e, s, &err);
+    }
+    return PE_OK;
+}

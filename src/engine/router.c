@@ -1,0 +1,64 @@
+/* router.c: the router thread: turns each request into tasks for one replica.
+ *
+ * DP: the replica with the fewest outstanding micro-batches takes the request. A single
+ * router keeps every worker's task order consistent, which the collectives inside a TP
+ * group and the clock barriers of gpipe rely on.
+ */
+#include "engine/engine_internal.h"
+
+static int least_loaded_replica(pe_engine *e)
+{
+    int best = 0;
+    long best_load = atomic_load_explicit(&e->replica_load[0], memory_order_relaxed);
+    for (int d = 1; d < e->dp; d++) {
+        long load = atomic_load_explicit(&e->replica_load[d], memory_order_relaxed);
+        if (load < best_load) {
+            best = d;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
+/* Queues task on worker `rank`; a closed queue means the engine stopped: the task's
+ * parts complete with that status at once. */
+static void dispatch(pe_engine *e, int rank, en_task *t, int parts_if_dropped)
+{
+    if (rt_queue_push(e->workers[rank].inq, t) == PE_OK)
+        return;
+    pe_status f = atomic_load(&e->failed);
+    en_request_done(e, t->req, parts_if_dropped, f != PE_OK ? f : PE_ECLOSED);
+}
+
+static void route(pe_engine *e, en_request *r)
+{
+    int d = least_loaded_replica(e);
+    r->replica = d;
+    atomic_fetch_add_explicit(&e->replica_load[d], r->m, memory_order_relaxed);
+    /* r may complete and be freed as soon as its last task is out: read nothing of it
+     * after the last dispatch. */
+    const int ntasks = r->ntasks;
+    en_task *tasks = r->tasks;
+    if (e->schedule == PE_SCHED_GPIPE) {
+        for (int i = 0; i < ntasks; i++) /* tasks[p * tp + t] */
+            dispatch(e, en_rank(e, d, i / e->tp, i % e->tp), &tasks[i], 1);
+        return;
+    }
+    for (int i = 0; i < ntasks; i++) /* tasks[mb * tp + t], each lane through every stage */
+        dispatch(e, en_rank(e, d, 0, i % e->tp), &tasks[i], e->pp);
+}
+
+void *en_router_main(void *arg)
+{
+    pe_engine *e = arg;
+    void *item = NULL;
+    while (rt_queue_pop(e->inq, &item) == PE_OK) {
+        en_request *r = item;
+        pe_status f = atomic_load(&e->failed);
+        if (f != PE_OK)
+            en_request_done(e, r, atomic_load(&r->remaining), f);
+        else
+            route(e, r);
+    }
+    return NULL;
+}

@@ -1,0 +1,215 @@
+/* forward.c: one pipeline stage's forward pass on one worker (see forward.h). */
+#include "model/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/clock.h"
+
+static pe_status upload(const be_ops *ops, be_device *dev, const float *host, size_t n,
+                        float **out)
+{
+    void *p = NULL;
+    pe_status s = ops->alloc(dev, n * sizeof(float), &p);
+    if (s != PE_OK)
+        return s;
+    s = ops->copy_h2d(dev, p, host, n * sizeof(float));
+    if (s != PE_OK) {
+        ops->free(dev, p);
+        return s;
+    }
+    *out = p;
+    return PE_OK;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+pe_status md_stage_build(const be_ops *ops, be_device *dev, const md_mlp *m, int first,
+                         int last, const md_shard_kind *kinds, int t, int tp, md_stage *out,
+                         pe_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->first = first;
+    out->last = last;
+    out->nlayers = last - first;
+    out->layers = calloc((size_t)out->nlayers, sizeof *out->layers);
+    if (!out->layers)
+        return pe_fail(err, PE_ENOMEM, "out of host memory for the stage's layer table");
+    out->in = m->layers[first].in;
+    out->out = m->layers[last - 1].out;
+    for (int k = 0; k < out->nlayers; k++) {
+        const md_layer *l = &m->layers[first + k];
+        md_stage_layer *sl = &out->layers[k];
+        float *w = NULL, *b = NULL;
+        size_t out_t = 0, in_t = 0;
+        pe_status s = md_shard_layer(l, kinds[k], t, tp, &w, &b, &out_t, &in_t, err);
+        if (s == PE_OK) {
+            size_t nb = kinds[k] == MD_SHARD_ROW ? l->out : out_t;
+            s = upload(ops, dev, w, out_t * in_t, &sl->w);
+            if (s == PE_OK)
+                s = upload(ops, dev, b, nb, &sl->b);
+            if (s != PE_OK)
+                pe_fail(err, s, "layer %d: cannot upload its %zu x %zu shard to the device: %s",
+                        first + k, out_t, in_t, ops->last_error(dev));
+        }
+        free(w);
+        free(b);
+        if (s != PE_OK) {
+            md_stage_free(ops, dev, out);
+            return s;
+        }
+        sl->kind = kinds[k];
+        sl->act = l->act;
+        sl->in = l->in;
+        sl->out = l->out;
+        sl->in_t = in_t;
+        sl->out_t = out_t;
+        out->max_width = max_size(out->max_width, max_size(l->in, l->out));
+        if (kinds[k] == MD_SHARD_COLUMN_GATHER)
+            out->max_out_t = max_size(out->max_out_t, out_t);
+    }
+    return PE_OK;
+}
+
+void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s)
+{
+    for (int k = 0; s->layers && k < s->nlayers; k++) {
+        if (s->layers[k].w)
+            ops->free(dev, s->layers[k].w);
+        if (s->layers[k].b)
+            ops->free(dev, s->layers[k].b);
+    }
+    free(s->layers);
+    memset(s, 0, sizeof *s);
+}
+
+void md_scratch_free(const be_ops *ops, be_device *dev, md_stage_scratch *sc)
+{
+    float *bufs[3] = {sc->a, sc->b, sc->gather};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i])
+            ops->free(dev, bufs[i]);
+    memset(sc, 0, sizeof *sc);
+}
+
+pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *s, int tp,
+                             size_t rows, md_stage_scratch *sc)
+{
+    if (sc->rows >= rows)
+        return PE_OK;
+    md_scratch_free(ops, dev, sc);
+    size_t n = rows * s->max_width;
+    void *a = NULL, *b = NULL, *g = NULL;
+    pe_status st = ops->alloc(dev, n * sizeof(float), &a);
+    if (st == PE_OK)
+        st = ops->alloc(dev, n * sizeof(float), &b);
+    if (st == PE_OK && s->max_out_t)
+        st = ops->alloc(dev, (size_t)tp * rows * s->max_out_t * sizeof(float), &g);
+    sc->a = a;
+    sc->b = b;
+    sc->gather = g;
+    if (st != PE_OK) {
+        md_scratch_free(ops, dev, sc);
+        return st;
+    }
+    sc->rows = rows;
+    return PE_OK;
+}
+
+static pe_status activate(const be_ops *ops, be_device *dev, md_activation act, float *x,
+                          size_t n)
+{
+    switch (act) {
+    case MD_ACT_NONE: return PE_OK;
+    case MD_ACT_RELU: return ops->relu(dev, x, n);
+    case MD_ACT_GELU: return ops->gelu(dev, x, n);
+    }
+    return PE_EINTERNAL;
+}
+
+/* y (rows, out_t) = x (rows, in_t) W^T, W (out_t, in_t) */
+static pe_status matmul(const be_ops *ops, be_device *dev, const md_stage_layer *l,
+                        const float *x, float *y, size_t rows)
+{
+    return ops->gemm(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, x, l->in_t, l->w, l->in_t, 0.0f,
+                     y, l->out_t);
+}
+
+static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_status s)
+{
+    if (hooks && hooks->collective)
+        hooks->collective(hooks->ctx, start, rt_now_ns());
+    return s;
+}
+
+/* One layer: x -> y. spare is a free scratch buffer (rows, max_width) for the gather. */
+static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, int tp,
+                               const md_stage_layer *l, md_stage_scratch *sc, const float *x,
+                               float *y, float *spare, size_t rows, const md_hooks *hooks)
+{
+    pe_status s;
+    switch (l->kind) {
+    case MD_SHARD_NONE:
+    case MD_SHARD_COLUMN: /* y (rows, out_t): this rank's columns of the output */
+        s = matmul(ops, dev, l, x, y, rows);
+        if (s == PE_OK)
+            s = ops->bias_add(dev, y, l->b, rows, l->out_t);
+        if (s == PE_OK)
+            s = activate(ops, dev, l->act, y, rows * l->out_t);
+        return s;
+    case MD_SHARD_ROW: { /* x (rows, in_t) sharded; partial sums (rows, out) all-reduced */
+        s = matmul(ops, dev, l, x, y, rows);
+        if (s != PE_OK)
+            return s;
+        uint64_t t0 = rt_now_ns();
+        s = timed_collective(hooks, t0, ops->allreduce_sum(tp_comm, y, y, rows * l->out));
+        if (s == PE_OK)
+            s = ops->bias_add(dev, y, l->b, rows, l->out);
+        if (s == PE_OK)
+            s = activate(ops, dev, l->act, y, rows * l->out);
+        return s;
+    }
+    case MD_SHARD_COLUMN_GATHER: { /* spare (rows, out_t) -> gather (tp, rows, out_t) -> y */
+        s = matmul(ops, dev, l, x, spare, rows);
+        if (s == PE_OK)
+            s = ops->bias_add(dev, spare, l->b, rows, l->out_t);
+        if (s == PE_OK)
+            s = activate(ops, dev, l->act, spare, rows * l->out_t);
+        if (s != PE_OK)
+            return s;
+        uint64_t t0 = rt_now_ns();
+        s = timed_collective(hooks, t0,
+                             ops->allgather(tp_comm, spare, sc->gather, rows * l->out_t));
+        const size_t row_bytes = l->out_t * sizeof(float);
+        for (int r = 0; s == PE_OK && r < tp; r++) /* rank r's block -> columns of y */
+            s = ops->copy_d2d_2d(dev, y + (size_t)r * l->out_t, l->out * sizeof(float),
+                                 sc->gather + (size_t)r * rows * l->out_t, row_bytes, row_bytes,
+                                 rows);
+        return s;
+    }
+    }
+    return PE_EINTERNAL;
+}
+
+pe_status md_stage_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, int tp,
+                           const md_stage *s, md_stage_scratch *sc, const float *x, float *y,
+                           size_t rows, const md_hooks *hooks)
+{
+    /* Activations ping-pong between sc->a and sc->b; the last layer writes y. A gather
+     * layer is always a stage's last (md_plan_tp pairs within the stage), so one of a/b,
+     * the one that is not its input, is free for its slice. */
+    const float *cur = x;
+    for (int k = 0; k < s->nlayers; k++) {
+        const int last = k == s->nlayers - 1;
+        float *dst = last ? y : (cur == sc->a ? sc->b : sc->a);
+        float *spare = cur == sc->a ? sc->b : sc->a;
+        if (s->layers[k].kind == MD_SHARD_COLUMN_GATHER && !last)
+            return PE_EINTERNAL;
+        pe_status st = layer_forward(ops, dev, tp_comm, tp, &s->layers[k], sc, cur, dst, spare,
+                                     rows, hooks);
+        if (st != PE_OK)
+            return st;
+        cur = dst;
+    }
+    return PE_OK;
+}

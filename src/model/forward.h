@@ -1,0 +1,65 @@
+/* forward.h: one pipeline stage's forward pass on one worker, written once against the
+ * backend interface (host and CUDA run the same code).
+ *
+ * A stage is a contiguous range of layers; under TP each layer is a shard (see shard.h)
+ * and the stage runs the TP group's collectives inside it. Shapes (rows = micro-batch):
+ *   x (rows, in of the first layer)  ->  y (rows, out of the last layer), both full width.
+ */
+#ifndef PE_MODEL_FORWARD_H
+#define PE_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/mlp.h"
+#include "model/shard.h"
+
+typedef struct md_stage_layer {
+    md_shard_kind kind;
+    md_activation act;
+    size_t in, out;     /* full widths */
+    size_t in_t, out_t; /* this rank's slice of W: (out_t, in_t) */
+    float *w;           /* device (out_t, in_t) */
+    float *b;           /* device (out_t); ROW: the whole (out) bias, added after the sum */
+} md_stage_layer;
+
+typedef struct md_stage {
+    int first, last;       /* global layer range [first, last) */
+    int nlayers;
+    md_stage_layer *layers; /* (nlayers) */
+    size_t in, out;         /* full widths at the stage's ends */
+    size_t max_width;       /* widest full activation inside the stage */
+    size_t max_out_t;       /* widest COLUMN_GATHER slice */
+} md_stage;
+
+/* Device scratch for a stage at up to `rows` rows. */
+typedef struct md_stage_scratch {
+    size_t rows;   /* capacity in rows */
+    float *a, *b;  /* (rows, max_width) each: ping-pong activations */
+    float *gather; /* (tp, rows, max_out_t): all-gather landing buffer, NULL if unused */
+} md_stage_scratch;
+
+/* Called around each collective, for tracing; may be NULL. */
+typedef struct md_hooks {
+    void (*collective)(void *ctx, uint64_t start_ns, uint64_t end_ns);
+    void *ctx;
+} md_hooks;
+
+/* Uploads this rank's shards of layers [first, last) to dev. kinds from md_plan_tp. */
+pe_status md_stage_build(const be_ops *ops, be_device *dev, const md_mlp *m, int first,
+                         int last, const md_shard_kind *kinds, int t, int tp, md_stage *out,
+                         pe_err *err);
+void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s);
+
+/* Grows scratch to at least rows (keeps it when big enough). */
+pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *s, int tp,
+                             size_t rows, md_stage_scratch *sc);
+void md_scratch_free(const be_ops *ops, be_device *dev, md_stage_scratch *sc);
+
+/* y (rows, s->out) = stage(x (rows, s->in)). x is not modified; y must not alias the
+ * scratch. tp_comm may be NULL when tp == 1. */
+pe_status md_stage_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, int tp,
+                           const md_stage *s, md_stage_scratch *sc, const float *x, float *y,
+                           size_t rows, const md_hooks *hooks);
+
+#endif

@@ -1,0 +1,630 @@
+/* test_cli.c: the pengine command, run as a child process: exit codes and one-line errors
+ * for every bad input, gen's reproducibility, each demo's verdict, --json and --trace.
+ *
+ * argv[1] is the pengine binary. Each run captures stdout and stderr separately (in files,
+ * so a chatty child can never block on a full pipe) and is killed after a time limit. */
+#include "test_util.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "pengine/pengine.h"
+
+#define RUN_LIMIT_S 60
+#define MAX_ARGS 48
+
+static const char *g_bin;    /* the pengine binary */
+static char g_dir[512];      /* scratch folder for models, traces and captured output */
+
+typedef struct cli_run {
+    int status; /* exit code, or 128 + signal */
+    char *out;  /* stdout, NUL-terminated */
+    char *err;  /* stderr */
+} cli_run;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void path_in_dir(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", g_dir, name);
+}
+
+/* Runs pengine with args (NULL-terminated); fails the test if it outlives the limit. */
+static cli_run run_args(const char *const *args)
+{
+    char out_path[600], err_path[600];
+    path_in_dir(out_path, sizeof out_path, "stdout.txt");
+    path_in_dir(err_path, sizeof err_path, "stderr.txt");
+    char *argv[MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = (char *)g_bin;
+    for (; args[n - 1] && n <= MAX_ARGS; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
+            _exit(126);
+        setenv("TMPDIR", g_dir, 1);
+        execv(g_bin, argv);
+        _exit(127);
+    }
+    int wstatus = 0;
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    for (int waited = 0;; waited++) {
+        pid_t w = waitpid(pid, &wstatus, WNOHANG);
+        if (w == pid)
+            break;
+        if (waited > RUN_LIMIT_S * 100) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &wstatus, 0);
+            fail_msg("pengine %s ran longer than %d s", args[0] ? args[0] : "", RUN_LIMIT_S);
+        }
+        nanosleep(&nap, NULL);
+    }
+    cli_run r;
+    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+}
+
+static void run_free(cli_run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
+
+static void print_run(const cli_run *r)
+{
+    print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
+}
+
+/* Exit 2, nothing on stdout, exactly one stderr line "pengine: error: ...; ..." holding
+ * every given substring. */
+static void expect_usage_error(const cli_run *r, const char *const *subs)
+{
+    if (r->status != 2)
+        print_run(r);
+    assert_int_equal(r->status, 2);
+    assert_string_equal(r->out, "");
+    assert_true(strncmp(r->err, "pengine: error: ", 16) == 0);
+    const char *nl = strchr(r->err, '\n');
+    assert_non_null(nl);
+    assert_string_equal(nl + 1, ""); /* one line */
+    assert_non_null(strstr(r->err, "; ")); /* a problem, then what to do */
+    for (; *subs; subs++) {
+        if (!strstr(r->err, *subs))
+            print_message("missing '%s' in: %s", *subs, r->err);
+        assert_non_null(strstr(r->err, *subs));
+    }
+}
+
+#define EXPECT_USAGE(run, ...) expect_usage_error(&(run), (const char *const[]){__VA_ARGS__, NULL})
+
+static void gen_model(const char *name, const char *hidden, const char *layers, char *path,
+                      size_t len)
+{
+    path_in_dir(path, len, name);
+    cli_run r = RUN("gen", "mlp", "--hidden", hidden, "--layers", layers, "--out", path);
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    run_free(&r);
+}
+
+/* ---- help, version --------------------------------------------------------------------- */
+
+static void test_help_and_version_exit_0(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--help");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--mode dp|tp|pp"));
+    assert_non_null(strstr(r.out, "--gpus"));
+    assert_non_null(strstr(r.out, "exit codes"));
+    assert_string_equal(r.err, "");
+    run_free(&r);
+
+    r = RUN("--version");
+    assert_int_equal(r.status, 0);
+    char want[64];
+    snprintf(want, sizeof want, "pengine %s\n", pe_version());
+    assert_string_equal(r.out, want);
+    run_free(&r);
+}
+
+/* ---- bad input: parsing ------------------------------------------------------------------ */
+
+static void test_unknown_mode_or_flag_is_usage_error(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "xx", "--gpus", "0,1");
+    EXPECT_USAGE(r, "unknown mode 'xx'", "--mode dp");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--frobnicate");
+    EXPECT_USAGE(r, "unknown flag '--frobnicate'");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--schedule", "fast");
+    EXPECT_USAGE(r, "unknown schedule 'fast'");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--iters", "ten");
+    EXPECT_USAGE(r, "--iters 'ten'");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus"); /* a value is missing */
+    EXPECT_USAGE(r, "--gpus needs a value");
+    run_free(&r);
+    r = RUN("stray");
+    EXPECT_USAGE(r, "unexpected argument 'stray'");
+    run_free(&r);
+}
+
+static void test_malformed_device_lists_are_usage_errors(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "dp", "--gpus", "");
+    EXPECT_USAGE(r, "--gpus is empty");
+    run_free(&r);
+    r = RUN("--mode", "dp", "--gpus", "0,,1");
+    EXPECT_USAGE(r, "'0,,1' has an empty entry");
+    run_free(&r);
+    r = RUN("--mode", "dp", "--gpus", "0,");
+    EXPECT_USAGE(r, "empty entry");
+    run_free(&r);
+    r = RUN("--mode", "dp", "--gpus", "a");
+    EXPECT_USAGE(r, "'a' is not an integer");
+    run_free(&r);
+    r = RUN("--mode", "dp", "--gpus", "-1");
+    EXPECT_USAGE(r, "-1 is below 0");
+    run_free(&r);
+    r = RUN("--mode", "dp");
+    EXPECT_USAGE(r, "no devices given", "--gpus");
+    run_free(&r);
+}
+
+static void test_missing_device_lists_the_existing_ones(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "dp", "--gpus", "0,999999", "--backend", "host");
+    EXPECT_USAGE(r, "device 999999 does not exist", "0: ", "pick ids from that list");
+    run_free(&r);
+}
+
+static void test_grid_product_must_match_devices(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--dp", "2", "--tp", "2", "--gpus", "0,1");
+    EXPECT_USAGE(r, "dp=2 x pp=1 x tp=2", "needs 4 devices", "lists 2");
+    run_free(&r);
+    r = RUN("--pp", "3", "--gpus", "0,1");
+    EXPECT_USAGE(r, "needs 3 devices");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--split", "3,4,1");
+    EXPECT_USAGE(r, "--split lists 3", "pp=2");
+    run_free(&r);
+}
+
+/* ---- bad input: what the engine or the model file refuses -------------------------------- */
+
+static void test_width_not_divisible_by_tp_suggests_a_fix(void **state)
+{
+    (void)state;
+    char model[600];
+    gen_model("w12.safetensors", "12", "2", model, sizeof model);
+    cli_run r = RUN("--mode", "tp", "--gpus", "0,0,0,0,0", "--backend", "host", "--model", model,
+                    "--iters", "1", "--warmup", "0");
+    EXPECT_USAGE(r, "12", "divisible", "pp");
+    run_free(&r);
+}
+
+static void test_more_stages_than_layers_is_usage_error(void **state)
+{
+    (void)state;
+    char model[600];
+    gen_model("l2.safetensors", "16", "2", model, sizeof model);
+    cli_run r = RUN("--mode", "pp", "--gpus", "0,1,0", "--backend", "host", "--model", model,
+                    "--iters", "1", "--warmup", "0");
+    EXPECT_USAGE(r, "3 stages", "2 layers");
+    run_free(&r);
+}
+
+static void write_bytes(const char *path, const char *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_bad_model_files_name_the_fault(void **state)
+{
+    (void)state;
+    char good[600], bad[600];
+    gen_model("good.safetensors", "12", "2", good, sizeof good);
+    char *bytes = slurp(good);
+    struct stat st;
+    assert_int_equal(stat(good, &st), 0);
+    size_t size = (size_t)st.st_size;
+
+    /* missing */
+    path_in_dir(bad, sizeof bad, "missing.safetensors");
+    cli_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
+    EXPECT_USAGE(r, "missing.safetensors");
+    run_free(&r);
+
+    /* truncated inside the tensor data: the message names a tensor and a byte offset */
+    path_in_dir(bad, sizeof bad, "truncated.safetensors");
+    write_bytes(bad, bytes, size - 100);
+    r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
+    EXPECT_USAGE(r, "truncated.safetensors", "tensor 'layers.", "byte");
+    run_free(&r);
+
+    /* a header that lies about a tensor's offsets */
+    char *lie = strstr(bytes + 8, "[624,1200]"); /* after the 8-byte length */
+    assert_non_null(lie); /* 12x12 weight of layer 1 starts at byte 624 */
+    memcpy(lie, "[624,9200]", 10);
+    path_in_dir(bad, sizeof bad, "lying.safetensors");
+    write_bytes(bad, bytes, size);
+    r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
+    EXPECT_USAGE(r, "layers.1.weight", "9200");
+    run_free(&r);
+    memcpy(lie, "[624,1200]", 10);
+
+    /* garbage where the header length should be */
+    memset(bytes, 'X', 8);
+    path_in_dir(bad, sizeof bad, "corrupt.safetensors");
+    write_bytes(bad, bytes, size);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--model", bad);
+    EXPECT_USAGE(r, "corrupt.safetensors", "header");
+    run_free(&r);
+    free(bytes);
+}
+
+static void test_unwritable_trace_path_is_usage_error(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--trace",
+                    "/nonexistent-dir/t.json");
+    EXPECT_USAGE(r, "--trace /nonexistent-dir/t.json");
+    run_free(&r);
+}
+
+static void test_gen_bad_input_is_usage_error(void **state)
+{
+    (void)state;
+    cli_run r = RUN("gen", "cnn", "--hidden", "8");
+    EXPECT_USAGE(r, "unknown model kind 'cnn'");
+    run_free(&r);
+    r = RUN("gen", "mlp", "--hidden", "8", "--layers", "2");
+    EXPECT_USAGE(r, "--out is missing");
+    run_free(&r);
+    r = RUN("gen", "mlp", "--hidden", "0", "--layers", "2", "--out", "x");
+    EXPECT_USAGE(r, "--hidden 0 is out of range");
+    run_free(&r);
+}
+
+/* ---- gen ----------------------------------------------------------------------------------- */
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    assert_int_equal(stat(a, &sa), 0);
+    assert_int_equal(stat(b, &sb), 0);
+    if (sa.st_size != sb.st_size)
+        return 0;
+    char *x = slurp(a), *y = slurp(b);
+    int same = memcmp(x, y, (size_t)sa.st_size) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static void test_gen_same_seed_same_bytes(void **state)
+{
+    (void)state;
+    char a[600], b[600], c[600];
+    path_in_dir(a, sizeof a, "seed7a.safetensors");
+    path_in_dir(b, sizeof b, "seed7b.safetensors");
+    path_in_dir(c, sizeof c, "seed8.safetensors");
+    const char *seeds[] = {"7", "7", "8"};
+    const char *paths[] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        cli_run r = RUN("gen", "mlp", "--hidden", "64", "--layers", "3", "--in", "32",
+                        "--out-dim", "5", "--seed", seeds[i], "--out", paths[i]);
+        assert_int_equal(r.status, 0);
+        assert_string_equal(r.err, "");
+        run_free(&r);
+    }
+    assert_true(same_file(a, b));
+    assert_false(same_file(a, c));
+}
+
+/* ---- demos ------------------------------------------------------------------------------- */
+
+static size_t count(const char *s, const char *sub)
+{
+    size_t n = 0;
+    for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
+        n++;
+    return n;
+}
+
+static void expect_demo_ok(const cli_run *r, size_t verdicts)
+{
+    if (r->status != 0)
+        print_run(r);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(count(r->out, "match                          YES"), verdicts);
+    assert_null(strstr(r->out, " NO\n"));
+}
+
+static void test_dp_demo_matches_bit_for_bit(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+                    "--warmup", "1");
+    expect_demo_ok(&r, 1);
+    assert_non_null(strstr(r.out, "single device"));
+    assert_non_null(strstr(r.out, "samples per second"));
+    assert_non_null(strstr(r.out, "speedup"));
+    assert_non_null(strstr(r.out, "bit for bit"));
+    run_free(&r);
+}
+
+static void test_tp_demo_matches_within_tolerance(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+                    "--warmup", "1");
+    expect_demo_ok(&r, 1);
+    assert_non_null(strstr(r.out, "within 1e-5 relative"));
+    assert_non_null(strstr(r.out, "max abs error"));
+    run_free(&r);
+}
+
+static void test_pp_demo_prints_bubbles_and_timeline(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+                    "--warmup", "1");
+    expect_demo_ok(&r, 2); /* naive and micro-batched both checked */
+    assert_non_null(strstr(r.out, "naive (m=1)"));
+    assert_non_null(strstr(r.out, "gpipe (m=4)"));
+    assert_non_null(strstr(r.out, "first result"));
+    assert_non_null(strstr(r.out, "bubble, theory"));
+    /* one timeline row per stage for each of the two runs, micro-batches 0..3 drawn */
+    assert_int_equal(count(r.out, "  stage 0 "), 2);
+    assert_int_equal(count(r.out, "  stage 1 "), 2);
+    /* each stage's row of the gpipe picture shows micro-batches 0..3 and nothing else */
+    const char *tl = strstr(r.out, "gpipe (m=4), request");
+    assert_non_null(tl);
+    for (int stage = 0; stage < 2; stage++) {
+        tl = strchr(tl, '\n') + 1;
+        const char *open = strchr(tl, '|'), *close = strchr(open + 1, '|');
+        assert_true(open && close && close < strchr(tl, '\n'));
+        char row[128] = "";
+        snprintf(row, sizeof row, "%.*s", (int)(close - open - 1), open + 1);
+        assert_true(strlen(row) >= 8 && strlen(row) <= 80);
+        assert_int_equal(strspn(row, "0123."), strlen(row));
+        for (const char *mb = "0123"; *mb; mb++)
+            assert_non_null(strchr(row, *mb));
+    }
+    run_free(&r);
+}
+
+static void test_stream_schedule_and_hybrid_grid_verify(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--dp", "2", "--pp", "2", "--gpus", "0,1,0,1", "--backend", "host",
+                    "--schedule", "stream", "--microbatches", "3", "--batch", "10",
+                    "--iters", "2", "--warmup", "1");
+    expect_demo_ok(&r, 2);
+    assert_non_null(strstr(r.out, "stream (m=3)"));
+    assert_non_null(strstr(r.out, "dp=2 x pp=2 x tp=1"));
+    run_free(&r);
+}
+
+/* ---- --json and --trace --------------------------------------------------------------------- */
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v))
+        fail_msg("JSON key '%s' is missing or not a number", key);
+    return v->valuedouble;
+}
+
+static const cJSON *obj(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsObject(v))
+        fail_msg("JSON key '%s' is missing or not an object", key);
+    return v;
+}
+
+static void test_dp_json_holds_every_figure_and_nothing_else(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+                    "--warmup", "1", "--json");
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(r.out, &end, 0);
+    assert_non_null(j); /* stdout is the JSON object and nothing else */
+    while (*end == '\n' || *end == ' ')
+        end++;
+    assert_int_equal(*end, '\0');
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "mode")->valuestring, "dp");
+    assert_int_equal((int)num(obj(j, "grid"), "dp"), 2);
+    assert_int_equal((int)num(obj(j, "workload"), "batch"), 16);
+    assert_int_equal((int)num(obj(j, "workload"), "requests_per_iter"), 2);
+    assert_true(num(j, "parameters") == 256 * 256 * 3 + 256 * 3 + 256 + 1);
+    double s_ms = num(obj(j, "single"), "ms_per_iter"), d_ms = num(obj(j, "dp"), "ms_per_iter");
+    assert_true(s_ms > 0 && d_ms > 0);
+    /* the figures agree with each other: samples/s = 2 requests x 16 rows / time */
+    assert_true(fabs(num(obj(j, "dp"), "samples_per_s") - 32 / d_ms * 1e3) < 1e-6 * 32e3 / d_ms);
+    assert_true(fabs(num(j, "speedup") - s_ms / d_ms) < 1e-9 * s_ms / d_ms);
+    const cJSON *v = obj(j, "verify");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "match")));
+    assert_true(num(v, "max_abs_error") == 0);
+    cJSON_Delete(j);
+    run_free(&r);
+}
+
+static void test_pp_json_and_trace_file(void **state)
+{
+    (void)state;
+    char trace[600];
+    path_in_dir(trace, sizeof trace, "trace.json");
+    cli_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+                    "--warmup", "1", "--json", "--trace", trace);
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    cJSON *j = cJSON_Parse(r.out);
+    assert_non_null(j);
+    const cJSON *naive = obj(j, "naive"), *mb = obj(j, "microbatched");
+    /* theory (p-1)/(m+p-1) with p = 2: 1/2 for m = 1, 1/5 for m = 4 */
+    assert_true(fabs(num(naive, "bubble_theory") - 0.5) < 1e-12);
+    assert_true(fabs(num(mb, "bubble_theory") - 0.2) < 1e-12);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *c = i ? mb : naive;
+        double b = num(c, "bubble_measured");
+        assert_true(b >= 0 && b < 1);
+        assert_true(num(c, "first_result_ms") > 0);
+        assert_true(num(c, "total_ms") > 0);
+        assert_int_equal((int)num(c, "requests_traced"), 3);
+    }
+    /* naive: the first result leaves only after both stages did the whole batch */
+    assert_true(num(naive, "bubble_measured") > 0.3);
+    const cJSON *tl = obj(j, "timeline");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tl, "naive")), 3);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify"), "match")));
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify_naive"), "match")));
+    cJSON_Delete(j);
+    run_free(&r);
+
+    char *text = slurp(trace);
+    cJSON *t = cJSON_Parse(text);
+    assert_non_null(t);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(t, "traceEvents");
+    assert_true(cJSON_IsArray(ev));
+    /* at least a COMPUTE per stage per micro-batch per timed request: 2 x 4 x 3 */
+    int complete = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ev)
+    {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+        complete += cJSON_IsString(ph) && strcmp(ph->valuestring, "X") == 0;
+    }
+    assert_true(complete >= 2 * 4 * 3);
+    cJSON_Delete(t);
+    free(text);
+}
+
+static void test_topology_report(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--topology", "--gpus", "0,1", "--backend", "host");
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    assert_true(strlen(r.out) > 0);
+    run_free(&r);
+    r = RUN("--topology", "--json", "--backend", "host");
+    assert_int_equal(r.status, 0);
+    cJSON *j = cJSON_Parse(r.out);
+    assert_non_null(j);
+    assert_true(num(j, "cores") >= 1);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "workers");
+    assert_int_equal(cJSON_GetArraySize(w), (int)num(j, "cores"));
+    cJSON_Delete(j);
+    run_free(&r);
+}
+
+/* Removes the files in our scratch folder (it has no subfolders), then the folder. */
+static void remove_scratch(void)
+{
+    DIR *d = opendir(g_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_cli PENGINE_BINARY\n");
+        return 2;
+    }
+    g_bin = argv[1];
+    char base[400];
+    tu_temp_path(base, sizeof base, "test_cli");
+    snprintf(g_dir, sizeof g_dir, "%s.d", base);
+    if (mkdir(g_dir, 0700) != 0) {
+        perror(g_dir);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_and_version_exit_0),
+        cmocka_unit_test(test_unknown_mode_or_flag_is_usage_error),
+        cmocka_unit_test(test_malformed_device_lists_are_usage_errors),
+        cmocka_unit_test(test_missing_device_lists_the_existing_ones),
+        cmocka_unit_test(test_grid_product_must_match_devices),
+        cmocka_unit_test(test_width_not_divisible_by_tp_suggests_a_fix),
+        cmocka_unit_test(test_more_stages_than_layers_is_usage_error),
+        cmocka_unit_test(test_bad_model_files_name_the_fault),
+        cmocka_unit_test(test_unwritable_trace_path_is_usage_error),
+        cmocka_unit_test(test_gen_bad_input_is_usage_error),
+        cmocka_unit_test(test_gen_same_seed_same_bytes),
+        cmocka_unit_test(test_dp_demo_matches_bit_for_bit),
+        cmocka_unit_test(test_tp_demo_matches_within_tolerance),
+        cmocka_unit_test(test_pp_demo_prints_bubbles_and_timeline),
+        cmocka_unit_test(test_stream_schedule_and_hybrid_grid_verify),
+        cmocka_unit_test(test_dp_json_holds_every_figure_and_nothing_else),
+        cmocka_unit_test(test_pp_json_and_trace_file),
+        cmocka_unit_test(test_topology_report),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    remove_scratch();
+    return failed;
+}

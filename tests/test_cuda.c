@@ -1,0 +1,819 @@
+/* test_cuda.c: the CUDA backend against the host math, on a GPU; every test skips where
+ * no CUDA device answers (CI has none).
+ *
+ * - kernels: every kernel against the src/kernels/ functions run serially on the host,
+ *   on float4-friendly and unaligned shapes (both code paths of each grid);
+ * - GEMM fp32 against a naive double-accumulated GEMM, all transpose combinations;
+ *   tolerance 1e-4 relative to max|C|: fp32 accumulation over K = 512 terms of size ~1
+ *   errs by about sqrt(K) * 2^-24 ~ 1e-6 relative, so 1e-4 leaves 100x margin while still
+ *   catching a wrong transpose, stride or a TF32 (10-bit mantissa, ~1e-3) math mode;
+ * - collectives on the peer path with 2 and 4 ranks on GPU 0 (sums bit-exact against the
+ *   host's rank-order float sum), on NCCL when two distinct GPUs exist, and the peer path
+ *   across distinct GPUs (PE_CUDA_COMM=peer);
+ * - errors name the call and the device; abort wakes a blocked rank.
+ */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/backend_select.h"
+#include "kernels/elementwise.h"
+#include "kernels/gather.h"
+#include "kernels/rowwise.h"
+
+#define MAXR 8
+
+static const be_ops *ops;
+static int ngpus;
+
+static int setup(void **state)
+{
+    (void)state;
+    ops = be_cuda_ops();
+    ngpus = 0;
+    if (ops && ops->device_count(&ngpus, NULL) != PE_OK)
+        ngpus = 0;
+    return 0;
+}
+
+#define NEED_GPUS(k)                                                                          \
+    do {                                                                                      \
+        if (!ops || ngpus < (k))                                                              \
+            skip();                                                                           \
+    } while (0)
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- device helpers (main thread) ---- */
+
+static float *upload(be_device *d, const float *x, size_t n)
+{
+    void *p = NULL;
+    assert_int_equal(ops->alloc(d, (n ? n : 1) * sizeof(float), &p), PE_OK);
+    assert_int_equal(ops->copy_h2d(d, p, x, n * sizeof(float)), PE_OK);
+    return p;
+}
+
+static void download(be_device *d, float *x, const float *p, size_t n)
+{
+    assert_int_equal(ops->synchronize(d), PE_OK);
+    assert_int_equal(ops->copy_d2h(d, x, p, n * sizeof(float)), PE_OK);
+}
+
+static float *host_random(size_t n, uint64_t seed)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    tu_fill_random(x, n, seed);
+    return x;
+}
+
+static void expect_close(const char *what, const float *got, const float *ref, size_t n,
+                         double tol, double floor)
+{
+    double d = tu_max_rel_diff(got, ref, n, floor);
+    if (!(d <= tol))
+        print_error("%s: max relative difference %g > %g\n", what, d, tol);
+    assert_true(d <= tol);
+}
+
+/* ---- discovery and memory ---- */
+
+static void describe_gives_name_memory_and_bus_id(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device_desc d;
+    pe_err err = {{0}};
+    assert_int_equal(ops->device_describe(0, &d, &err), PE_OK);
+    assert_true(d.name[0] != '\0');
+    assert_true(d.memory_bytes > ((size_t)1 << 30));
+    assert_true(d.bus_id[0] != '\0');
+    print_message("GPU 0: %s, %.1f GiB, bus %s, NUMA node %d, cores %s\n", d.name,
+                  (double)d.memory_bytes / (1 << 30), d.bus_id, d.numa_node,
+                  d.cpulist[0] ? d.cpulist : "(any)");
+    assert_int_not_equal(ops->device_describe(ngpus + 3, &d, &err), PE_OK);
+}
+
+static void copies_round_trip_and_alloc_is_aligned(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    pe_err err = {{0}};
+    assert_int_equal(ops->open(0, &d, &err), PE_OK);
+    size_t n = 100003;
+    float *x = host_random(n, 1), *y = calloc(n, sizeof *y);
+    float *a = upload(d, x, n);
+    void *b = NULL;
+    assert_int_equal(ops->alloc(d, n * sizeof(float), &b), PE_OK);
+    assert_int_equal((uintptr_t)a % 64, 0);
+    assert_int_equal((uintptr_t)b % 64, 0);
+    assert_int_equal(ops->copy_d2d(d, b, a, n * sizeof(float)), PE_OK);
+    memset(x, 0, sizeof(float)); /* h2d returned: the source may be reused at once */
+    download(d, y, b, n);
+    float *ref = host_random(n, 1);
+    assert_memory_equal(y, ref, n * sizeof(float));
+    ops->free(d, a);
+    ops->free(d, b);
+    ops->close(d);
+    free(x);
+    free(y);
+    free(ref);
+}
+
+static void errors_name_the_call_and_the_device(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    pe_err err = {{0}};
+    assert_int_equal(ops->open(ngpus, &d, &err), PE_ENODEV);
+    assert_non_null(strstr(err.msg, "does not exist"));
+    assert_int_equal(ops->open(0, &d, &err), PE_OK);
+    void *p = NULL;
+    assert_int_equal(ops->alloc(d, (size_t)1 << 60, &p), PE_ENOMEM);
+    assert_null(p);
+    assert_non_null(strstr(ops->last_error(d), "cudaMalloc"));
+    assert_non_null(strstr(ops->last_error(d), "CUDA device 0"));
+    /* A leading dimension smaller than the row: refused before cuBLAS sees it. */
+    float *a = NULL;
+    assert_int_equal(ops->alloc(d, 64 * sizeof(float), (void **)&a), PE_OK);
+    assert_int_equal(ops->gemm(d, 0, 0, 4, 4, 4, 1.0f, a, 2, a, 4, 0.0f, a, 4), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(d), "gemm"));
+    ops->free(d, a);
+    /* The device still works after those failures. */
+    assert_int_equal(ops->synchronize(d), PE_OK);
+    ops->close(d);
+}
+
+/* ---- kernels against the host math ---- */
+
+typedef struct shape {
+    size_t rows, cols;
+} shape;
+
+static const shape shapes[] = {{1, 1}, {3, 5}, {7, 64}, {33, 257}, {4, 1024}, {2, 4099}, {130, 768}};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+/* Runs the device kernel on x(rows, cols) at element offset `skew` (1 = unaligned path)
+ * and compares with the host math. */
+static void check_elementwise(be_device *d, size_t rows, size_t cols, size_t skew, uint64_t seed)
+{
+    size_t n = rows * cols;
+    float *x = host_random(n + skew, seed), *r = host_random(n + skew, seed + 1);
+    float *bias = host_random(cols + skew, seed + 2), *got = malloc((n + skew) * sizeof *got);
+    float *ref = malloc(n * sizeof *ref);
+    float *dx = upload(d, x, n + skew), *dr = upload(d, r, n + skew);
+    float *db = upload(d, bias, cols + skew);
+    char what[128];
+
+    /* relu: exact */
+    assert_int_equal(ops->relu(d, dx + skew, n), PE_OK);
+    download(d, got, dx, n + skew);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = pe_k_relu(x[skew + i]);
+    assert_memory_equal(got + skew, ref, n * sizeof(float));
+    if (skew) /* the element before the range is untouched */
+        assert_memory_equal(got, x, sizeof(float));
+
+    /* bias_add on the relu output: one IEEE add, exact */
+    assert_int_equal(ops->bias_add(d, dx + skew, db + skew, rows, cols), PE_OK);
+    download(d, got, dx, n + skew);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = pe_k_add(pe_k_relu(x[skew + i]), bias[skew + i % cols]);
+    assert_memory_equal(got + skew, ref, n * sizeof(float));
+
+    /* residual_add: exact */
+    assert_int_equal(ops->residual_add(d, dx + skew, dr + skew, n), PE_OK);
+    download(d, got, dx, n + skew);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = pe_k_add(ref[i], r[skew + i]);
+    assert_memory_equal(got + skew, ref, n * sizeof(float));
+
+    /* gelu: tanhf on the device is within 2 ulp of the host's */
+    assert_int_equal(ops->gelu(d, dx + skew, n), PE_OK);
+    download(d, got, dx, n + skew);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = pe_k_gelu(ref[i]);
+    snprintf(what, sizeof what, "gelu %zux%zu skew %zu", rows, cols, skew);
+    expect_close(what, got + skew, ref, n, 1e-5, 1e-6);
+
+    ops->free(d, dx);
+    ops->free(d, dr);
+    ops->free(d, db);
+    free(x);
+    free(r);
+    free(bias);
+    free(got);
+    free(ref);
+}
+
+static void check_rowwise(be_device *d, size_t rows, size_t cols, size_t skew, uint64_t seed)
+{
+    size_t n = rows * cols;
+    float *x = host_random(n + skew, seed), *gamma = host_random(cols + skew, seed + 1);
+    float *beta = host_random(cols + skew, seed + 2);
+    for (size_t i = 0; i < n + skew; i++)
+        x[i] = 3.0f * x[i] + 0.5f; /* a mean away from 0 tests the two-pass variance */
+    float *got = malloc((n + skew) * sizeof *got), *ref = malloc(n * sizeof *ref);
+    float *dx = upload(d, x, n + skew), *dg = upload(d, gamma, cols + skew);
+    float *db = upload(d, beta, cols + skew);
+    void *dout = NULL;
+    assert_int_equal(ops->alloc(d, (n + skew) * sizeof(float), &dout), PE_OK);
+    char what[128];
+
+    const float eps = 1e-5f;
+    assert_int_equal(ops->layernorm(d, (float *)dout + skew, dx + skew, dg + skew, db + skew,
+                                    rows, cols, eps),
+                     PE_OK);
+    download(d, got, dout, n + skew);
+    for (size_t row = 0; row < rows; row++)
+        pe_k_layernorm_row(ref + row * cols, x + skew + row * cols, gamma + skew, beta + skew,
+                           cols, eps);
+    /* Outputs are O(1); the reductions run in another order: 1e-4 absolute. */
+    snprintf(what, sizeof what, "layernorm %zux%zu skew %zu", rows, cols, skew);
+    expect_close(what, got + skew, ref, n, 1e-4, 1.0);
+
+    assert_int_equal(ops->softmax(d, dx + skew, rows, cols), PE_OK);
+    download(d, got, dx, n + skew);
+    memcpy(ref, x + skew, n * sizeof(float));
+    for (size_t row = 0; row < rows; row++)
+        pe_k_softmax_row(ref + row * cols, cols);
+    snprintf(what, sizeof what, "softmax %zux%zu skew %zu", rows, cols, skew);
+    expect_close(what, got + skew, ref, n, 1e-4, 1e-3 / (double)cols);
+    for (size_t row = 0; row < rows; row++) { /* and each row still sums to 1 */
+        double s = 0;
+        for (size_t i = 0; i < cols; i++)
+            s += got[skew + row * cols + i];
+        assert_true(s > 1.0 - 1e-4 && s < 1.0 + 1e-4);
+    }
+
+    ops->free(d, dx);
+    ops->free(d, dg);
+    ops->free(d, db);
+    ops->free(d, dout);
+    free(x);
+    free(gamma);
+    free(beta);
+    free(got);
+    free(ref);
+}
+
+static void elementwise_kernels_match_host_math(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    for (size_t i = 0; i < NSHAPES; i++)
+        for (size_t skew = 0; skew < 2; skew++)
+            check_elementwise(d, shapes[i].rows, shapes[i].cols, skew, 10 + i);
+    ops->close(d);
+}
+
+static void row_kernels_match_host_math(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    for (size_t i = 0; i < NSHAPES; i++)
+        for (size_t skew = 0; skew < 2; skew++)
+            check_rowwise(d, shapes[i].rows, shapes[i].cols, skew, 20 + i);
+    ops->close(d);
+}
+
+static void embedding_copies_rows_and_rejects_bad_ids(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t dims[] = {1, 3, 64, 130};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        size_t vocab = 50, dim = dims[k], n = 37;
+        float *table = host_random(vocab * dim, 30 + k);
+        int32_t ids[37];
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (int32_t)((i * 7 + k) % vocab);
+        float *dt = upload(d, table, vocab * dim);
+        int32_t *did = NULL;
+        assert_int_equal(ops->alloc(d, sizeof ids, (void **)&did), PE_OK);
+        assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
+        void *dout = NULL;
+        assert_int_equal(ops->alloc(d, n * dim * sizeof(float), &dout), PE_OK);
+        assert_int_equal(ops->embedding(d, dout, dt, did, n, dim, vocab), PE_OK);
+        float *got = malloc(n * dim * sizeof *got), *ref = malloc(n * dim * sizeof *ref);
+        download(d, got, dout, n * dim);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(pe_k_id_in_range(ids[i], vocab));
+            pe_k_embedding_row(ref + i * dim, table, (size_t)ids[i], dim);
+        }
+        assert_memory_equal(got, ref, n * dim * sizeof(float));
+        /* An id outside [0, vocab) is PE_EINVAL naming it. */
+        ids[5] = (int32_t)vocab;
+        ids[9] = -3;
+        assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
+        assert_int_equal(ops->embedding(d, dout, dt, did, n, dim, vocab), PE_EINVAL);
+        assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
+        ops->free(d, dt);
+        ops->free(d, did);
+        ops->free(d, dout);
+        free(table);
+        free(got);
+        free(ref);
+    }
+    ops->close(d);
+}
+
+/* ---- GEMM ---- */
+
+/* C(M,N) = alpha op(A) op(B) + beta C, row-major with row strides, in double. */
+static void naive_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha,
+                       const float *A, size_t lda, const float *B, size_t ldb, float beta,
+                       float *C, size_t ldc)
+{
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double s = 0;
+            for (size_t k = 0; k < K; k++) {
+                double a = ta ? A[k * lda + i] : A[i * lda + k];
+                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                s += a * b;
+            }
+            C[i * ldc + j] = (float)(alpha * s + beta * (double)C[i * ldc + j]);
+        }
+}
+
+static double normwise_rel(const float *got, const float *ref, size_t n)
+{
+    double mref = 0;
+    for (size_t i = 0; i < n; i++)
+        mref = fmax(mref, fabs((double)ref[i]));
+    return tu_max_abs_diff(got, ref, n) / (mref > 0 ? mref : 1.0);
+}
+
+static void gemm_fp32_matches_naive_gemm(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t dims[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 512}, {129, 65, 300}, {1, 1024, 512}};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                size_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+                size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                size_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+                float *A = host_random(na, 40 + s), *B = host_random(nb, 50 + s);
+                float *C = host_random(nc, 60 + s), *got = malloc(nc * sizeof *got);
+                float *dA = upload(d, A, na), *dB = upload(d, B, nb), *dC = upload(d, C, nc);
+                assert_int_equal(ops->gemm(d, ta, tb, M, N, K, 0.75f, dA, lda, dB, ldb, 0.5f,
+                                           dC, ldc),
+                                 PE_OK);
+                download(d, got, dC, nc);
+                naive_gemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, C, ldc);
+                double rel = normwise_rel(got, C, nc);
+                if (rel > 1e-4)
+                    print_error("gemm M=%zu N=%zu K=%zu ta=%d tb=%d: %g\n", M, N, K, ta, tb,
+                                rel);
+                assert_true(rel <= 1e-4);
+                ops->free(d, dA);
+                ops->free(d, dB);
+                ops->free(d, dC);
+                free(A);
+                free(B);
+                free(C);
+                free(got);
+            }
+    ops->close(d);
+}
+
+static void gemm_strided_batched_matches_naive_gemm(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    size_t M = 17, N = 33, K = 40, batch = 5;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            size_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+            size_t sa = (ta ? K : M) * lda + 8, sb = (tb ? N : K) * ldb + 4, sc = M * ldc + 12;
+            float *A = host_random(sa * batch, 70), *B = host_random(sb * batch, 71);
+            float *C = host_random(sc * batch, 72), *got = malloc(sc * batch * sizeof *got);
+            float *dA = upload(d, A, sa * batch), *dB = upload(d, B, sb * batch);
+            float *dC = upload(d, C, sc * batch);
+            assert_int_equal(ops->gemm_strided_batched(d, ta, tb, M, N, K, 1.0f, dA, lda, sa, dB,
+                                                       ldb, sb, 0.0f, dC, ldc, sc, batch),
+                             PE_OK);
+            download(d, got, dC, sc * batch);
+            for (size_t b = 0; b < batch; b++)
+                naive_gemm(ta, tb, M, N, K, 1.0f, A + b * sa, lda, B + b * sb, ldb, 0.0f,
+                           C + b * sc, ldc);
+            assert_true(normwise_rel(got, C, sc * batch) <= 1e-4);
+            ops->free(d, dA);
+            ops->free(d, dB);
+            ops->free(d, dC);
+            free(A);
+            free(B);
+            free(C);
+            free(got);
+        }
+    ops->close(d);
+}
+
+/* ---- collectives: n rank threads, each opening its own device ---- */
+
+typedef struct harness harness;
+typedef void (*body_fn)(harness *h, int rank);
+
+struct harness {
+    int n;
+    const int *ids;
+    be_device *devs[MAXR];
+    be_comm *comms[MAXR];
+    pthread_barrier_t pb;
+    pe_status create_status;
+    char create_msg[PE_ERR_LEN];
+    body_fn body;
+    pe_status st[MAXR];
+    char msg[MAXR][PE_ERR_LEN];
+    float *out[MAXR][8]; /* host copies of each rank's results, per check */
+    atomic_int counter;
+};
+
+typedef struct rank_arg {
+    harness *h;
+    int rank;
+} rank_arg;
+
+static void record(harness *h, int rank, pe_status s)
+{
+    if (s != PE_OK && h->st[rank] == PE_OK) {
+        h->st[rank] = s;
+        snprintf(h->msg[rank], sizeof h->msg[rank], "%s", ops->last_error(h->devs[rank]));
+    }
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    harness *h = a->h;
+    pe_err err = {{0}};
+    if (ops->open(h->ids[a->rank], &h->devs[a->rank], &err) != PE_OK) {
+        h->devs[a->rank] = NULL;
+        h->st[a->rank] = PE_ENODEV;
+        snprintf(h->msg[a->rank], sizeof h->msg[a->rank], "%s", err.msg);
+    }
+    pthread_barrier_wait(&h->pb);
+    if (a->rank == 0) {
+        int all = 1;
+        for (int r = 0; r < h->n; r++)
+            all &= h->devs[r] != NULL;
+        h->create_status = all ? ops->comm_create(h->devs, h->n, h->comms, &err) : PE_ENODEV;
+        snprintf(h->create_msg, sizeof h->create_msg, "%s", err.msg);
+    }
+    pthread_barrier_wait(&h->pb);
+    if (h->create_status == PE_OK)
+        h->body(h, a->rank);
+    pthread_barrier_wait(&h->pb);
+    if (a->rank == 0 && h->create_status == PE_OK)
+        ops->comm_destroy(h->comms, h->n);
+    pthread_barrier_wait(&h->pb);
+    if (h->devs[a->rank])
+        ops->close(h->devs[a->rank]);
+    return NULL;
+}
+
+static void run_ranks(harness *h, const int *ids, int n, body_fn body)
+{
+    memset(h, 0, sizeof *h);
+    h->n = n;
+    h->ids = ids;
+    h->body = body;
+    atomic_init(&h->counter, 0);
+    assert_int_equal(pthread_barrier_init(&h->pb, NULL, (unsigned)n), 0);
+    pthread_t t[MAXR];
+    rank_arg a[MAXR];
+    for (int r = 0; r < n; r++) {
+        a[r] = (rank_arg){h, r};
+        assert_int_equal(pthread_create(&t[r], NULL, rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < n; r++)
+        pthread_join(t[r], NULL);
+    pthread_barrier_destroy(&h->pb);
+    if (h->create_status != PE_OK)
+        print_error("comm_create: %s\n", h->create_msg);
+    assert_int_equal(h->create_status, PE_OK);
+}
+
+static void assert_all_ok(const harness *h)
+{
+    for (int r = 0; r < h->n; r++) {
+        if (h->st[r] != PE_OK)
+            print_error("rank %d: %s: %s\n", r, pe_status_str(h->st[r]), h->msg[r]);
+        assert_int_equal(h->st[r], PE_OK);
+    }
+}
+
+static void free_outputs(harness *h)
+{
+    for (int r = 0; r < MAXR; r++)
+        for (int k = 0; k < 8; k++) {
+            free(h->out[r][k]);
+            h->out[r][k] = NULL;
+        }
+}
+
+static const size_t counts[] = {1, 5, 1000, 65537};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+
+/* Rank q's data for count c, scaled by rank so that the order of a sum shows in its bits. */
+static float *rank_data(size_t n, int q, size_t c)
+{
+    float *x = host_random(n, 1000u * c + (uint64_t)q * 7919u + 1u);
+    static const float scale[] = {1.0f, 1.7f, 0.3f, 7.0f, 0.05f, 2.5f, 13.0f, 0.6f};
+    for (size_t i = 0; i < n; i++)
+        x[i] *= scale[q % 8];
+    return x;
+}
+
+/* ref(count) = sum over q < n of rank q's data at off, in rank order, in float. */
+static void rank_order_sum(float *ref, int n, size_t total, size_t off, size_t count, size_t c)
+{
+    for (size_t i = 0; i < count; i++)
+        ref[i] = 0.0f;
+    for (int q = 0; q < n; q++) {
+        float *x = rank_data(total, q, c);
+        for (size_t i = 0; i < count; i++)
+            ref[i] = q == 0 ? x[off + i] : pe_k_add(ref[i], x[off + i]);
+        free(x);
+    }
+}
+
+/* Uploads rank data, runs the collectives for count index c; keeps results in h->out. */
+static void collectives_body(harness *h, int r, size_t c)
+{
+    be_device *d = h->devs[r];
+    be_comm *cm = h->comms[r];
+    int n = h->n;
+    size_t count = counts[c];
+    float *x = rank_data(count * (size_t)n, r, c);
+    void *send = NULL, *recv = NULL, *inplace = NULL;
+    size_t big = count * (size_t)n;
+    record(h, r, ops->alloc(d, big * sizeof(float), &send));
+    record(h, r, ops->alloc(d, big * sizeof(float), &recv));
+    record(h, r, ops->alloc(d, big * sizeof(float), &inplace));
+    if (h->st[r] != PE_OK)
+        goto out;
+    record(h, r, ops->copy_h2d(d, send, x, big * sizeof(float)));
+    record(h, r, ops->copy_h2d(d, inplace, x, count * sizeof(float)));
+    /* 0: allreduce out of place; 1: in place */
+    record(h, r, ops->allreduce_sum(cm, send, recv, count));
+    record(h, r, ops->allreduce_sum(cm, inplace, inplace, count));
+    for (int k = 0; k < 6; k++)
+        h->out[r][k] = calloc(big, sizeof(float));
+    record(h, r, ops->synchronize(d));
+    record(h, r, ops->copy_d2h(d, h->out[r][0], recv, count * sizeof(float)));
+    record(h, r, ops->copy_d2h(d, h->out[r][1], inplace, count * sizeof(float)));
+    /* 2: reduce_scatter of send(n * count) */
+    record(h, r, ops->reduce_scatter(cm, send, recv, count));
+    record(h, r, ops->synchronize(d));
+    record(h, r, ops->copy_d2h(d, h->out[r][2], recv, count * sizeof(float)));
+    /* 3: allgather of the first count of send; 4: in place (send is recv + r * count) */
+    record(h, r, ops->allgather(cm, send, recv, count));
+    record(h, r, ops->copy_d2d(d, (float *)inplace + (size_t)r * count, send,
+                               count * sizeof(float)));
+    record(h, r, ops->allgather(cm, (float *)inplace + (size_t)r * count, inplace, count));
+    record(h, r, ops->synchronize(d));
+    record(h, r, ops->copy_d2h(d, h->out[r][3], recv, big * sizeof(float)));
+    record(h, r, ops->copy_d2h(d, h->out[r][4], inplace, big * sizeof(float)));
+    /* 5: broadcast from the last rank */
+    record(h, r, ops->copy_h2d(d, recv, x, count * sizeof(float)));
+    record(h, r, ops->broadcast(cm, recv, count, n - 1));
+    record(h, r, ops->synchronize(d));
+    record(h, r, ops->copy_d2h(d, h->out[r][5], recv, count * sizeof(float)));
+out:
+    ops->free(d, send);
+    ops->free(d, recv);
+    ops->free(d, inplace);
+    free(x);
+}
+
+static size_t body_count;
+static void collectives_body_at(harness *h, int r) { collectives_body(h, r, body_count); }
+
+/* exact: the peer path sums in rank order (bits known); NCCL picks its own order. */
+static void check_collectives(const int *ids, int n, int exact)
+{
+    harness h;
+    for (size_t c = 0; c < NCOUNTS; c++) {
+        body_count = c;
+        run_ranks(&h, ids, n, collectives_body_at);
+        assert_all_ok(&h);
+        size_t count = counts[c], big = count * (size_t)n;
+        float *ref = malloc(big * sizeof *ref);
+        /* allreduce: the same bits on every rank, in and out of place */
+        rank_order_sum(ref, n, big, 0, count, c);
+        for (int r = 0; r < n; r++) {
+            assert_memory_equal(h.out[r][0], h.out[0][0], count * sizeof(float));
+            assert_memory_equal(h.out[r][1], h.out[0][0], count * sizeof(float));
+        }
+        if (exact)
+            assert_memory_equal(h.out[0][0], ref, count * sizeof(float));
+        else
+            expect_close("nccl allreduce", h.out[0][0], ref, count, 1e-5, 1e-3);
+        /* reduce_scatter: slice r of the sum */
+        for (int r = 0; r < n; r++) {
+            rank_order_sum(ref, n, big, (size_t)r * count, count, c);
+            if (exact)
+                assert_memory_equal(h.out[r][2], ref, count * sizeof(float));
+            else
+                expect_close("nccl reduce_scatter", h.out[r][2], ref, count, 1e-5, 1e-3);
+        }
+        /* allgather: rank q's first count elements at q * count, on every rank */
+        for (int q = 0; q < n; q++) {
+            float *x = rank_data(big, q, c);
+            for (int r = 0; r < n; r++) {
+                assert_memory_equal(h.out[r][3] + (size_t)q * count, x, count * sizeof(float));
+                assert_memory_equal(h.out[r][4] + (size_t)q * count, x, count * sizeof(float));
+            }
+            if (q == n - 1)
+                for (int r = 0; r < n; r++) /* broadcast: the root's data everywhere */
+                    assert_memory_equal(h.out[r][5], x, count * sizeof(float));
+            free(x);
+        }
+        free(ref);
+        free_outputs(&h);
+    }
+}
+
+/* send/recv around a ring, everyone sending first, three messages in order. */
+static void ring_body(harness *h, int r)
+{
+    be_device *d = h->devs[r];
+    int n = h->n;
+    size_t count = 4099;
+    void *sb[3] = {NULL, NULL, NULL}, *rb[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) {
+        float *x = rank_data(count, r, 10 + (size_t)k);
+        record(h, r, ops->alloc(d, count * sizeof(float), &sb[k]));
+        record(h, r, ops->alloc(d, count * sizeof(float), &rb[k]));
+        if (h->st[r] == PE_OK)
+            record(h, r, ops->copy_h2d(d, sb[k], x, count * sizeof(float)));
+        free(x);
+    }
+    if (h->st[r] != PE_OK)
+        goto out;
+    for (int k = 0; k < 3; k++)
+        record(h, r, ops->send(h->comms[r], sb[k], count, (r + 1) % n));
+    for (int k = 0; k < 3; k++)
+        record(h, r, ops->recv(h->comms[r], rb[k], count, (r + n - 1) % n));
+    record(h, r, ops->synchronize(d));
+    for (int k = 0; k < 3; k++) {
+        h->out[r][k] = malloc(count * sizeof(float));
+        record(h, r, ops->copy_d2h(d, h->out[r][k], rb[k], count * sizeof(float)));
+    }
+    /* barrier: nobody passes before everyone arrived */
+    atomic_fetch_add(&h->counter, 1);
+    record(h, r, ops->barrier(h->comms[r]));
+    if (atomic_load(&h->counter) != n)
+        record(h, r, PE_EINTERNAL);
+out:
+    for (int k = 0; k < 3; k++) {
+        ops->free(d, sb[k]);
+        ops->free(d, rb[k]);
+    }
+}
+
+static void check_ring(const int *ids, int n)
+{
+    harness h;
+    run_ranks(&h, ids, n, ring_body);
+    assert_all_ok(&h);
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < 3; k++) {
+            float *x = rank_data(4099, (r + n - 1) % n, 10 + (size_t)k);
+            assert_memory_equal(h.out[r][k], x, 4099 * sizeof(float));
+            free(x);
+        }
+    free_outputs(&h);
+}
+
+/* Rank 0 waits for a message that never comes; the main thread aborts. */
+static harness *abort_h;
+static void *abort_later(void *p)
+{
+    (void)p;
+    sleep_ms(200);
+    ops->comm_abort(abort_h->comms[1]);
+    return NULL;
+}
+
+static void abort_body(harness *h, int r)
+{
+    void *buf = NULL;
+    record(h, r, ops->alloc(h->devs[r], 64 * sizeof(float), &buf));
+    if (r == 0) {
+        pthread_t t;
+        abort_h = h;
+        pthread_create(&t, NULL, abort_later, NULL);
+        h->st[0] = ops->recv(h->comms[0], buf, 64, 1); /* blocks until the abort */
+        pthread_join(t, NULL);
+    } else {
+        sleep_ms(400);
+        h->st[r] = ops->allreduce_sum(h->comms[r], buf, buf, 64); /* after: refused */
+    }
+    ops->free(h->devs[r], buf);
+}
+
+static void check_abort(const int *ids, int n)
+{
+    harness h;
+    run_ranks(&h, ids, n, abort_body);
+    for (int r = 0; r < n; r++)
+        assert_int_equal(h.st[r], PE_ECOMM);
+}
+
+static const int gpu0x2[] = {0, 0}, gpu0x4[] = {0, 0, 0, 0}, gpu01[] = {0, 1},
+                 gpu0011[] = {0, 0, 1, 1};
+
+static void peer_path_collectives_two_ranks_one_gpu(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu0x2, 2, 0, NULL), BE_COMM_PEER);
+    check_collectives(gpu0x2, 2, 1);
+    check_ring(gpu0x2, 2);
+}
+
+static void peer_path_collectives_four_ranks_one_gpu(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    check_collectives(gpu0x4, 4, 1);
+    check_ring(gpu0x4, 4);
+}
+
+static void peer_path_abort_wakes_a_blocked_rank(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    check_abort(gpu0x2, 2);
+}
+
+static void peer_path_across_two_gpus(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    check_collectives(gpu0011, 4, 1); /* repeated ids: peer path, half of it cross-GPU */
+    setenv("PE_CUDA_COMM", "peer", 1);
+    check_collectives(gpu01, 2, 1);
+    check_ring(gpu01, 2);
+    unsetenv("PE_CUDA_COMM");
+}
+
+static void nccl_collectives_on_distinct_gpus(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu01, 2, 0, NULL), BE_COMM_NCCL);
+    check_collectives(gpu01, 2, 0);
+    if (ngpus >= 4) {
+        static const int gpu0123[] = {0, 1, 2, 3};
+        check_collectives(gpu0123, 4, 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(describe_gives_name_memory_and_bus_id),
+        cmocka_unit_test(copies_round_trip_and_alloc_is_aligned),
+        cmocka_unit_test(errors_name_the_call_and_the_device),
+        cmocka_unit_test(elementwise_kernels_match_host_math),
+        cmocka_unit_test(row_kernels_match_host_math),
+        cmocka_unit_test(embedding_copies_rows_and_rejects_bad_ids),
+        cmocka_unit_test(gemm_fp32_matches_naive_gemm),
+        cmocka_unit_test(gemm_strided_batched_matches_naive_gemm),
+        cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),
+        cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
+        cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),
+        cmocka_unit_test(peer_path_across_two_gpus),
+        cmocka_unit_test(nccl_collectives_on_distinct_gpus),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

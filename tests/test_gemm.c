@@ -1,0 +1,214 @@
+/* test_gemm.c: host GEMM against a naive triple loop in double: all four transpose
+ * combinations, odd shapes, the M = 1 and N = 1 (gemv) paths, alpha/beta (beta = 0 never
+ * reads C), row strides longer than the rows, strided batches, and argument checks.
+ *
+ * Tolerance, per element: |C - ref| <= 2 (K + 2) eps_float (|alpha| sum_k |a_ik b_kj| +
+ * |beta c_ij|) + tiny, the classic bound for a float dot product of length K.
+ */
+#include "test_util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+static const be_ops *ops;
+static const float SENTINEL = 12345.5f; /* fills the gaps between ld and the row length */
+
+static int setup(void **state)
+{
+    be_device *dev = NULL;
+    pe_err err = {{0}};
+    if (ops->open(0, &dev, &err) != PE_OK)
+        return -1;
+    *state = dev;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    ops->close(*state);
+    return 0;
+}
+
+/* A stored matrix of rows x cols with row stride ld, random inside, SENTINEL in the gap. */
+static float *matrix(size_t rows, size_t cols, size_t ld, uint64_t seed)
+{
+    size_t n = rows * ld;
+    float *m = malloc((n ? n : 1) * sizeof *m);
+    assert_non_null(m);
+    tu_fill_random(m, n, seed);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = cols; c < ld; c++)
+            m[r * ld + c] = SENTINEL;
+    return m;
+}
+
+/* op(X)[i][k] for X stored with row stride ld */
+static double at(const float *X, size_t ld, int trans, size_t i, size_t k)
+{
+    return trans ? X[k * ld + i] : X[i * ld + k];
+}
+
+/* Checks C (after the call) against the naive product computed from A, B and C0 (before). */
+static void check_product(int ta, int tb, size_t M, size_t N, size_t K, float alpha,
+                          const float *A, size_t lda, const float *B, size_t ldb, float beta,
+                          const float *C0, const float *C, size_t ldc, const char *what)
+{
+    for (size_t i = 0; i < M; i++) {
+        for (size_t j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (size_t k = 0; k < K; k++) {
+                double p = at(A, lda, ta, i, k) * at(B, ldb, tb, k, j);
+                s += p;
+                mag += fabs(p);
+            }
+            double c0 = beta == 0.0f ? 0.0 : (double)C0[i * ldc + j];
+            double ref = (double)alpha * s + (double)beta * c0;
+            double tol = 2.0 * (double)(K + 2) * FLT_EPSILON *
+                             (fabs((double)alpha) * mag + fabs((double)beta * c0)) +
+                         1e-30;
+            double got = C[i * ldc + j];
+            if (!(fabs(got - ref) <= tol))
+                fail_msg("%s: ta=%d tb=%d M=%zu N=%zu K=%zu alpha=%g beta=%g: C[%zu][%zu] = "
+                         "%.9g, want %.9g (tol %.3g)",
+                         what, ta, tb, M, N, K, (double)alpha, (double)beta, i, j, got, ref, tol);
+        }
+        for (size_t j = N; j < ldc; j++) /* the gap past each row is not written */
+            assert_true(C[i * ldc + j] == SENTINEL);
+    }
+}
+
+static void run_case(be_device *dev, int ta, int tb, size_t M, size_t N, size_t K, float alpha,
+                     float beta, size_t pad)
+{
+    size_t a_rows = ta ? K : M, a_cols = ta ? M : K;
+    size_t b_rows = tb ? N : K, b_cols = tb ? K : N;
+    size_t lda = (a_cols ? a_cols : 1) + pad, ldb = (b_cols ? b_cols : 1) + pad;
+    size_t ldc = (N ? N : 1) + pad;
+    uint64_t seed = M * 1000003u + N * 1009u + K * 7u + (uint64_t)(ta * 2 + tb);
+    float *A = matrix(a_rows, a_cols, lda, seed), *B = matrix(b_rows, b_cols, ldb, seed + 1);
+    float *C = matrix(M, N, ldc, seed + 2);
+    if (beta == 0.0f) /* BLAS: with beta = 0, C is not read, so NaNs there do not matter */
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++)
+                C[i * ldc + j] = NAN;
+    float *C0 = malloc((M * ldc + 1) * sizeof *C0);
+    memcpy(C0, C, M * ldc * sizeof *C);
+    pe_status s = ops->gemm(dev, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (s != PE_OK)
+        fail_msg("gemm failed: %s", ops->last_error(dev));
+    check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc, "gemm");
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+typedef struct shape {
+    size_t M, N, K;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 1},   {7, 13, 5},   {64, 3, 129}, {1, 37, 50},  /* M = 1: gemv */
+    {45, 1, 33}, {1, 1, 64},   {33, 17, 1},  {16, 16, 16}, /* N = 1: gemv; dot; K = 1 */
+    {33, 17, 0}, {0, 5, 3},    {5, 0, 3},    {100, 70, 90},
+};
+
+static void test_all_transposes_and_shapes(void **state)
+{
+    be_device *dev = *state;
+    const float ab[][2] = {{1.0f, 0.0f}, {0.5f, -2.0f}, {-1.5f, 1.0f}, {0.0f, 3.0f}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (size_t k = 0; k < sizeof ab / sizeof ab[0]; k++)
+                for (size_t pad = 0; pad <= 3; pad += 3)
+                    run_case(dev, t >> 1, t & 1, shapes[s].M, shapes[s].N, shapes[s].K,
+                             ab[k][0], ab[k][1], pad);
+}
+
+static void test_strided_batched_matches_each_product(void **state)
+{
+    be_device *dev = *state;
+    size_t M = 6, N = 5, K = 7, batch = 4;
+    for (int t = 0; t < 4; t++) {
+        int ta = t >> 1, tb = t & 1;
+        size_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 1;
+        size_t a_rows = ta ? K : M, b_rows = tb ? N : K;
+        /* A's matrices 3 rows apart from their ends; B shared by every batch (stride 0) */
+        size_t stride_a = a_rows * lda + 3 * lda, stride_b = 0, stride_c = M * ldc + 5;
+        float *A = matrix(batch, stride_a, stride_a, 21), *B = matrix(b_rows, ldb, ldb, 22);
+        float *C = matrix(batch, stride_c, stride_c, 23);
+        float *C0 = malloc(batch * stride_c * sizeof *C0);
+        memcpy(C0, C, batch * stride_c * sizeof *C);
+        pe_status s = ops->gemm_strided_batched(dev, ta, tb, M, N, K, 0.75f, A, lda, stride_a,
+                                                B, ldb, stride_b, 0.5f, C, ldc, stride_c, batch);
+        assert_int_equal(s, PE_OK);
+        for (size_t b = 0; b < batch; b++)
+            for (size_t i = 0; i < M; i++)
+                for (size_t j = 0; j < N; j++) {
+                    double ref = 0.5 * C0[b * stride_c + i * ldc + j], mag = fabs(ref);
+                    for (size_t k = 0; k < K; k++) {
+                        double p = 0.75 * at(A + b * stride_a, lda, ta, i, k) *
+                                   at(B, ldb, tb, k, j);
+                        ref += p;
+                        mag += fabs(p);
+                    }
+                    double got = C[b * stride_c + i * ldc + j];
+                    assert_true(fabs(got - ref) <= 2.0 * (double)(K + 2) * FLT_EPSILON * mag);
+                }
+        /* nothing outside the C matrices was written: the gaps keep their values */
+        for (size_t b = 0; b < batch; b++)
+            for (size_t e = 0; e < stride_c; e++) {
+                size_t i = e / ldc, j = e % ldc;
+                if (i >= M || j >= N)
+                    assert_true(C[b * stride_c + e] == C0[b * stride_c + e]);
+            }
+        free(A);
+        free(B);
+        free(C);
+        free(C0);
+    }
+}
+
+static void test_bad_arguments_are_rejected_with_a_message(void **state)
+{
+    be_device *dev = *state;
+    float a[64] = {0}, b[64] = {0}, c[64] = {0};
+    /* A is 4x5 (K = 5): lda 4 is too short */
+    assert_int_equal(ops->gemm(dev, 0, 0, 4, 3, 5, 1.0f, a, 4, b, 3, 0.0f, c, 3), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "lda=4"));
+    /* transposed A is stored 5x4 (K x M): lda 4 is fine there */
+    assert_int_equal(ops->gemm(dev, 1, 0, 4, 3, 5, 1.0f, a, 4, b, 3, 0.0f, c, 3), PE_OK);
+    /* B is 5x3: ldb 2 too short; transposed B is 3x5: ldb 3 too short */
+    assert_int_equal(ops->gemm(dev, 0, 0, 4, 3, 5, 1.0f, a, 5, b, 2, 0.0f, c, 3), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "ldb=2"));
+    assert_int_equal(ops->gemm(dev, 0, 1, 4, 3, 5, 1.0f, a, 5, b, 3, 0.0f, c, 3), PE_EINVAL);
+    assert_int_equal(ops->gemm(dev, 0, 0, 4, 3, 5, 1.0f, a, 5, b, 3, 0.0f, c, 2), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "ldc=2"));
+    assert_int_equal(ops->gemm(dev, 0, 0, 4, 3, 5, 1.0f, NULL, 5, b, 3, 0.0f, c, 3), PE_EINVAL);
+    /* batched outputs that overlap */
+    assert_int_equal(ops->gemm_strided_batched(dev, 0, 0, 2, 3, 2, 1.0f, a, 2, 4, b, 3, 6, 0.0f,
+                                               c, 3, 5, 2),
+                     PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "stride_c=5"));
+    /* batch 0 does nothing */
+    assert_int_equal(ops->gemm_strided_batched(dev, 0, 0, 2, 3, 2, 1.0f, NULL, 2, 4, NULL, 3, 6,
+                                               0.0f, NULL, 3, 6, 0),
+                     PE_OK);
+}
+
+int main(void)
+{
+    ops = be_host_ops();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_all_transposes_and_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
