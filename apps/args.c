@@ -263,11 +263,6 @@ static int resolve_grid(cli_options *o, char *msg, size_t len)
                     "--split lists %d stage size%s but the grid has pp=%d stage%s; give %d layer "
                     "counts, one per stage",
                     o->nsplit, o->nsplit == 1 ? "" : "s", o->pp, o->pp == 1 ? "" : "s", o->pp);
-    if (o->batch && o->microbatches > 0 && (size_t)o->microbatches > o->batch)
-        return fail(msg, len,
-                    "--microbatches %d is more than --batch %zu rows; use at most %zu "
-                    "micro-batches or a larger batch",
-                    o->microbatches, o->batch, o->batch);
     return 0;
 }
 

@@ -12,13 +12,16 @@
 
 int cli_demo_compare(const cli_options *o, cli_report *r, const cli_compare_spec *spec)
 {
-    cli_model m;
-    int rc = cli_model_prepare(o, CMP_LAYERS, CMP_OUT, &m);
+    size_t rows = o->batch ? o->batch : CMP_BATCH;
+    int mb;
+    int rc = cli_pick_microbatches(o, 1, rows, &mb);
     if (rc != CLI_OK)
         return rc;
-    int mb = o->microbatches ? o->microbatches : 1;
     pe_schedule sched = o->schedule_set ? o->schedule : mb > 1 ? PE_SCHED_GPIPE : PE_SCHED_NAIVE;
-    size_t rows = o->batch ? o->batch : CMP_BATCH;
+    cli_model m;
+    rc = cli_model_prepare(o, CMP_LAYERS, CMP_OUT, &m);
+    if (rc != CLI_OK)
+        return rc;
     cli_work single_w = {0}, grid_w = {0};
     pe_engine *single = NULL, *grid = NULL;
     double single_ms = 0, grid_ms = 0;

@@ -104,20 +104,22 @@ static void report_figures(cli_report *r, const cli_options *o, pipe_run *runs)
 
 int cli_demo_pp(const cli_options *o, cli_report *r)
 {
-    cli_model m;
-    int rc = cli_model_prepare(o, PP_LAYERS, PP_OUT, &m);
+    size_t rows = o->batch ? o->batch : PP_BATCH;
+    int mb;
+    int rc = cli_pick_microbatches(o, PP_MICROBATCHES, rows, &mb);
     if (rc != CLI_OK)
         return rc;
-    size_t rows = o->batch ? o->batch : PP_BATCH;
+    cli_model m;
+    rc = cli_model_prepare(o, PP_LAYERS, PP_OUT, &m);
+    if (rc != CLI_OK)
+        return rc;
     pipe_run runs[2];
     memset(runs, 0, sizeof runs);
     runs[0].key = "naive";
     runs[0].m = 1;
     runs[0].schedule = PE_SCHED_NAIVE;
     runs[1].key = "microbatched";
-    runs[1].m = o->microbatches ? o->microbatches : PP_MICROBATCHES;
-    if ((size_t)runs[1].m > rows)
-        runs[1].m = (int)rows; /* the default 4 on a batch of fewer rows */
+    runs[1].m = mb;
     runs[1].schedule = o->schedule_set ? o->schedule : PE_SCHED_GPIPE;
     snprintf(runs[0].title, sizeof runs[0].title, "naive (m=1)");
     snprintf(runs[1].title, sizeof runs[1].title, "%s (m=%d)",

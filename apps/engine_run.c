@@ -75,6 +75,19 @@ void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg)
     cfg->schedule = microbatches > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
 }
 
+int cli_pick_microbatches(const cli_options *o, int demo_default, size_t rows, int *m)
+{
+    if (o->microbatches > 0 && (size_t)o->microbatches > rows) {
+        cli_errorf("--microbatches %d is more than the %zu rows of a request; use at most %zu "
+                   "or a larger --batch", o->microbatches, rows, rows);
+        return CLI_USAGE;
+    }
+    *m = o->microbatches > 0 ? o->microbatches : demo_default;
+    if ((size_t)*m > rows)
+        *m = (int)rows;
+    return CLI_OK;
+}
+
 int cli_preflight(const cli_options *o)
 {
     const be_ops *ops = NULL;

@@ -30,6 +30,10 @@ void cli_config_grid(const cli_options *o, int microbatches, pe_schedule schedul
  * the engine under test (OpenBLAS rounds a row differently depending on M). */
 void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg);
 
+/* A demo's micro-batch count against its rows: more micro-batches than rows is a usage
+ * error (printed) when the user asked for them; the demo's default is clamped instead. */
+int cli_pick_microbatches(const cli_options *o, int demo_default, size_t rows, int *m);
+
 /* Checks the backend and the device list before any engine exists (exit code; printed). */
 int cli_preflight(const cli_options *o);
 

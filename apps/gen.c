@@ -100,7 +100,11 @@ int cli_gen(int argc, char **argv)
     pe_err err = {{0}};
     pe_status s = md_mlp_write(&spec, path, &err);
     if (s != PE_OK) {
-        cli_error(err.msg[0] ? err.msg : pe_status_str(s));
+        const char *why = err.msg[0] ? err.msg : pe_status_str(s);
+        if (strstr(why, "; ")) /* the message already says what to do */
+            cli_error(why);
+        else
+            cli_errorf("%s; check that the folder of --out exists and is writable", why);
         /* a bad spec or an unwritable path is the user's to fix */
         return s == PE_EINVAL || s == PE_EIO ? CLI_USAGE : CLI_RUNTIME;
     }

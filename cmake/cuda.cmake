@@ -20,7 +20,7 @@ if(NOT PE_NCCL_INCLUDE_DIR OR NOT PE_NCCL_LIBRARY)
 endif()
 get_filename_component(PE_NCCL_LIBDIR ${PE_NCCL_LIBRARY} DIRECTORY)
 # For pengine.pc (cmake/install.cmake): what a static link of libpengine.a needs.
-set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart -lnccl")
+set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart -lnccl -lstdc++")
 
 # pe_add_cuda_backend(<object library>): adds src/backend/cuda/*.c and *.cu to it.
 function(pe_add_cuda_backend target)
@@ -36,4 +36,24 @@ function(pe_add_cuda_backend target)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+endfunction()
+
+# pe_add_cuda_logic_test(): tests/test_cuda_peer_logic, the peer path's host logic (cb_comm.c,
+# cb_peer.c, cb_device.c) linked against a fake CUDA runtime (tests/cuda_fake_runtime.c), so
+# it runs in CI without a GPU. Called from tests/CMakeLists.txt (PkgConfig::CMOCKA is there).
+function(pe_add_cuda_logic_test)
+  set(src ${PROJECT_SOURCE_DIR}/src)
+  add_executable(test_cuda_peer_logic test_cuda_peer_logic.c cuda_fake_runtime.c test_util.c
+    ${src}/common/error.c ${src}/backend/backend.c ${src}/backend/cuda/cb_comm.c
+    ${src}/backend/cuda/cb_peer.c ${src}/backend/cuda/cb_device.c ${src}/backend/cuda/cb_error.c)
+  # No PE_HAVE_CUDA: backend.c then gives be_cuda_ops() = NULL instead of cb_ops.c's table.
+  target_compile_definitions(test_cuda_peer_logic PRIVATE _GNU_SOURCE
+    PE_VERSION_STRING="${PROJECT_VERSION}")
+  target_include_directories(test_cuda_peer_logic PRIVATE ${PROJECT_SOURCE_DIR}/include ${src})
+  target_include_directories(test_cuda_peer_logic SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_options(test_cuda_peer_logic PRIVATE ${PE_WARN_FLAGS})
+  target_link_libraries(test_cuda_peer_logic PRIVATE PkgConfig::CMOCKA PkgConfig::HWLOC
+    Threads::Threads m)
+  add_test(NAME test_cuda_peer_logic COMMAND test_cuda_peer_logic)
+  set_tests_properties(test_cuda_peer_logic PROPERTIES LABELS "unit" TIMEOUT 300)
 endfunction()

@@ -22,5 +22,7 @@ set(PE_PC_LIBS_PRIVATE "-lpthread -lm")
 if(PE_CUDA)
   string(APPEND PE_PC_LIBS_PRIVATE " ${PE_CUDA_PC_LIBS}")
 endif()
+file(RELATIVE_PATH PE_PC_PREFIX_FROM_PCDIR ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig
+  ${CMAKE_INSTALL_PREFIX})
 configure_file(cmake/pengine.pc.in ${CMAKE_CURRENT_BINARY_DIR}/pengine.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pengine.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

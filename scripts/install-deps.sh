@@ -5,7 +5,9 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
-          libcmocka-dev libcjson-dev valgrind)
+          libcmocka-dev libcjson-dev libudev-dev valgrind)
+# libudev-dev: `pkg-config --static --libs hwloc` names -ludev, which a static link of
+# libpengine.a from outside needs (tests/test_install.sh).
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -230,6 +230,9 @@ static void test_grid_product_must_match_devices(void **state)
     r = RUN("--mode", "pp", "--gpus", "0,1", "--split", "3,4,1");
     EXPECT_USAGE(r, "--split lists 3", "pp=2");
     run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--microbatches", "65");
+    EXPECT_USAGE(r, "--microbatches 65 is more than the 64 rows");
+    run_free(&r);
 }
 
 /* ---- bad input: what the engine or the model file refuses -------------------------------- */

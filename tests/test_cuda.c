@@ -755,7 +755,7 @@ static void peer_path_collectives_two_ranks_one_gpu(void **state)
 {
     (void)state;
     NEED_GPUS(1);
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu0x2, 2, 0, NULL), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu0x2, 2, 0, 0, NULL), BE_COMM_PEER);
     check_collectives(gpu0x2, 2, 1);
     check_ring(gpu0x2, 2);
 }
@@ -790,7 +790,7 @@ static void nccl_collectives_on_distinct_gpus(void **state)
 {
     (void)state;
     NEED_GPUS(2);
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu01, 2, 0, NULL), BE_COMM_NCCL);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu01, 2, 0, 0, NULL), BE_COMM_NCCL);
     check_collectives(gpu01, 2, 0);
     if (ngpus >= 4) {
         static const int gpu0123[] = {0, 1, 2, 3};

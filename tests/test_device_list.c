@@ -215,9 +215,9 @@ static void distinct_gpus_use_nccl(void **state)
     (void)state;
     const int ids[] = {0, 1, 2, 3};
     int rep = 99;
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 4, 0, &rep), BE_COMM_NCCL);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 4, 0, 0, &rep), BE_COMM_NCCL);
     assert_int_equal(rep, -1);
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 1, 0, NULL), BE_COMM_NCCL);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 1, 0, 0, NULL), BE_COMM_NCCL);
 }
 
 static void repeated_gpu_uses_the_peer_path(void **state)
@@ -225,16 +225,16 @@ static void repeated_gpu_uses_the_peer_path(void **state)
     (void)state;
     int rep = -1;
     const int two[] = {0, 0};
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, two, 2, 0, &rep), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, two, 2, 0, 0, &rep), BE_COMM_PEER);
     assert_int_equal(rep, 0);
     const int pairs[] = {0, 0, 1, 1};
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, pairs, 4, 0, &rep), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, pairs, 4, 0, 0, &rep), BE_COMM_PEER);
     assert_int_equal(rep, 0);
     const int late[] = {2, 0, 1, 0};
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, late, 4, 0, &rep), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, late, 4, 0, 0, &rep), BE_COMM_PEER);
     assert_int_equal(rep, 0);
     const int other[] = {3, 1, 3};
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, other, 3, 0, &rep), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, other, 3, 0, 0, &rep), BE_COMM_PEER);
     assert_int_equal(rep, 3);
 }
 
@@ -243,7 +243,18 @@ static void forced_peer_path_applies_to_distinct_gpus(void **state)
     (void)state;
     const int ids[] = {0, 1};
     int rep = 99;
-    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 2, 1, &rep), BE_COMM_PEER);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 2, 1, 0, &rep), BE_COMM_PEER);
+    assert_int_equal(rep, -1);
+}
+
+static void distinct_gpus_that_serve_other_workers_use_the_peer_path(void **state)
+{
+    (void)state;
+    /* --gpus 0,1,0,1 with tp=2: each TP group {0,1} is distinct, but both GPUs also run
+     * the other group's workers, so NCCL kernels of two groups would share a GPU */
+    const int ids[] = {0, 1};
+    int rep = 99;
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, ids, 2, 0, 1, &rep), BE_COMM_PEER);
     assert_int_equal(rep, -1);
 }
 
@@ -251,8 +262,8 @@ static void host_backend_always_uses_host_collectives(void **state)
 {
     (void)state;
     const int ids[] = {0, 0, 1};
-    assert_int_equal(be_comm_path_for(PE_BACKEND_HOST, ids, 3, 0, NULL), BE_COMM_HOST);
-    assert_int_equal(be_comm_path_for(PE_BACKEND_HOST, ids, 3, 1, NULL), BE_COMM_HOST);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_HOST, ids, 3, 0, 0, NULL), BE_COMM_HOST);
+    assert_int_equal(be_comm_path_for(PE_BACKEND_HOST, ids, 3, 1, 1, NULL), BE_COMM_HOST);
 }
 
 static void path_description_names_the_repeated_device(void **state)
@@ -328,6 +339,7 @@ int main(void)
         cmocka_unit_test(distinct_gpus_use_nccl),
         cmocka_unit_test(repeated_gpu_uses_the_peer_path),
         cmocka_unit_test(forced_peer_path_applies_to_distinct_gpus),
+        cmocka_unit_test(distinct_gpus_that_serve_other_workers_use_the_peer_path),
         cmocka_unit_test(host_backend_always_uses_host_collectives),
         cmocka_unit_test(path_description_names_the_repeated_device),
         cmocka_unit_test(real_cuda_backend_answers_without_crashing),

@@ -135,7 +135,7 @@ int be_comm_force_peer(void)
 }
 
 be_comm_path be_comm_path_for(pe_backend_kind kind, const int *ids, int n, int force_peer,
-                              int *repeated)
+                              int shared, int *repeated)
 {
     int rep = -1;
     for (int i = 0; i < n && rep < 0; i++)
@@ -148,7 +148,7 @@ be_comm_path be_comm_path_for(pe_backend_kind kind, const int *ids, int n, int f
         *repeated = rep;
     if (kind != PE_BACKEND_CUDA)
         return BE_COMM_HOST;
-    return (rep >= 0 || force_peer) ? BE_COMM_PEER : BE_COMM_NCCL;
+    return (rep >= 0 || shared || force_peer) ? BE_COMM_PEER : BE_COMM_NCCL;
 }
 
 const char *be_comm_path_name(be_comm_path p)
@@ -166,7 +166,7 @@ char *be_comm_path_describe(pe_backend_kind kind, const int *ids, int n, char *b
 {
     int rep = -1;
     int force = be_comm_force_peer();
-    be_comm_path p = be_comm_path_for(kind, ids, n, force, &rep);
+    be_comm_path p = be_comm_path_for(kind, ids, n, force, 0, &rep);
     switch (p) {
     case BE_COMM_HOST:
         snprintf(buf, len, "collectives: host shared memory");

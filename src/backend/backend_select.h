@@ -22,10 +22,14 @@ typedef enum be_comm_path {
 
 /* The path for ranks on ids(n) of a backend of this kind. NCCL refuses a device that
  * appears twice in one communicator ("Duplicate GPU detected"), so a repeated id selects
- * the peer path; force_peer (a debugging knob: PE_CUDA_COMM=peer) selects it always.
- * *repeated (if not NULL) gets the first id that appears twice, or -1. */
+ * the peer path. `shared` is 1 when a GPU of the list also runs workers outside this
+ * group (the world's device list repeats it): NCCL kernels of two communicators on one
+ * GPU, issued by different threads in no common order, can deadlock, while the peer path
+ * never blocks on the GPU; so shared selects the peer path too. force_peer (a debugging
+ * knob: PE_CUDA_COMM=peer) selects it always. *repeated (if not NULL) gets the first id
+ * that appears twice in ids, or -1. */
 be_comm_path be_comm_path_for(pe_backend_kind kind, const int *ids, int n, int force_peer,
-                              int *repeated);
+                              int shared, int *repeated);
 
 /* 1 when the environment asks for the peer path on every CUDA device list
  * (PE_CUDA_COMM=peer), to test it across distinct GPUs. */

@@ -11,14 +11,24 @@
  * consumer that finds the slot at head empty reports PE_ECLOSED only when tail is closed
  * and equal to head; a claimed but unfinished push keeps it waiting for that item.
  *
- * The slot's seq is written with a seq_cst store and read with seq_cst loads: together
- * with the seq_cst waiter count in park.h that is the Dekker handshake that makes the
- * "announce, re-check, sleep" of a blocked thread safe against a concurrent push or pop.
+ * Blocking: a push or pop that finds the queue full or empty spins (bounded, with
+ * growing pauses), then announces itself on an eventcount (park.h) and re-checks the
+ * positions, not the slots: a consumer sleeps only when tail == head (nothing claimed by
+ * any producer), a producer only when tail - head == capacity (no slot claimed by any
+ * consumer). Producers read the consumers' eventcount right after their CAS on tail, and
+ * consumers the producers' right after their CAS on head (seq_cst RMW, then seq_cst
+ * load: the Dekker pairing described in park.h), and notify after they publish when
+ * someone was announced. So the fast path pays no fence beyond the CAS it already does;
+ * slots are published with plain release stores.
+ *
+ * A claimed but unpublished slot (its owner preempted between CAS and publish) makes the
+ * others retry (spin, yield) rather than sleep: it is a few instructions from done.
  */
 #include "runtime/queue.h"
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,18 +38,17 @@
 
 #define RT_CACHE_LINE 64
 #define RT_CLOSED (UINT64_C(1) << 63)
-/* Tries (each after a pause) before a blocked push or pop parks: about a few
- * microseconds, long enough to catch a partner thread that is running right now. */
-#ifndef RT_SPIN
-#define RT_SPIN 128
+/* The spin before parking; see spin_pause. */
+#ifndef RT_SPIN_ROUNDS
+#define RT_SPIN_ROUNDS 6
+#endif
+#ifndef RT_SPIN_MAX_SHIFT
+#define RT_SPIN_MAX_SHIFT 6
 #endif
 
 typedef struct rt_slot {
     _Atomic uint64_t seq;
     void *item;
-#ifdef RT_PAD_SLOTS
-    char pad[RT_CACHE_LINE - sizeof(uint64_t) - sizeof(void *)];
-#endif
 } rt_slot;
 
 struct rt_queue {
@@ -71,18 +80,6 @@ pe_status rt_queue_create(size_t capacity, rt_queue **out)
         free(q);
         return PE_ENOMEM;
     }
-    q->mask = capacity - 1;
-    atomic_init(&q->tail, 0);
-    atomic_init(&q->head, 0);
-    for (size_t i = 0; i < capacity; i++) {
-        atomic_init(&q->slots[i].seq, i);
-        q->slots[i].item = NULL;
-        RT_IGNORE_WORD(q->slots[i].seq);
-        /* The first producer of each slot "receives" it from the creator. */
-        RT_HAPPENS_BEFORE(&q->slots[i]);
-    }
-    RT_IGNORE_WORD(q->tail);
-    RT_IGNORE_WORD(q->head);
     if (rt_park_init(&q->not_empty, NULL) != PE_OK) {
         free(q->slots);
         free(q);
@@ -93,6 +90,18 @@ pe_status rt_queue_create(size_t capacity, rt_queue **out)
         free(q->slots);
         free(q);
         return PE_ENOMEM;
+    }
+    q->mask = capacity - 1;
+    atomic_init(&q->tail, 0);
+    atomic_init(&q->head, 0);
+    RT_IGNORE_WORD(q->tail);
+    RT_IGNORE_WORD(q->head);
+    for (size_t i = 0; i < capacity; i++) {
+        atomic_init(&q->slots[i].seq, i);
+        q->slots[i].item = NULL;
+        RT_IGNORE_WORD(q->slots[i].seq);
+        /* The first producer of each slot "receives" it from the creator. */
+        RT_HAPPENS_BEFORE(&q->slots[i]);
     }
     *out = q;
     return PE_OK;
@@ -122,12 +131,12 @@ pe_status rt_queue_try_push(rt_queue *q, void *item)
         if (pos & RT_CLOSED)
             return PE_ECLOSED;
         s = &q->slots[pos & q->mask];
-        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_seq_cst);
+        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
         int64_t diff = (int64_t)(seq - pos);
         if (diff == 0) {
             /* on failure pos is reloaded (and may carry RT_CLOSED now) */
             if (atomic_compare_exchange_weak_explicit(&q->tail, &pos, pos + 1,
-                                                      memory_order_relaxed,
+                                                      memory_order_seq_cst,
                                                       memory_order_relaxed))
                 break;
         } else if (diff < 0) { /* the consumer of the previous lap has not freed it: full */
@@ -137,11 +146,13 @@ pe_status rt_queue_try_push(rt_queue *q, void *item)
             pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
         }
     }
+    unsigned sleepers = rt_park_waiters(&q->not_empty); /* after the CAS: see park.h */
     RT_HAPPENS_AFTER(s); /* pairs with the consumer that freed the slot */
     s->item = item;
     RT_HAPPENS_BEFORE(s);
-    atomic_store_explicit(&s->seq, pos + 1, memory_order_seq_cst);
-    rt_park_notify(&q->not_empty);
+    atomic_store_explicit(&s->seq, pos + 1, memory_order_release);
+    if (sleepers)
+        rt_park_notify_all(&q->not_empty);
     return PE_OK;
 }
 
@@ -151,16 +162,16 @@ pe_status rt_queue_try_pop(rt_queue *q, void **item)
     rt_slot *s;
     for (;;) {
         s = &q->slots[pos & q->mask];
-        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_seq_cst);
+        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
         int64_t diff = (int64_t)(seq - (pos + 1));
         if (diff == 0) {
             if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + 1,
-                                                      memory_order_relaxed,
+                                                      memory_order_seq_cst,
                                                       memory_order_relaxed))
                 break;
         } else if (diff < 0) {
             /* Not filled yet, so nobody popped past it: pos is the current head. */
-            uint64_t tail = atomic_load_explicit(&q->tail, memory_order_seq_cst);
+            uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
             if ((tail & RT_CLOSED) && (tail & ~RT_CLOSED) == pos)
                 return PE_ECLOSED;
             return PE_EAGAIN;
@@ -168,31 +179,64 @@ pe_status rt_queue_try_pop(rt_queue *q, void **item)
             pos = atomic_load_explicit(&q->head, memory_order_relaxed);
         }
     }
+    unsigned sleepers = rt_park_waiters(&q->not_full); /* after the CAS: see park.h */
     RT_HAPPENS_AFTER(s); /* pairs with the producer that published the item */
     *item = s->item;
     RT_HAPPENS_BEFORE(s);
-    atomic_store_explicit(&s->seq, pos + q->mask + 1, memory_order_seq_cst);
-    rt_park_notify(&q->not_full);
+    atomic_store_explicit(&s->seq, pos + q->mask + 1, memory_order_release);
+    if (sleepers)
+        rt_park_notify_all(&q->not_full);
     return PE_OK;
+}
+
+/* Round i of a blocked push or pop waits 2^i pauses (at most 2^RT_SPIN_MAX_SHIFT) before
+ * the next try; after RT_SPIN_ROUNDS rounds (6: 63 pauses, about 1.3 us at 20 ns a
+ * pause) it parks. Short on purpose: a partner that is running right now is caught
+ * without a sleep, while a long spin loses twice on a busy machine (it takes the CPU
+ * the partner needs) and in 1P1C streaming (a consumer that parks lets the producer
+ * run ahead, and then drains a batch without fighting over the same cache line):
+ * 12 rounds measured 1.7x the mutex queue's items/s at 1P1C, 0 to 7 rounds 2-5x. */
+static void spin_pause(int round)
+{
+    int n = 1 << (round < RT_SPIN_MAX_SHIFT ? round : RT_SPIN_MAX_SHIFT);
+    for (int i = 0; i < n; i++)
+        rt_cpu_relax();
+}
+
+/* Whether a blocked push may sleep: every slot is queued and no consumer has claimed one
+ * it is about to free. Reads head with seq_cst after the announcement (park.h). */
+static int may_sleep_full(rt_queue *q)
+{
+    uint64_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&q->head, memory_order_seq_cst);
+    return !(tail & RT_CLOSED) && tail - head > q->mask;
+}
+
+/* Whether a blocked pop may sleep: no producer has claimed a position (tail == head). */
+static int may_sleep_empty(rt_queue *q)
+{
+    uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&q->tail, memory_order_seq_cst);
+    return tail == head; /* a closed tail carries RT_CLOSED, so never equal */
 }
 
 pe_status rt_queue_push(rt_queue *q, void *item)
 {
     for (;;) {
         pe_status s = rt_queue_try_push(q, item);
-        for (int i = 0; s == PE_EAGAIN && i < RT_SPIN; i++) {
-            rt_cpu_relax();
+        for (int i = 0; s == PE_EAGAIN && i < RT_SPIN_ROUNDS; i++) {
+            spin_pause(i);
             s = rt_queue_try_push(q, item);
         }
         if (s != PE_EAGAIN)
             return s;
         uint32_t key = rt_park_prepare(&q->not_full);
-        s = rt_queue_try_push(q, item);
-        if (s != PE_EAGAIN) {
+        if (may_sleep_full(q)) {
+            rt_park_wait(&q->not_full, key);
+        } else {
             rt_park_cancel(&q->not_full, key);
-            return s;
+            sched_yield(); /* a consumer is freeing a slot: let it run */
         }
-        rt_park_wait(&q->not_full, key);
     }
 }
 
@@ -200,19 +244,19 @@ pe_status rt_queue_pop(rt_queue *q, void **item)
 {
     for (;;) {
         pe_status s = rt_queue_try_pop(q, item);
-        for (int i = 0; s == PE_EAGAIN && i < RT_SPIN; i++) {
-            rt_cpu_relax();
+        for (int i = 0; s == PE_EAGAIN && i < RT_SPIN_ROUNDS; i++) {
+            spin_pause(i);
             s = rt_queue_try_pop(q, item);
         }
         if (s != PE_EAGAIN)
             return s;
         uint32_t key = rt_park_prepare(&q->not_empty);
-        s = rt_queue_try_pop(q, item);
-        if (s != PE_EAGAIN) {
+        if (may_sleep_empty(q)) {
+            rt_park_wait(&q->not_empty, key);
+        } else {
             rt_park_cancel(&q->not_empty, key);
-            return s;
+            sched_yield(); /* items are queued or being published: retry */
         }
-        rt_park_wait(&q->not_empty, key);
     }
 }
 

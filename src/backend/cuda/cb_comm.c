@@ -1,7 +1,8 @@
 /* cb_comm.c: comm_create/abort/destroy of the CUDA backend and the dispatch of every
- * collective to its path: NCCL when every device of the group is distinct, the in-process
- * peer path when one appears twice (NCCL refuses that: "Duplicate GPU detected"). The
- * choice is be_comm_path_for (backend.c), unit-tested without a GPU. */
+ * collective to its path: NCCL when every device of the group is distinct and serves no
+ * other worker, the in-process peer path when one appears twice (NCCL refuses that:
+ * "Duplicate GPU detected") or also serves workers of other groups. The choice is
+ * be_comm_path_for (backend.c), unit-tested without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,7 +35,16 @@ pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     atomic_init(&g->gen, 0);
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
-    g->path = be_comm_path_for(PE_BACKEND_CUDA, ids, n, be_comm_force_peer(), NULL);
+    /* A GPU opened by more workers than this group has ranks on it also serves other
+     * groups: NCCL there could deadlock against their NCCL kernels (docs/cuda.md). */
+    int shared = 0;
+    for (int r = 0; r < n; r++) {
+        int here = 0;
+        for (int q = 0; q < n; q++)
+            here += ids[q] == ids[r];
+        shared |= cb_device_open_count(ids[r]) > here;
+    }
+    g->path = be_comm_path_for(PE_BACKEND_CUDA, ids, n, be_comm_force_peer(), shared, NULL);
     pe_status s = g->path == BE_COMM_NCCL ? cb_nccl_create(g, devs, err)
                                           : cb_peer_create(g, devs, err);
     if (s != PE_OK) {

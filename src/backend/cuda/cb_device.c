@@ -14,6 +14,22 @@
 
 #include "backend/cuda/cb_internal.h"
 
+/* Guards every device's out_chans list, every channel's sender (see cb_internal.h) and
+ * the count of opened devices per GPU. */
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+#define CB_MAX_IDS 1024
+static int open_count[CB_MAX_IDS];
+
+int cb_device_open_count(int id)
+{
+    if (id < 0 || id >= CB_MAX_IDS)
+        return 0;
+    pthread_mutex_lock(&registry);
+    int n = open_count[id];
+    pthread_mutex_unlock(&registry);
+    return n;
+}
+
 pe_status cb_device_count(int *n, pe_err *err)
 {
     int count = 0;
@@ -103,10 +119,6 @@ pe_status cb_open(int id, be_device **out, pe_err *err)
     if (!d)
         return pe_fail(err, PE_ENOMEM, "out of host memory opening CUDA device %d", id);
     d->id = id;
-    if (pthread_mutex_init(&d->lock, NULL) != 0) {
-        free(d);
-        return pe_fail(err, PE_ENOMEM, "pthread_mutex_init failed opening CUDA device %d", id);
-    }
     pe_status s = PE_OK;
     cudaError_t e;
     cublasStatus_t b;
@@ -133,6 +145,11 @@ pe_status cb_open(int id, be_device **out, pe_err *err)
         cb_close(d);
         return s;
     }
+    pthread_mutex_lock(&registry);
+    if (id < CB_MAX_IDS)
+        open_count[id]++;
+    d->counted = id < CB_MAX_IDS;
+    pthread_mutex_unlock(&registry);
     *out = d;
     return PE_OK;
 }
@@ -152,8 +169,13 @@ void cb_close(be_device *dev)
     if (dev->stream)
         (void)cudaStreamDestroy(dev->stream);
     (void)cudaGetLastError();
+    pthread_mutex_lock(&registry); /* its groups may outlive it: detach */
+    if (dev->counted)
+        open_count[dev->id]--;
+    for (int i = 0; i < dev->n_out_chans; i++)
+        *cb_chan_sender(dev->out_chans[i]) = NULL;
+    pthread_mutex_unlock(&registry);
     free(dev->out_chans);
-    pthread_mutex_destroy(&dev->lock);
     free(dev);
 }
 
@@ -243,39 +265,57 @@ pe_status cb_copy_d2d(be_device *dev, void *dst, const void *src, size_t bytes)
     return PE_OK;
 }
 
+/* The stream, then every peer-path send of this device: taken from the registry as a
+ * snapshot, so no lock is held while waiting for a receiver. (comm_destroy must not run
+ * while a member device is in synchronize: no rank may be in a call.) */
 pe_status cb_synchronize(be_device *dev)
 {
     cudaError_t e = cudaStreamSynchronize(dev->stream);
     if (e != cudaSuccess)
         return cb_cuda_fail(&dev->err, e, "cudaStreamSynchronize", dev->id);
-    return cb_peer_wait_sends(dev);
+    pthread_mutex_lock(&registry);
+    int n = dev->n_out_chans;
+    struct cb_chan **snap = n ? malloc((size_t)n * sizeof *snap) : NULL;
+    if (snap)
+        memcpy(snap, dev->out_chans, (size_t)n * sizeof *snap);
+    pthread_mutex_unlock(&registry);
+    if (n && !snap)
+        return pe_fail(&dev->err, PE_ENOMEM, "synchronize: out of host memory");
+    pe_status s = PE_OK;
+    for (int i = 0; i < n && s == PE_OK; i++)
+        s = cb_peer_wait_chan(dev, snap[i]);
+    free(snap);
+    return s;
 }
 
 pe_status cb_device_add_out_chan(be_device *dev, struct cb_chan *ch, pe_err *err)
 {
-    pthread_mutex_lock(&dev->lock);
+    pthread_mutex_lock(&registry);
     if (dev->n_out_chans == dev->cap_out_chans) {
         int cap = dev->cap_out_chans ? 2 * dev->cap_out_chans : 8;
         struct cb_chan **p = realloc(dev->out_chans, (size_t)cap * sizeof *p);
         if (!p) {
-            pthread_mutex_unlock(&dev->lock);
+            pthread_mutex_unlock(&registry);
             return pe_fail(err, PE_ENOMEM, "out of host memory for a peer-path channel");
         }
         dev->out_chans = p;
         dev->cap_out_chans = cap;
     }
     dev->out_chans[dev->n_out_chans++] = ch;
-    pthread_mutex_unlock(&dev->lock);
+    *cb_chan_sender(ch) = dev;
+    pthread_mutex_unlock(&registry);
     return PE_OK;
 }
 
-void cb_device_remove_out_chan(be_device *dev, struct cb_chan *ch)
+void cb_device_remove_out_chan(struct cb_chan *ch)
 {
-    pthread_mutex_lock(&dev->lock);
-    for (int i = 0; i < dev->n_out_chans; i++)
+    pthread_mutex_lock(&registry);
+    be_device *dev = *cb_chan_sender(ch);
+    for (int i = 0; dev && i < dev->n_out_chans; i++)
         if (dev->out_chans[i] == ch) {
             dev->out_chans[i] = dev->out_chans[--dev->n_out_chans];
             break;
         }
-    pthread_mutex_unlock(&dev->lock);
+    *cb_chan_sender(ch) = NULL;
+    pthread_mutex_unlock(&registry);
 }

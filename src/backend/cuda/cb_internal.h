@@ -27,9 +27,11 @@ struct be_device {
     int32_t *bad_id;      /* device int: first out-of-range embedding row, or -1 */
     int32_t *bad_id_host; /* pinned host copy of *bad_id */
     pe_err err;           /* the last failure on this device */
+    int counted;          /* counted in the registry's opened devices per GPU */
     /* Peer-path channels this device sends on: synchronize() waits until the receivers
-     * took every send. comm_create/comm_destroy (any thread) edit the list under lock. */
-    pthread_mutex_t lock;
+     * took every send. Edited under the registry lock of cb_device.c (comm_create and
+     * comm_destroy run on any thread; a device may be closed before its groups are
+     * destroyed, which detaches it from their channels). */
     struct cb_chan **out_chans; /* (n_out_chans) */
     int n_out_chans, cap_out_chans;
 };
@@ -42,13 +44,20 @@ pe_status cb_cuda_status(cudaError_t e);
 /* Launch check: the error of the last launch on this thread, as cb_cuda_fail. */
 pe_status cb_check_launch(be_device *dev, cudaError_t e, const char *kernel);
 
-/* Registers/unregisters a peer-path channel that dev sends on (cb_device.c). */
-pe_status cb_device_add_out_chan(be_device *dev, struct cb_chan *ch, pe_err *err);
-void cb_device_remove_out_chan(be_device *dev, struct cb_chan *ch);
+/* How many opened devices (workers) this process has on CUDA device id (cb_device.c). */
+int cb_device_open_count(int id);
 
-/* Waits until every peer-path send issued on dev was taken and copied by its receiver
+/* Registers a peer-path channel that dev sends on, and unregisters it (from whichever
+ * device it is still registered with). cb_device.c; the channel's `sender` field is
+ * set and cleared under the same lock. */
+pe_status cb_device_add_out_chan(be_device *dev, struct cb_chan *ch, pe_err *err);
+void cb_device_remove_out_chan(struct cb_chan *ch);
+/* Where cb_device.c keeps a channel's registration (cb_peer.c defines the channel). */
+be_device **cb_chan_sender(struct cb_chan *ch);
+
+/* Waits until every send issued on the channel was taken and copied by its receiver
  * (cb_peer.c); PE_ECOMM when the communicator was aborted first. */
-pe_status cb_peer_wait_sends(be_device *dev);
+pe_status cb_peer_wait_chan(be_device *dev, struct cb_chan *ch);
 
 /* ---- the op groups, for the table in cb_ops.c ---- */
 pe_status cb_device_count(int *n, pe_err *err);

@@ -1,5 +1,6 @@
 /* cb_peer.c: the in-process peer path: collectives for a group whose device list repeats
- * a GPU (NCCL refuses that), with the interface and the results of the NCCL path.
+ * a GPU (NCCL refuses that) or shares a GPU with other groups, with the interface and the
+ * results of the NCCL path.
  *
  * Every rank is a worker thread with its own stream. A collective is:
  *   enter: the rank publishes its arguments, records `ready` on its stream, and meets the
@@ -9,6 +10,7 @@
  *          (another GPU), the reduce kernel;
  *   leave: records `mid`, meets the others (R2) and waits on every `mid`, so no rank
  *          overwrites a buffer that another still reads once the call returned.
+ * A barrier is the host meeting alone (as on NCCL and the host backend).
  * Events and published arguments alternate between two sets by the parity of the
  * collective's number: a set is recorded again only two collectives later, when every
  * rank has provably enqueued its waits on the previous record.
@@ -26,7 +28,6 @@
  * A failure inside a collective aborts the group, so its peers wake with PE_ECOMM
  * instead of waiting for a rank that left.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ typedef struct cb_chan_slot {
 
 struct cb_chan {
     cb_group *g;
+    be_device *sender; /* registered with this device (NULL once it closed); cb_device.c */
     int from, to;
     uint64_t posted, taken; /* under the group's lock */
     cb_chan_slot slot[CB_CHAN_SLOTS];
@@ -448,34 +450,28 @@ pe_status cb_peer_recv(be_comm *c, float *buf, size_t count, int peer)
     return PE_OK;
 }
 
-pe_status cb_peer_wait_sends(be_device *dev)
+be_device **cb_chan_sender(struct cb_chan *ch) { return &ch->sender; }
+
+pe_status cb_peer_wait_chan(be_device *dev, struct cb_chan *ch)
 {
-    pe_status s = PE_OK;
-    pthread_mutex_lock(&dev->lock);
-    for (int i = 0; i < dev->n_out_chans && s == PE_OK; i++) {
-        struct cb_chan *ch = dev->out_chans[i];
-        cb_group *g = ch->g;
-        pthread_mutex_lock(&g->lock);
-        while (ch->taken < ch->posted && !aborted(g))
-            pthread_cond_wait(&g->cond, &g->lock);
-        int pending = ch->taken < ch->posted;
-        cudaEvent_t last = ch->posted ? ch->slot[(ch->posted - 1) % CB_CHAN_SLOTS].done : NULL;
-        pthread_mutex_unlock(&g->lock);
-        if (pending) {
-            s = pe_fail(&dev->err, PE_ECOMM,
-                        "synchronize on CUDA device %d: a send to rank %d was never received: "
-                        "the communicator was aborted",
-                        dev->id, ch->to);
-            break;
-        }
-        if (last) {
-            cudaError_t e = cudaEventSynchronize(last);
-            if (e != cudaSuccess)
-                s = cb_cuda_fail(&dev->err, e, "cudaEventSynchronize (peer send)", dev->id);
-        }
+    cb_group *g = ch->g;
+    pthread_mutex_lock(&g->lock);
+    while (ch->taken < ch->posted && !aborted(g))
+        pthread_cond_wait(&g->cond, &g->lock);
+    int pending = ch->taken < ch->posted;
+    cudaEvent_t last = ch->posted ? ch->slot[(ch->posted - 1) % CB_CHAN_SLOTS].done : NULL;
+    pthread_mutex_unlock(&g->lock);
+    if (pending)
+        return pe_fail(&dev->err, PE_ECOMM,
+                       "synchronize on CUDA device %d: a send to rank %d was never received: "
+                       "the communicator was aborted",
+                       dev->id, ch->to);
+    if (last) {
+        cudaError_t e = cudaEventSynchronize(last);
+        if (e != cudaSuccess)
+            return cb_cuda_fail(&dev->err, e, "cudaEventSynchronize (peer send)", dev->id);
     }
-    pthread_mutex_unlock(&dev->lock);
-    return s;
+    return PE_OK;
 }
 
 /* ---- life cycle ---- */
@@ -498,7 +494,7 @@ static void free_peer(cb_group *g, int registered)
         for (int i = 0; i < n * n; i++) {
             struct cb_chan *ch = &p->chans[i];
             if (registered && ch->from != ch->to)
-                cb_device_remove_out_chan(g->ranks[ch->from].dev, ch);
+                cb_device_remove_out_chan(ch);
             for (int k = 0; k < CB_CHAN_SLOTS; k++) {
                 if (ch->slot[k].ready)
                     (void)cudaEventDestroy(ch->slot[k].ready);

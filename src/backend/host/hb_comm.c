@@ -21,9 +21,11 @@ static void world_free(hb_world *w, int chans_ready, int bar_ready)
             pthread_mutex_destroy(&w->chans[i].mu);
         }
     if (w->ranks)
-        for (int r = 0; r < w->n; r++)
+        for (int r = 0; r < w->n; r++) {
             if (w->ranks[r].pend)
                 hb_pending_release(w->ranks[r].pend);
+            free(w->ranks[r].scratch);
+        }
     if (bar_ready)
         hb_bar_destroy(&w->bar);
     free(w->chans);
@@ -65,9 +67,16 @@ pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
         world_free(w, 0, 0);
         return s;
     }
+    int scratch_ok = 1;
     for (int r = 0; r < n; r++) {
         w->ranks[r] = (be_comm){.w = w, .rank = r, .dev = devs[r], .pend = devs[r]->pend};
         hb_pending_retain(devs[r]->pend);
+        w->ranks[r].scratch = aligned_alloc(64, HB_SMALL * sizeof(float));
+        scratch_ok &= w->ranks[r].scratch != NULL;
+    }
+    if (!scratch_ok) {
+        world_free(w, 0, 1);
+        return pe_fail(err, PE_ENOMEM, "comm_create: out of memory for %d ranks", n);
     }
     int ready = 0;
     for (; ready < n * n; ready++) {

@@ -15,7 +15,8 @@
 #include "backend/host/hb_barrier.h"
 #include "backend/host/hb_internal.h"
 
-#define HB_RING 16 /* sends one pair may have in flight before send blocks */
+#define HB_RING 16    /* sends one pair may have in flight before send blocks */
+#define HB_SMALL 2048 /* elements: an all-reduce up to this size is direct for any n */
 
 typedef enum hb_op {
     HB_OP_ALLREDUCE = 1,
@@ -60,6 +61,7 @@ struct be_comm {
     int rank;
     be_device *dev;   /* for error messages; touched only by this rank's thread */
     hb_pending *pend; /* dev's sends in flight; the world holds a reference */
+    float *scratch;   /* (HB_SMALL) this rank's sums before they go into an in-place recv */
 };
 
 struct hb_world {
