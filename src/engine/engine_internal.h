@@ -26,7 +26,7 @@
 typedef struct en_sync {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done;
+    atomic_int done; /* 1 once the request completed */
 } en_sync;
 
 typedef enum en_task_kind {
@@ -154,6 +154,15 @@ int en_task_parts(const pe_engine *e, const en_worker *w, const en_task *t);
 
 /* ---- router.c ---- */
 void *en_router_main(void *arg);
+/* Dispatches r's tasks to its replica (or completes it with the failure). */
+void en_route(pe_engine *e, en_request *r);
+/* 1 when a request's tasks all enter one queue, so any thread may dispatch them. */
+static inline int en_direct_dispatch(const struct pe_engine *e);
+
+static inline int en_direct_dispatch(const pe_engine *e)
+{
+    return e->tp == 1 && e->schedule != PE_SCHED_GPIPE;
+}
 
 /* ---- failure ---- */
 /* Records the first failure, aborts every communicator and closes every worker queue, so

@@ -1,8 +1,13 @@
-/* router.c: the router thread: turns each request into tasks for one replica.
+/* router.c: turns each request into tasks for one replica.
  *
- * DP: the replica with the fewest outstanding micro-batches takes the request. A single
- * router keeps every worker's task order consistent, which the collectives inside a TP
- * group and the clock barriers of gpipe rely on.
+ * DP: the replica with the fewest outstanding micro-batches takes the request.
+ * When a request's tasks go to more than one queue (a TP group's lanes, or every stage
+ * under gpipe), one router thread dispatches all requests, so that every worker sees
+ * them in the same order, which the TP collectives and gpipe clock barriers rely on.
+ * Otherwise (tp = 1, naive or stream) a request's tasks all enter one queue, stage 0 of
+ * its replica, and the submitting thread dispatches them itself (en_route_direct): one
+ * thread hand-off less per request. The stages after it receive tasks from a single
+ * producer, the stage before, in the order they are sent.
  */
 #include "engine/engine_internal.h"
 
@@ -30,7 +35,7 @@ static void dispatch(pe_engine *e, int rank, en_task *t, int parts_if_dropped)
     en_request_done(e, t->req, parts_if_dropped, f != PE_OK ? f : PE_ECLOSED);
 }
 
-static void route(pe_engine *e, en_request *r)
+void en_route(pe_engine *e, en_request *r)
 {
     int d = least_loaded_replica(e);
     r->replica = d;
@@ -58,7 +63,7 @@ void *en_router_main(void *arg)
         if (f != PE_OK)
             en_request_done(e, r, atomic_load(&r->remaining), f);
         else
-            route(e, r);
+            en_route(e, r);
     }
     return NULL;
 }
