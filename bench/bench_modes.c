@@ -1339,10 +1339,11 @@ static int section_overhead(cJSON *root)
     printf("  %-44s %7.2fus\n", "  its end -> pe_wait returns", to_done);
     printf("  %-44s %7.3fus\n", "raw forward (md_stage_forward, 1 row)", fwd);
     printf("  %-44s %7.2fus\n", "one hop to a sleeping thread (mutex+condvar)", hop);
-    printf("  a round trip is: client -> in-queue -> router thread -> worker queue -> worker "
-           "-> completion -> client:\n  3 hops, each a wake-up when its consumer is parked. "
-           "The split is the trace clock mapped within\n  +-%.1f us (medians of each part, so "
-           "they need not add up to the round trip's median).\n",
+    printf("  a round trip is: client -> worker queue -> worker -> completion -> client (with one\n"
+           "  device the client dispatches itself, no router hop): 2 hand-offs, each a wake-up\n"
+           "  when its consumer is parked; the client spins 30 us before it parks. The split is\n"
+           "  the trace clock mapped within +-%.1f us (medians of each part, so they need not\n"
+           "  add up to the round trip's median).\n",
            0.5 * win);
     cJSON_AddNumberToObject(sec, "calls", calls);
     cJSON_AddNumberToObject(sec, "infer_median_us", med);

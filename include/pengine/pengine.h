@@ -91,7 +91,8 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out);
  * Call once, before any submit. */
 pe_status pe_engine_load(pe_engine *e, const char *model_path);
 
-/* Stops the workers, fails queued requests with PE_ECLOSED, joins and frees. NULL is ok. */
+/* Runs the requests already submitted to the end (results not taken are discarded),
+ * stops and joins the workers, and frees everything. NULL is ok. */
 void pe_engine_destroy(pe_engine *e);
 
 /* The message of this engine's last error ("" if none). Valid until the next call. */

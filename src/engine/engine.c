@@ -115,6 +115,8 @@ void pe_engine_destroy(pe_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->err_mu);
+    pthread_mutex_destroy(&e->sync_mu);
+    pthread_cond_destroy(&e->sync_cv);
     free(e);
 }
 
@@ -240,6 +242,8 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_mutex_init(&e->err_mu, NULL);
+    pthread_mutex_init(&e->sync_mu, NULL);
+    pthread_cond_init(&e->sync_cv, NULL);
     atomic_init(&e->failed, PE_OK);
     atomic_init(&e->outstanding, 0);
     RT_IGNORE_WORD(e->failed);

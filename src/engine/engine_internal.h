@@ -22,10 +22,10 @@
 #define EN_MAX_STAGES 63 /* pe_engine_info.stage_first_layer holds pp + 1 */
 #define EN_SEND_SLOTS 2
 
-/* A pe_infer caller waiting for its request. */
+/* A pe_infer caller waiting for its request. It sleeps on the engine's sync_mu/sync_cv,
+ * which outlive every caller, so a completer never touches a waiter's stack after the
+ * waiter may have returned (only the done flag, under sync_mu). */
 typedef struct en_sync {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     atomic_int done; /* 1 once the request completed */
 } en_sync;
 
@@ -115,6 +115,8 @@ struct pe_engine {
     /* Start-up and load hand-shakes between the creating thread and the workers. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t sync_mu; /* pe_infer waiters (en_sync) */
+    pthread_cond_t sync_cv;
     int setup_done;
     int load_done;
     pe_status load_status;

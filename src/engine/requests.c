@@ -61,11 +61,11 @@ void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s)
         atomic_fetch_sub_explicit(&e->replica_load[r->replica], r->m, memory_order_relaxed);
     if (r->sync) {
         en_sync *sync = r->sync;
-        pthread_mutex_lock(&sync->mu);
+        pthread_mutex_lock(&e->sync_mu);
         RT_HAPPENS_BEFORE(&sync->done);
         atomic_store_explicit(&sync->done, 1, memory_order_release);
-        pthread_cond_signal(&sync->cv);
-        pthread_mutex_unlock(&sync->mu);
+        pthread_cond_broadcast(&e->sync_cv); /* every pe_infer caller sleeps on it */
+        pthread_mutex_unlock(&e->sync_mu);
         return;
     }
     if (rt_queue_push(e->outq, r) != PE_OK) /* closed: the engine is being destroyed */
@@ -210,18 +210,18 @@ pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out)
     en_sync sync;
     atomic_init(&sync.done, 0);
     RT_IGNORE_WORD(sync.done);
-    pthread_mutex_init(&sync.mu, NULL);
-    pthread_cond_init(&sync.cv, NULL);
     r->sync = &sync;
     s = enqueue(e, r);
     if (s == PE_OK) {
         uint64_t until = rt_now_ns() + EN_WAIT_SPIN_NS;
         while (!atomic_load_explicit(&sync.done, memory_order_acquire) && rt_now_ns() < until)
             rt_cpu_relax();
-        pthread_mutex_lock(&sync.mu);
+        /* Taken even when the spin saw done: the completer may still hold it, and our
+         * stack (sync) must outlive its last access. */
+        pthread_mutex_lock(&e->sync_mu);
         while (!atomic_load_explicit(&sync.done, memory_order_acquire))
-            pthread_cond_wait(&sync.cv, &sync.mu);
-        pthread_mutex_unlock(&sync.mu);
+            pthread_cond_wait(&e->sync_cv, &e->sync_mu);
+        pthread_mutex_unlock(&e->sync_mu);
         RT_HAPPENS_AFTER(&sync.done);
         s = atomic_load(&r->status);
     } else {
@@ -230,8 +230,6 @@ pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out)
     request_free(r);
     RT_UNIGNORE_WORD(sync.done);
     RT_HAPPENS_FORGET(&sync.done);
-    pthread_mutex_destroy(&sync.mu);
-    pthread_cond_destroy(&sync.cv);
     if (s != PE_OK) {
         pthread_mutex_lock(&e->err_mu);
         pe_fail(&err, s, "inference failed: %s",
