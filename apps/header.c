@@ -31,6 +31,12 @@ void cli_report_header(cli_report *r, const cli_options *o, const char *title,
             n += 8;
         report_str(r, "notice", "notice", n);
     }
+    if (info->collectives[0]) { /* said once per run: which collective path the ranks use */
+        const char *c = info->collectives;
+        if (!strncmp(c, "collectives: ", 13))
+            c += 13;
+        report_str(r, "collectives", "collectives", c);
+    }
     list_devices(o, buf, sizeof buf);
     report_str(r, NULL, "devices", buf);
     report_int_array(r, "devices", o->devices, o->ndevices);

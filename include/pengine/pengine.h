@@ -113,6 +113,7 @@ typedef struct pe_engine_info {
     pe_schedule schedule;
     int stage_first_layer[64]; /* stage p owns layers [first[p], first[p+1]); pp + 1 entries */
     char notice[256];          /* e.g. the auto-fallback notice; "" if none */
+    char collectives[256];     /* how the ranks talk, one line ("nccl", the peer path, ...) */
 } pe_engine_info;
 pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_select.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_testing.h"
 #include "runtime/annotate.h"
@@ -258,6 +259,9 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
         s = be_select(cfg->backend, &e->ops, e->notice, sizeof e->notice, &err);
     if (s == PE_OK)
         s = be_check_devices(e->ops, cfg->devices, cfg->ndevices, &err);
+    if (s == PE_OK && cfg->ndevices > 1)
+        be_comm_path_describe(e->ops->kind, cfg->devices, cfg->ndevices, e->collectives,
+                              sizeof e->collectives);
     if (s == PE_OK) {
         e->devices = malloc((size_t)e->world * sizeof(int));
         e->workers = calloc((size_t)e->world, sizeof(en_worker));
@@ -412,5 +416,6 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     if (e->loaded)
         memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
+    snprintf(out->collectives, sizeof out->collectives, "%s", e->collectives);
     return PE_OK;
 }

@@ -91,6 +91,7 @@ struct pe_engine {
     int has_split;
     const be_ops *ops;
     char notice[256];
+    char collectives[256]; /* be_comm_path_describe of the device list */
     int world, dp, pp, tp, m;
     pe_schedule schedule;
     rt_topology *topo;
