@@ -85,8 +85,8 @@ void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s)
 
 void md_scratch_free(const be_ops *ops, be_device *dev, md_stage_scratch *sc)
 {
-    float *bufs[3] = {sc->a, sc->b, sc->gather};
-    for (int i = 0; i < 3; i++)
+    float *bufs[4] = {sc->a, sc->b, sc->gather, sc->partial};
+    for (int i = 0; i < 4; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
     memset(sc, 0, sizeof *sc);
@@ -99,15 +99,21 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
         return PE_OK;
     md_scratch_free(ops, dev, sc);
     size_t n = rows * s->max_width;
-    void *a = NULL, *b = NULL, *g = NULL;
+    int has_row = 0;
+    for (int k = 0; k < s->nlayers; k++)
+        has_row |= s->layers[k].kind == MD_SHARD_ROW;
+    void *a = NULL, *b = NULL, *g = NULL, *p = NULL;
     pe_status st = ops->alloc(dev, n * sizeof(float), &a);
     if (st == PE_OK)
         st = ops->alloc(dev, n * sizeof(float), &b);
     if (st == PE_OK && s->max_out_t)
         st = ops->alloc(dev, (size_t)tp * rows * s->max_out_t * sizeof(float), &g);
+    if (st == PE_OK && has_row)
+        st = ops->alloc(dev, n * sizeof(float), &p);
     sc->a = a;
     sc->b = b;
     sc->gather = g;
+    sc->partial = p;
     if (st != PE_OK) {
         md_scratch_free(ops, dev, sc);
         return st;
@@ -158,11 +164,12 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
             s = activate(ops, dev, l->act, y, rows * l->out_t);
         return s;
     case MD_SHARD_ROW: { /* x (rows, in_t) sharded; partial sums (rows, out) all-reduced */
-        s = matmul(ops, dev, l, x, y, rows);
+        s = matmul(ops, dev, l, x, sc->partial, rows);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();
-        s = timed_collective(hooks, t0, ops->allreduce_sum(tp_comm, y, y, rows * l->out));
+        s = timed_collective(hooks, t0,
+                             ops->allreduce_sum(tp_comm, sc->partial, y, rows * l->out));
         if (s == PE_OK)
             s = ops->bias_add(dev, y, l->b, rows, l->out);
         if (s == PE_OK)

@@ -37,6 +37,9 @@ typedef struct md_stage_scratch {
     size_t rows;   /* capacity in rows */
     float *a, *b;  /* (rows, max_width) each: ping-pong activations */
     float *gather; /* (tp, rows, max_out_t): all-gather landing buffer, NULL if unused */
+    float *partial; /* (rows, max_width): a ROW layer's partial sums, NULL if unused; the
+                     * all-reduce reads them and writes the layer's output (out of place:
+                     * the host's in-place form needs a third pass) */
 } md_stage_scratch;
 
 /* Called around each collective, for tracing; may be NULL. */
