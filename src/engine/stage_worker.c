@@ -9,15 +9,21 @@
 #include "engine/engine_internal.h"
 #include "runtime/clock.h"
 
+/* Counts one more worker done with set-up or load, for the thread waiting on e->cv. */
+static void count_done(pe_engine *e, int *counter)
+{
+    pthread_mutex_lock(&e->mu);
+    (*counter)++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 pe_status en_worker_setup(void *ctx, pe_err *err)
 {
     en_worker *w = ctx;
     pe_engine *e = w->e;
     pe_status s = e->ops->open(w->device_id, &w->dev, err);
-    pthread_mutex_lock(&e->mu);
-    e->setup_done++;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    count_done(e, &e->setup_done);
     return s;
 }
 
@@ -224,10 +230,7 @@ pe_status en_worker_run(void *ctx, void *task, pe_err *err)
     en_task *t = task;
     if (t->kind == EN_TASK_LOAD) {
         pe_status s = load_shards(w, err);
-        pthread_mutex_lock(&e->mu);
-        e->load_done++;
-        pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->mu);
+        count_done(e, &e->load_done);
         return s;
     }
     pe_status failed = atomic_load(&e->failed);
@@ -259,10 +262,7 @@ void en_worker_cancel(void *ctx, void *task, pe_status why)
     en_worker *w = ctx;
     en_task *t = task;
     if (t->kind == EN_TASK_LOAD) { /* the loader waits for every worker's answer */
-        pthread_mutex_lock(&w->e->mu);
-        w->e->load_done++;
-        pthread_cond_broadcast(&w->e->cv);
-        pthread_mutex_unlock(&w->e->mu);
+        count_done(w->e, &w->e->load_done);
         return;
     }
     en_request_done(w->e, t->req, en_task_parts(w->e, w, t), why);
