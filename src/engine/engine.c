@@ -89,13 +89,8 @@ void pe_engine_destroy(pe_engine *e)
     destroy_comms(e, e->tp_comms, e->tp);
     destroy_comms(e, e->pipe_comms, e->pp * e->tp);
     void *item;
-    while (e->outq && rt_queue_try_pop(e->outq, &item) == PE_OK) {
-        en_request *r = item;
-        RT_UNIGNORE_WORD(r->remaining);
-        RT_UNIGNORE_WORD(r->status);
-        RT_HAPPENS_FORGET(&r->remaining);
-        free(r);
-    }
+    while (e->outq && rt_queue_try_pop(e->outq, &item) == PE_OK) /* results never taken */
+        en_request_free(item);
     for (int r = 0; e->workers && r < e->world; r++) {
         rt_queue_destroy(e->workers[r].inq);
         free(e->workers[r].trace.ev);

@@ -149,6 +149,8 @@ void en_worker_cancel(void *ctx, void *task, pe_status why);
 void en_worker_on_failure(void *ctx, int index, pe_status s, const pe_err *err);
 
 /* ---- requests.c ---- */
+/* Frees a request nobody will touch again (and tells valgrind to forget its words). */
+void en_request_free(en_request *r);
 /* Marks `parts` parts of r done with status s (PE_OK or the error); completes r at zero. */
 void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s);
 /* Parts a task stands for when it is dropped at worker w: a micro-batch task dropped at

@@ -39,7 +39,7 @@ static en_request *request_new(pe_engine *e, const pe_request *q)
     return r;
 }
 
-static void request_free(en_request *r)
+void en_request_free(en_request *r)
 {
     RT_UNIGNORE_WORD(r->remaining);
     RT_UNIGNORE_WORD(r->status);
@@ -69,7 +69,7 @@ void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s)
         return;
     }
     if (rt_queue_push(e->outq, r) != PE_OK) /* closed: the engine is being destroyed */
-        request_free(r);
+        en_request_free(r);
 }
 
 /* Hands r to the router, or dispatches it on this thread when that keeps every queue's
@@ -136,7 +136,7 @@ static pe_status submit(pe_engine *e, const pe_request *q, int block)
     if (s != PE_OK) {
         atomic_fetch_sub(&e->outstanding, 1);
         rt_queue_push(e->permits, permit);
-        request_free(r);
+        en_request_free(r);
         pe_fail(&err, PE_ECLOSED, "the engine is shutting down");
         return en_error(e, PE_ECLOSED, &err);
     }
@@ -151,7 +151,7 @@ static void take_result(pe_engine *e, en_request *r, pe_result *out)
     out->id = r->req.id;
     out->status = atomic_load(&r->status);
     out->user = r->req.user;
-    request_free(r);
+    en_request_free(r);
     atomic_fetch_sub(&e->outstanding, 1);
     rt_queue_push(e->permits, EN_PERMIT);
 }
@@ -227,7 +227,7 @@ pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out)
     } else {
         s = PE_ECLOSED;
     }
-    request_free(r);
+    en_request_free(r);
     RT_UNIGNORE_WORD(sync.done);
     RT_HAPPENS_FORGET(&sync.done);
     if (s != PE_OK) {
