@@ -290,6 +290,13 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
     return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
 }
 
+pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
+                        cb_group **groups, pe_err *err)
+{
+    (void)parent, (void)colors, (void)group, (void)sub, (void)groups;
+    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
+}
+
 void cb_nccl_abort(cb_group *g) { (void)g; }
 void cb_nccl_destroy(cb_group *g) { (void)g; }
 

@@ -1,7 +1,8 @@
 /* test_collectives.c: host communicators: every collective matches a naive reference bit
  * for bit on every rank (N = 1..8 threads, sizes 0 .. 1<<20, in place and not), send/recv
  * keep order per pair and never deadlock when everyone sends first, and abort wakes every
- * blocked rank with PE_ECOMM. */
+ * blocked rank with PE_ECOMM, and comm_split makes groups by color that work beside their
+ * parent. */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -697,6 +698,107 @@ static void test_comm_create_rejects_bad_device_lists(void **state)
     ops->close(d);
 }
 
+/* ---- split ---------------------------------------------------------------------------------- */
+
+typedef struct split_case {
+    int colors[MAXR];
+    be_comm *sub[MAXR];
+    pe_status split_status;
+    int rank[MAXR], size[MAXR];
+    float sum[MAXR][2];   /* all-reduce of (r + 1, 1) in the rank's group */
+    float world[MAXR];    /* all-reduce of r + 1 in the world after the split */
+    float from_prev[MAXR]; /* recv from the previous rank of the group (ring) */
+} split_case;
+
+/* Rank 0 splits the world; every rank then all-reduces in its group and sends to the next
+ * rank of its group, the world still works beside the groups, and rank 0 frees the groups
+ * with one comm_destroy of the whole array. */
+static void split_body(harness *h, int r)
+{
+    split_case *c = h->arg;
+    if (r == 0) {
+        pe_err err = {{0}};
+        c->split_status = ops->comm_split(h->comms, h->n, c->colors, c->sub, &err);
+    }
+    pthread_barrier_wait(&h->pb);
+    if (c->split_status != PE_OK)
+        return;
+    be_comm *g = c->sub[r];
+    c->rank[r] = ops->comm_rank(g);
+    c->size[r] = ops->comm_size(g);
+    float v[2] = {(float)(r + 1), 1.0f}, one = (float)(r + 1);
+    record(h, r, ops->allreduce_sum(g, v, c->sum[r], 2));
+    record(h, r, ops->allreduce_sum(h->comms[r], &one, &c->world[r], 1));
+    int n = c->size[r], me = c->rank[r];
+    c->from_prev[r] = -1.0f;
+    if (n > 1) {
+        record(h, r, ops->send(g, &one, 1, (me + 1) % n));
+        record(h, r, ops->recv(g, &c->from_prev[r], 1, (me + n - 1) % n));
+        record(h, r, ops->synchronize(h->devs[r]));
+    }
+    pthread_barrier_wait(&h->pb);
+    if (r == 0) {
+        ops->comm_destroy(c->sub, h->n);
+        for (int q = 0; q < h->n; q++)
+            assert_null(c->sub[q]);
+    }
+}
+
+static void test_split_groups_ranks_by_color_in_parent_order(void **state)
+{
+    (void)state;
+    const int n = 6;
+    const int colors[6] = {7, 3, 7, 0, 3, 7}; /* groups {0,2,5}, {1,4}, {3} */
+    split_case c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.colors, colors, sizeof colors);
+    harness h;
+    run_ranks(&h, n, split_body, &c);
+    assert_int_equal(c.split_status, PE_OK);
+    assert_all_ok(&h);
+    const int want_rank[6] = {0, 0, 1, 0, 1, 2}, want_size[6] = {3, 2, 3, 1, 2, 3};
+    const float want_sum[6] = {1 + 3 + 6, 2 + 5, 1 + 3 + 6, 4, 2 + 5, 1 + 3 + 6};
+    const float want_prev[6] = {6, 5, 1, -1, 2, 3}; /* r + 1 of the previous group member */
+    for (int r = 0; r < n; r++) {
+        assert_int_equal(c.rank[r], want_rank[r]);
+        assert_int_equal(c.size[r], want_size[r]);
+        assert_true(c.sum[r][0] == want_sum[r]);
+        assert_true(c.sum[r][1] == (float)want_size[r]);
+        assert_true(c.world[r] == 21.0f);
+        assert_true(c.from_prev[r] == want_prev[r]);
+    }
+}
+
+static void bad_split_body(harness *h, int r)
+{
+    split_case *c = h->arg;
+    if (r != 0)
+        return;
+    pe_err err = {{0}};
+    c->split_status = ops->comm_split(h->comms, h->n, c->colors, c->sub, &err);
+    snprintf(h->msg[0], sizeof h->msg[0], "%s", err.msg);
+    be_comm *reversed[2] = {h->comms[1], h->comms[0]};
+    pe_err err2 = {{0}};
+    c->rank[0] = ops->comm_split(reversed, 2, (const int[]){0, 0}, c->sub, &err2) == PE_EINVAL &&
+                 strstr(err2.msg, "rank order") != NULL;
+}
+
+static void test_split_rejects_negative_colors_and_foreign_ranks(void **state)
+{
+    (void)state;
+    split_case c;
+    memset(&c, 0, sizeof c);
+    c.colors[0] = 0;
+    c.colors[1] = -2;
+    harness h;
+    run_ranks(&h, 2, bad_split_body, &c);
+    assert_int_equal(c.split_status, PE_EINVAL);
+    assert_non_null(strstr(h.msg[0], "rank 1 has color -2"));
+    assert_null(c.sub[0]);
+    assert_null(c.sub[1]);
+    assert_int_equal(c.rank[0], 1);
+}
+
 /* ---- abort --------------------------------------------------------------------------------- */
 
 typedef struct abort_case {
@@ -784,6 +886,8 @@ int main(void)
         cmocka_unit_test(test_invalid_arguments_fail_without_hanging),
         cmocka_unit_test(test_comm_create_rejects_bad_device_lists),
         cmocka_unit_test(test_abort_wakes_every_blocked_rank),
+        cmocka_unit_test(test_split_groups_ranks_by_color_in_parent_order),
+        cmocka_unit_test(test_split_rejects_negative_colors_and_foreign_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

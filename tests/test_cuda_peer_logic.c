@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/cb_internal.h"
+#include "backend/cuda/cb_comm.h" /* to check the path a split group took */
 
 int cuda_fake_events_live(void);
 
@@ -456,6 +456,65 @@ static void distinct_gpus_shared_with_another_worker_take_the_peer_path(void **s
     cb_close(other);
 }
 
+/* ---- comm_split on the peer path ---- */
+
+/* Rank 0 splits {0,0,1,1} by rank parity; each group all-reduces rank-scaled data. The
+ * groups have distinct GPUs, yet keep the parent's peer path (the fake has no NCCL). */
+static void split_body(harness *h, int r)
+{
+    static be_comm *sub[MAXR];
+    static const int colors[MAXR] = {0, 1, 0, 1};
+    if (r == 0) {
+        pe_err err = {{0}};
+        h->extra[0] = cb_comm_split(h->comms, h->n, colors, sub, &err);
+    }
+    pthread_barrier_wait(&h->pb);
+    if (h->extra[0] != PE_OK)
+        return;
+    be_comm *g = sub[r];
+    h->extra[r] = g->g->path == BE_COMM_PEER && cb_comm_size(g) == 2 &&
+                          cb_comm_rank(g) == r / 2
+                      ? PE_OK
+                      : PE_EINTERNAL;
+    size_t n = h->count;
+    float *x = rank_data(n, r, 11), *dx = NULL, *dy = NULL;
+    h->out[r][0] = calloc(n, sizeof(float));
+    record(h, r, cb_alloc(h->devs[r], n * sizeof(float), (void **)&dx));
+    record(h, r, cb_alloc(h->devs[r], n * sizeof(float), (void **)&dy));
+    record(h, r, cb_copy_h2d(h->devs[r], dx, x, n * sizeof(float)));
+    record(h, r, cb_allreduce_sum(g, dx, dy, n));
+    record(h, r, cb_copy_d2h(h->devs[r], h->out[r][0], dy, n * sizeof(float)));
+    record(h, r, cb_synchronize(h->devs[r]));
+    cb_free(h->devs[r], dx);
+    cb_free(h->devs[r], dy);
+    free(x);
+    pthread_barrier_wait(&h->pb);
+    if (r == 0)
+        cb_comm_destroy(sub, h->n);
+}
+
+static void split_keeps_the_peer_path_and_sums_within_each_group(void **state)
+{
+    (void)state;
+    const size_t n = 1000;
+    harness h;
+    run_ranks(&h, gpu0011, 4, split_body, n, 0);
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(h.st[r], PE_OK);
+        assert_int_equal(h.extra[r], PE_OK);
+    }
+    for (int r = 0; r < 4; r++) {
+        int lo = r % 2; /* the group's first member; the other is lo + 2 */
+        float *a = rank_data(n, lo, 11), *b = rank_data(n, lo + 2, 11);
+        for (size_t i = 0; i < n; i++)
+            assert_true(h.out[r][0][i] == a[i] + b[i]); /* rank order: lo, then lo + 2 */
+        free(a);
+        free(b);
+    }
+    free_outputs(&h);
+    assert_int_equal(cuda_fake_events_live(), 0);
+}
+
 static void same_opened_device_twice_is_refused(void **state)
 {
     (void)state;
@@ -483,6 +542,7 @@ int main(void)
         cmocka_unit_test(synchronize_after_abort_reports_the_lost_send),
         cmocka_unit_test(distinct_gpus_shared_with_another_worker_take_the_peer_path),
         cmocka_unit_test(same_opened_device_twice_is_refused),
+        cmocka_unit_test(split_keeps_the_peer_path_and_sums_within_each_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -186,3 +186,26 @@ char *be_comm_path_describe(pe_backend_kind kind, const int *ids, int n, char *b
     }
     return buf;
 }
+
+int be_split_plan(const int *colors, int n, int *group, int *sub, pe_err *err)
+{
+    int ngroups = 0;
+    for (int r = 0; r < n; r++) {
+        if (colors[r] < 0) {
+            pe_fail(err, PE_EINVAL, "comm_split: rank %d has color %d; colors must be >= 0",
+                    r, colors[r]);
+            return -1;
+        }
+        group[r] = -1;
+        sub[r] = 0;
+        for (int q = 0; q < r; q++) /* the first rank of this color names the group */
+            if (colors[q] == colors[r]) {
+                if (group[r] < 0)
+                    group[r] = group[q];
+                sub[r]++;
+            }
+        if (group[r] < 0)
+            group[r] = ngroups++;
+    }
+    return ngroups;
+}

@@ -101,7 +101,15 @@ typedef struct be_ops {
     /* Aborts the communicator that comm belongs to: every rank blocked in it wakes with
      * PE_ECOMM, and every later call on any of its ranks returns PE_ECOMM. Any thread. */
     void (*comm_abort)(be_comm *comm);
-    /* Frees all n ranks made by one comm_create; no rank may be in a call. */
+    /* Splits a communicator by color, as ncclCommSplit: parents[r] is rank r of one
+     * communicator of n ranks; the ranks of one color (>= 0) form a new communicator,
+     * ranked in parent-rank order, and out[r] is rank r's handle in it. One call for every
+     * rank, from any thread (like comm_create). Aborting or destroying the parent leaves
+     * the new communicators as they are. */
+    pe_status (*comm_split)(be_comm *const *parents, int n, const int *colors, be_comm **out,
+                            pe_err *err);
+    /* Frees every communicator that one of comms[0..n) belongs to, each once, and sets
+     * every entry to NULL (NULL entries are skipped); no rank of them may be in a call. */
     void (*comm_destroy)(be_comm **comms, int n);
 
     /* ---- collectives; counts in elements; called by every rank in the same order ---- */
@@ -133,6 +141,11 @@ const be_ops *be_cuda_ops(void);
  * CUDA without a device is PE_ENODEV with a message saying so. */
 pe_status be_select(pe_backend_kind kind, const be_ops **out, char *notice, size_t notice_len,
                     pe_err *err);
+
+/* The shape of a split (comm_split): parent rank r joins group group[r], numbered by the
+ * first appearance of its color, as rank sub[r] of it (parent-rank order). Returns the
+ * number of groups, or -1 (message in err) when a color is negative. */
+int be_split_plan(const int *colors, int n, int *group, int *sub, pe_err *err);
 
 /* Checks a device list against the backend: every id must exist. On failure the message
  * names the bad id and lists the devices that exist (index, name, memory, bus id). */

@@ -29,13 +29,6 @@ const char *pe_engine_last_error(const pe_engine *e)
     return e ? e->last_err.msg : "engine is NULL";
 }
 
-static void abort_group(pe_engine *e, be_comm **comms)
-{
-    for (int r = 0; comms && r < e->world; r++)
-        if (comms[r])
-            e->ops->comm_abort(comms[r]);
-}
-
 void en_fail(pe_engine *e, pe_status s, const char *msg)
 {
     pthread_mutex_lock(&e->err_mu);
@@ -48,8 +41,7 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
     if (!first)
         return;
     /* Wake everyone: peers blocked in a collective or recv, and idle workers. */
-    abort_group(e, e->tp_comms);
-    abort_group(e, e->pipe_comms);
+    en_comms_abort(e);
     for (int r = 0; r < e->world; r++)
         if (e->workers[r].inq)
             rt_queue_close(e->workers[r].inq);
@@ -58,14 +50,6 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
 void en_inject_failure(pe_engine *e, int rank, long at_task)
 {
     e->workers[rank].fail_at_task = at_task;
-}
-
-static void destroy_comms(pe_engine *e, be_comm **comms, int group)
-{
-    for (int r = 0; comms && r < e->world; r += group)
-        if (comms[r])
-            e->ops->comm_destroy(&comms[r], group);
-    free(comms);
 }
 
 void pe_engine_destroy(pe_engine *e)
@@ -86,8 +70,7 @@ void pe_engine_destroy(pe_engine *e)
             if (e->workers[r].p == p && e->workers[r].thread)
                 rt_worker_join(e->workers[r].thread, NULL);
     }
-    destroy_comms(e, e->tp_comms, e->tp);
-    destroy_comms(e, e->pipe_comms, e->pp * e->tp);
+    en_comms_destroy(e);
     void *item;
     while (e->outq && rt_queue_try_pop(e->outq, &item) == PE_OK) /* results never taken */
         en_request_free(item);
@@ -199,29 +182,6 @@ static pe_status start_workers(pe_engine *e, pe_err *err)
     return f;
 }
 
-/* One communicator per group of `size` consecutive ranks (ncclCommInitAll each). */
-static pe_status make_comms(pe_engine *e, int size, be_comm ***out, pe_err *err)
-{
-    *out = NULL;
-    if (size == 1)
-        return PE_OK;
-    be_comm **comms = calloc((size_t)e->world, sizeof *comms);
-    be_device **devs = calloc((size_t)e->world, sizeof *devs);
-    if (!comms || !devs) {
-        free(comms);
-        free(devs);
-        return pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
-    }
-    for (int r = 0; r < e->world; r++)
-        devs[r] = e->workers[r].dev;
-    pe_status s = PE_OK;
-    for (int r = 0; s == PE_OK && r < e->world; r += size)
-        s = e->ops->comm_create(&devs[r], size, &comms[r], err);
-    free(devs);
-    *out = comms; /* partial groups are destroyed with the engine */
-    return s;
-}
-
 pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
 {
     pe_err err = {{0}};
@@ -292,14 +252,7 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     if (s == PE_OK)
         s = start_workers(e, &err);
     if (s == PE_OK)
-        s = make_comms(e, e->tp, &e->tp_comms, &err);
-    if (s == PE_OK)
-        s = make_comms(e, e->pp * e->tp, &e->pipe_comms, &err);
-    for (int r = 0; s == PE_OK && r < e->world; r++) {
-        en_worker *w = &e->workers[r];
-        w->tp_comm = e->tp_comms ? e->tp_comms[r] : NULL;
-        w->pipe_comm = e->pipe_comms ? e->pipe_comms[r] : NULL;
-    }
+        s = en_comms_create(e, &err);
     if (s == PE_OK) {
         if (pthread_create(&e->router, NULL, en_router_main, e) != 0)
             s = pe_fail(&err, PE_ENOMEM, "cannot start the router thread");

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "model/forward.h"
 #include "model/mlp.h"
+#include "runtime/barrier.h"
 #include "runtime/queue.h"
 #include "runtime/topology.h"
 #include "runtime/worker.h"
@@ -70,8 +71,9 @@ typedef struct en_worker {
     rt_worker *thread;
     rt_binding bind;
     be_device *dev;
-    be_comm *tp_comm;   /* TP group of (d, p): tp ranks, this one is rank t */
-    be_comm *pipe_comm; /* replica d: pp * tp ranks, this one is p * tp + t */
+    be_comm *world_comm; /* every worker; this one is its world rank (stage send/recv) */
+    be_comm *tp_comm;    /* TP group of (d, p): tp ranks, this one is rank t; NULL if tp 1 */
+    be_comm *dp_comm;    /* DP group of (p, t): dp ranks, this one is rank d; NULL if dp 1 */
     md_stage stage;     /* this rank's shards of stage p's layers */
     md_stage_scratch scratch;
     float *in_buf;                  /* (rows_cap, stage.in): received / uploaded input */
@@ -97,8 +99,11 @@ struct pe_engine {
     rt_topology *topo;
 
     en_worker *workers; /* (world), rank = (d * pp + p) * tp + t */
-    be_comm **tp_comms; /* (world): dp * pp groups of tp ranks, by rank */
-    be_comm **pipe_comms; /* (world): dp groups of pp * tp ranks, by rank */
+    be_comm **world_comms; /* (world) by rank; NULL when world is 1 (comms.c) */
+    be_comm **tp_comms;    /* (world): dp * pp groups of tp ranks split from the world */
+    be_comm **dp_comms;    /* (world): pp * tp groups of dp ranks split from the world */
+    rt_barrier *clocks;    /* (dp): replica d's gpipe clock, pp * tp threads */
+    int nclocks;           /* clocks initialized */
 
     md_mlp model;
     int loaded;
@@ -140,6 +145,13 @@ static inline int en_rank(const pe_engine *e, int d, int p, int t)
 {
     return (d * e->pp + p) * e->tp + t;
 }
+
+/* ---- comms.c ---- */
+/* The world communicator, the TP and DP groups split from it, and the gpipe clocks. */
+pe_status en_comms_create(pe_engine *e, pe_err *err);
+/* Wakes every rank blocked in a collective, a recv or a clock. Any thread. */
+void en_comms_abort(pe_engine *e);
+void en_comms_destroy(pe_engine *e);
 
 /* ---- worker.c ---- */
 pe_status en_worker_setup(void *ctx, pe_err *err);

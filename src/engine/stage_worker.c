@@ -145,7 +145,8 @@ static pe_status run_stage(en_worker *w, const en_request *r, int mb, pe_err *er
                           rows * w->stage.in * sizeof(float));
     } else {
         what = "recv from the previous stage";
-        s = ops->recv(w->pipe_comm, w->in_buf, rows * w->stage.in, (w->p - 1) * e->tp + w->t);
+        s = ops->recv(w->world_comm, w->in_buf, rows * w->stage.in,
+                      en_rank(e, w->d, w->p - 1, w->t));
         en_trace_record(w, PE_TRACE_RECV, r, mb, t0, rt_now_ns());
     }
     if (s != PE_OK)
@@ -169,7 +170,7 @@ static pe_status run_stage(en_worker *w, const en_request *r, int mb, pe_err *er
 
     if (w->p + 1 < e->pp) {
         t0 = rt_now_ns();
-        s = ops->send(w->pipe_comm, y, rows * w->stage.out, (w->p + 1) * e->tp + w->t);
+        s = ops->send(w->world_comm, y, rows * w->stage.out, en_rank(e, w->d, w->p + 1, w->t));
         w->out_pending[slot] = 1;
         en_trace_record(w, PE_TRACE_SEND, r, mb, t0, rt_now_ns());
         what = "send to the next stage";
@@ -197,13 +198,13 @@ static pe_status run_clocks(en_worker *w, const en_request *r, pe_err *err)
             if (s != PE_OK)
                 return s;
         }
-        if (w->pipe_comm) {
+        if (e->clocks) {
             uint64_t t0 = rt_now_ns();
-            pe_status s = e->ops->barrier(w->pipe_comm);
+            pe_status s = rt_barrier_wait(&e->clocks[w->d], 1);
             en_trace_record(w, PE_TRACE_CLOCK_WAIT, r, mb, t0, rt_now_ns());
             if (s != PE_OK)
-                return pe_fail(err, s, "worker %d: clock barrier %d failed: %s", w->rank, c,
-                               e->ops->last_error(w->dev));
+                return pe_fail(err, s, "worker %d: clock %d of replica %d was aborted because "
+                               "another worker failed", w->rank, c, w->d);
         }
     }
     return PE_OK;

@@ -8,12 +8,10 @@
 
 #include "backend/cuda/cb_comm.h"
 
-pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err)
+/* A group of n ranks on devs, with no path set up yet. */
+static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err *err)
 {
-    if (n < 1)
-        return pe_fail(err, PE_EINVAL, "comm_create: %d ranks; need at least 1", n);
-    for (int r = 0; r < n; r++)
-        out[r] = NULL;
+    *out = NULL;
     cb_group *g = calloc(1, sizeof *g);
     int *ids = calloc((size_t)n, sizeof *ids);
     be_comm *ranks = calloc((size_t)n, sizeof *ranks);
@@ -35,29 +33,130 @@ pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     atomic_init(&g->gen, 0);
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
+    *out = g;
+    return PE_OK;
+}
+
+/* Frees what group_new made (the path's part is freed before). */
+static void group_free(cb_group *g)
+{
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+    free(g->ids);
+    free(g->ranks);
+    free(g);
+}
+
+/* Frees g and its path (NCCL communicators or peer-path state). */
+static void group_destroy(cb_group *g)
+{
+    if (g->path == BE_COMM_NCCL)
+        cb_nccl_destroy(g);
+    else
+        cb_peer_destroy(g);
+    group_free(g);
+}
+
+pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err)
+{
+    if (n < 1)
+        return pe_fail(err, PE_EINVAL, "comm_create: %d ranks; need at least 1", n);
+    for (int r = 0; r < n; r++)
+        out[r] = NULL;
+    cb_group *g;
+    pe_status s = group_new(devs, n, &g, err);
+    if (s != PE_OK)
+        return s;
     /* A GPU opened by more workers than this group has ranks on it also serves other
      * groups: NCCL there could deadlock against their NCCL kernels (docs/cuda.md). */
     int shared = 0;
     for (int r = 0; r < n; r++) {
         int here = 0;
         for (int q = 0; q < n; q++)
-            here += ids[q] == ids[r];
-        shared |= cb_device_open_count(ids[r]) > here;
+            here += g->ids[q] == g->ids[r];
+        shared |= cb_device_open_count(g->ids[r]) > here;
     }
-    g->path = be_comm_path_for(PE_BACKEND_CUDA, ids, n, be_comm_force_peer(), shared, NULL);
-    pe_status s = g->path == BE_COMM_NCCL ? cb_nccl_create(g, devs, err)
-                                          : cb_peer_create(g, devs, err);
+    g->path = be_comm_path_for(PE_BACKEND_CUDA, g->ids, n, be_comm_force_peer(), shared, NULL);
+    s = g->path == BE_COMM_NCCL ? cb_nccl_create(g, devs, err) : cb_peer_create(g, devs, err);
     if (s != PE_OK) {
-        pthread_cond_destroy(&g->cond);
-        pthread_mutex_destroy(&g->lock);
-        free(ids);
-        free(ranks);
-        free(g);
+        group_free(g);
         return s;
     }
     for (int r = 0; r < n; r++)
-        out[r] = &ranks[r];
+        out[r] = &g->ranks[r];
     return PE_OK;
+}
+
+/* The groups of a split take the parent's path: NCCL children come from ncclCommSplit of
+ * the parent's communicators (cb_nccl_split); peer-path children are new peer groups. */
+static pe_status split_groups(cb_group *parent, const int *colors, const int *group,
+                              const int *sub, cb_group **groups, int ngroups, pe_err *err)
+{
+    int n = parent->n;
+    be_device **devs = malloc((size_t)n * sizeof *devs);
+    if (!devs)
+        return pe_fail(err, PE_ENOMEM, "comm_split: out of host memory for %d ranks", n);
+    pe_status s = PE_OK;
+    for (int gi = 0; s == PE_OK && gi < ngroups; gi++) {
+        int k = 0;
+        for (int r = 0; r < n; r++)
+            if (group[r] == gi)
+                devs[k++] = parent->ranks[r].dev;
+        s = group_new(devs, k, &groups[gi], err);
+        if (s == PE_OK) {
+            groups[gi]->path = parent->path;
+            if (parent->path == BE_COMM_PEER && (s = cb_peer_create(groups[gi], devs, err)) != PE_OK) {
+                group_free(groups[gi]);
+                groups[gi] = NULL;
+            }
+        }
+    }
+    if (s == PE_OK && parent->path == BE_COMM_NCCL)
+        s = cb_nccl_split(parent, colors, group, sub, groups, err);
+    free(devs);
+    return s;
+}
+
+pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
+                        pe_err *err)
+{
+    if (n < 1 || !parents || !colors || !out || !parents[0])
+        return pe_fail(err, PE_EINVAL, "comm_split: need n >= 1 ranks and non-NULL arrays");
+    cb_group *parent = parents[0]->g;
+    for (int r = 0; r < n; r++) {
+        out[r] = NULL;
+        if (!parents[r] || parents[r]->g != parent || parents[r]->rank != r || parent->n != n)
+            return pe_fail(err, PE_EINVAL,
+                           "comm_split: entry %d is not rank %d of the same %d-rank "
+                           "communicator; pass every rank of one communicator, in rank order",
+                           r, r, n);
+    }
+    if (atomic_load(&parent->aborted))
+        return pe_fail(err, PE_ECOMM, "comm_split: the parent communicator was aborted");
+    int *group = malloc((size_t)n * sizeof *group), *sub = malloc((size_t)n * sizeof *sub);
+    cb_group **groups = calloc((size_t)n, sizeof *groups);
+    pe_status s = group && sub && groups
+                      ? PE_OK
+                      : pe_fail(err, PE_ENOMEM, "comm_split: out of host memory for %d ranks", n);
+    int ngroups = s == PE_OK ? be_split_plan(colors, n, group, sub, err) : 0;
+    if (ngroups < 0)
+        s = PE_EINVAL;
+    if (s == PE_OK)
+        s = split_groups(parent, colors, group, sub, groups, ngroups, err);
+    for (int gi = 0; gi < ngroups; gi++) {
+        if (!groups[gi])
+            continue;
+        if (s != PE_OK)
+            group_destroy(groups[gi]); /* a NULL nccl/peer part is skipped */
+        else
+            for (int r = 0; r < n; r++)
+                if (group[r] == gi)
+                    out[r] = &groups[gi]->ranks[sub[r]];
+    }
+    free(group);
+    free(sub);
+    free(groups);
+    return s;
 }
 
 void cb_comm_abort(be_comm *comm)
@@ -78,20 +177,15 @@ void cb_comm_abort(be_comm *comm)
 
 void cb_comm_destroy(be_comm **comms, int n)
 {
-    if (!comms || n < 1 || !comms[0])
-        return;
-    cb_group *g = comms[0]->g;
-    if (g->path == BE_COMM_NCCL)
-        cb_nccl_destroy(g);
-    else
-        cb_peer_destroy(g);
-    pthread_cond_destroy(&g->cond);
-    pthread_mutex_destroy(&g->lock);
-    free(g->ids);
-    free(g->ranks);
-    free(g);
-    for (int r = 0; r < n; r++)
-        comms[r] = NULL;
+    for (int i = 0; comms && i < n; i++) {
+        if (!comms[i])
+            continue;
+        cb_group *g = comms[i]->g;
+        for (int r = i; r < n; r++)
+            if (comms[r] && comms[r]->g == g)
+                comms[r] = NULL;
+        group_destroy(g);
+    }
 }
 
 pe_status cb_comm_aborted(be_comm *c, const char *what)

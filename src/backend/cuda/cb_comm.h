@@ -37,6 +37,10 @@ struct cb_group {
 
 /* ---- NCCL (cb_nccl.c) ---- */
 pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err);
+/* ncclCommSplit of every rank of parent in one NCCL group call: parent rank r becomes rank
+ * sub[r] of groups[group[r]], whose nccl part it fills. */
+pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
+                        cb_group **groups, pe_err *err);
 void cb_nccl_abort(cb_group *g);
 void cb_nccl_destroy(cb_group *g);
 pe_status cb_nccl_allreduce(be_comm *c, const float *send, float *recv, size_t count);

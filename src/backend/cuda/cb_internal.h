@@ -94,6 +94,8 @@ pe_status cb_embedding(be_device *dev, float *out, const float *table, const int
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void cb_comm_abort(be_comm *comm);
 void cb_comm_destroy(be_comm **comms, int n);
+pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
+                        pe_err *err);
 pe_status cb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count);
 pe_status cb_allgather(be_comm *c, const float *send, float *recv, size_t count);
 pe_status cb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count);

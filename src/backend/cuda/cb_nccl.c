@@ -87,10 +87,54 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
     return s;
 }
 
+pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
+                        cb_group **groups, pe_err *err)
+{
+    int n = parent->n, ngroups = 0;
+    for (int r = 0; r < n; r++)
+        ngroups = group[r] + 1 > ngroups ? group[r] + 1 : ngroups;
+    pe_status s = PE_OK;
+    for (int gi = 0; gi < ngroups && s == PE_OK; gi++) {
+        struct cb_nccl *x = calloc(1, sizeof *x);
+        if (x)
+            x->comms = calloc((size_t)groups[gi]->n, sizeof *x->comms);
+        if (!x || !x->comms) {
+            free(x);
+            s = pe_fail(err, PE_ENOMEM, "comm_split: out of host memory");
+        } else {
+            groups[gi]->nccl = x;
+        }
+    }
+    if (s != PE_OK)
+        return s; /* the caller destroys the groups; a NULL comm is skipped */
+    /* One thread splits every rank: inside one NCCL group, or the first call would wait
+     * for ranks this thread has not reached yet. key = parent rank keeps its order. */
+    ncclResult_t r = ncclGroupStart();
+    for (int k = 0; k < n && r == ncclSuccess; k++)
+        r = ncclCommSplit(parent->nccl->comms[k], colors[k], k,
+                          &groups[group[k]]->nccl->comms[sub[k]], NULL);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
+    if (r != ncclSuccess) {
+        char ids[128];
+        list_ids(parent, ids, sizeof ids);
+        const char *detail = ncclGetLastError(NULL);
+        return pe_fail(err, PE_ECOMM,
+                       "ncclCommSplit of the communicator on CUDA devices %s failed: %s%s%s; "
+                       "run with NCCL_DEBUG=WARN for details",
+                       ids, ncclGetErrorString(r), detail && *detail ? "; NCCL says: " : "",
+                       detail ? detail : "");
+    }
+    return PE_OK;
+}
+
 void cb_nccl_abort(cb_group *g)
 {
     struct cb_nccl *x = g->nccl;
-    for (int k = 0; k < g->n; k++) {
+    for (int k = 0; x && k < g->n; k++) {
+        if (!x->comms[k])
+            continue;
 #if CB_HAVE_REVOKE
         if (ncclCommRevoke(x->comms[k], NCCL_REVOKE_DEFAULT) == ncclSuccess)
             continue;
@@ -105,9 +149,11 @@ void cb_nccl_destroy(cb_group *g)
     struct cb_nccl *x = g->nccl;
     if (!x)
         return;
-    int prev = 0;
+    int prev = 0, whole = 1; /* a failed split leaves some ranks without a communicator */
     (void)cudaGetDevice(&prev);
-    if (atomic_load(&g->aborted)) {
+    for (int k = 0; k < g->n; k++)
+        whole &= x->comms[k] != NULL;
+    if (atomic_load(&g->aborted) || !whole) {
         for (int k = 0; k < g->n; k++)
             if (x->comms[k])
                 (void)ncclCommAbort(x->comms[k]);

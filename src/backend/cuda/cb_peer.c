@@ -618,4 +618,8 @@ pe_status cb_peer_create(cb_group *g, be_device *const *devs, pe_err *err)
  * nothing. */
 void cb_peer_abort(cb_group *g) { (void)g; }
 
-void cb_peer_destroy(cb_group *g) { free_peer(g, 1); }
+void cb_peer_destroy(cb_group *g)
+{
+    if (g->peer)
+        free_peer(g, 1);
+}

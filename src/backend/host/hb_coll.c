@@ -158,11 +158,11 @@ static pe_status coll_begin(be_comm *c, hb_op op, size_t count, int root, const 
                             float *recv, int bad)
 {
     hb_world *w = c->w;
-    if (hb_bar_aborted(&w->bar))
+    if (rt_barrier_aborted(&w->bar))
         return aborted(c, op);
     w->slots[c->rank] = (hb_slot){.op = op, .count = count, .root = root, .bad = bad,
                                   .send = send, .recv = recv};
-    if (hb_bar_wait(&w->bar, 1) != PE_OK)
+    if (rt_barrier_wait(&w->bar, 1) != PE_OK)
         return aborted(c, op);
     pe_status s = PE_OK;
     for (int q = 0; q < w->n && s == PE_OK; q++) {
@@ -181,14 +181,14 @@ static pe_status coll_begin(be_comm *c, hb_op op, size_t count, int root, const 
                         o->root);
     }
     if (s != PE_OK) /* every rank sees the same slots and fails alike */
-        hb_bar_wait(&w->bar, 0);
+        rt_barrier_wait(&w->bar, 0);
     return s;
 }
 
 /* The last barrier: after it no peer reads this rank's buffers or slot. */
 static pe_status coll_end(be_comm *c)
 {
-    hb_bar_wait(&c->w->bar, 0);
+    rt_barrier_wait(&c->w->bar, 0);
     return PE_OK;
 }
 
@@ -227,7 +227,7 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
     }
     if (count <= HB_SMALL) { /* in place, small: through the scratch */
         reduce_fixed(c->scratch, w->slots, n, 0, count);
-        hb_bar_wait(&w->bar, 0); /* every send fully read: the last barrier */
+        rt_barrier_wait(&w->bar, 0); /* every send fully read: the last barrier */
         if (count)
             memcpy(recv, c->scratch, count * sizeof *recv);
         return PE_OK;
@@ -235,7 +235,7 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
     size_t lo, hi;
     slice(count, n, r, &lo, &hi);
     reduce_fixed(recv + lo, w->slots, n, lo, hi - lo);
-    hb_bar_wait(&w->bar, 0); /* B: every slice is summed */
+    rt_barrier_wait(&w->bar, 0); /* B: every slice is summed */
     for (int q = 0; q < n; q++) {
         slice(count, n, q, &lo, &hi);
         if (q != r && hi > lo)

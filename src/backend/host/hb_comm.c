@@ -27,7 +27,7 @@ static void world_free(hb_world *w, int chans_ready, int bar_ready)
             free(w->ranks[r].scratch);
         }
     if (bar_ready)
-        hb_bar_destroy(&w->bar);
+        rt_barrier_destroy(&w->bar);
     free(w->chans);
     free(w->slots);
     free(w->ranks);
@@ -62,7 +62,7 @@ pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
         return pe_fail(err, PE_ENOMEM, "comm_create: out of memory for %d ranks", n);
     }
     memset(w->slots, 0, (size_t)n * sizeof *w->slots);
-    pe_status s = hb_bar_init(&w->bar, n, err);
+    pe_status s = rt_barrier_init(&w->bar, n, err);
     if (s != PE_OK) {
         world_free(w, 0, 0);
         return s;
@@ -118,23 +118,71 @@ void hb_comm_abort(be_comm *comm)
     if (!comm)
         return;
     hb_world *w = comm->w;
-    hb_bar_abort(&w->bar);
+    rt_barrier_abort(&w->bar);
     for (int i = 0; i < w->n * w->n; i++)
         chan_abort(&w->chans[i]);
 }
 
-void hb_comm_destroy(be_comm **comms, int n)
+/* Frees the world of comms[i] and clears every entry of comms that points into it. */
+static void world_destroy(be_comm **comms, int n, int i)
 {
-    if (!comms || n < 1 || !comms[0])
-        return;
-    hb_world *w = comms[0]->w;
+    hb_world *w = comms[i]->w;
+    for (int r = i; r < n; r++)
+        if (comms[r] && comms[r]->w == w)
+            comms[r] = NULL;
     /* Messages still posted were never received: their senders' synchronize must not
      * wait for them forever. */
-    for (int i = 0; i < w->n * w->n; i++)
-        chan_abort(&w->chans[i]);
+    for (int k = 0; k < w->n * w->n; k++)
+        chan_abort(&w->chans[k]);
     world_free(w, w->n * w->n, 1);
-    for (int r = 0; r < n; r++)
-        comms[r] = NULL;
+}
+
+void hb_comm_destroy(be_comm **comms, int n)
+{
+    for (int i = 0; comms && i < n; i++)
+        if (comms[i])
+            world_destroy(comms, n, i);
+}
+
+pe_status hb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
+                        pe_err *err)
+{
+    if (n < 1 || !parents || !colors || !out || !parents[0])
+        return pe_fail(err, PE_EINVAL, "comm_split: need n >= 1 ranks and non-NULL arrays");
+    for (int r = 0; r < n; r++) {
+        out[r] = NULL;
+        if (!parents[r] || parents[r]->w != parents[0]->w || parents[r]->rank != r ||
+            parents[0]->w->n != n)
+            return pe_fail(err, PE_EINVAL,
+                           "comm_split: entry %d is not rank %d of the same %d-rank "
+                           "communicator; pass every rank of one communicator, in rank order",
+                           r, r, n);
+    }
+    int *group = malloc((size_t)n * sizeof *group), *sub = malloc((size_t)n * sizeof *sub);
+    be_device **devs = malloc((size_t)n * sizeof *devs);
+    be_comm **made = malloc((size_t)n * sizeof *made);
+    pe_status s = group && sub && devs && made ? PE_OK
+                  : pe_fail(err, PE_ENOMEM, "comm_split: out of memory for %d ranks", n);
+    int ngroups = s == PE_OK ? be_split_plan(colors, n, group, sub, err) : 0;
+    if (ngroups < 0)
+        s = PE_EINVAL;
+    for (int gi = 0; s == PE_OK && gi < ngroups; gi++) {
+        int k = 0;
+        for (int r = 0; r < n; r++)
+            if (group[r] == gi)
+                devs[k++] = parents[r]->dev;
+        s = hb_comm_create(devs, k, made, err);
+        for (int r = 0; s == PE_OK && r < n; r++)
+            if (group[r] == gi)
+                out[r] = made[sub[r]];
+    }
+    if (s != PE_OK)
+        hb_comm_destroy(out, n);
+    free(group);
+    free(sub);
+    free(devs);
+    free(made);
+    return s;
 }
 
 int hb_comm_rank(const be_comm *c) { return c->rank; }

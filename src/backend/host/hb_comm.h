@@ -12,7 +12,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 
-#include "backend/host/hb_barrier.h"
+#include "runtime/barrier.h"
 #include "backend/host/hb_internal.h"
 
 #define HB_RING 16    /* sends one pair may have in flight before send blocks */
@@ -66,7 +66,7 @@ struct be_comm {
 
 struct hb_world {
     int n;
-    hb_bar bar;
+    rt_barrier bar;
     hb_slot *slots; /* (n) */
     hb_chan *chans; /* (n senders, n receivers): chans[from * n + to] */
     be_comm *ranks; /* (n) */

@@ -250,6 +250,7 @@ static const be_ops hb_ops = {
     .embedding = hb_embedding,
     .comm_create = hb_comm_create,
     .comm_abort = hb_comm_abort,
+    .comm_split = hb_comm_split,
     .comm_destroy = hb_comm_destroy,
     .allreduce_sum = hb_allreduce_sum,
     .allgather = hb_allgather,

@@ -71,6 +71,8 @@ pe_status hb_embedding(be_device *dev, float *out, const float *table, const int
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void hb_comm_abort(be_comm *comm);
 void hb_comm_destroy(be_comm **comms, int n);
+pe_status hb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
+                        pe_err *err);
 int hb_comm_rank(const be_comm *c);
 int hb_comm_size(const be_comm *c);
 pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count);

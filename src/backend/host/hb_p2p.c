@@ -20,7 +20,7 @@ static pe_status check_peer(be_comm *c, int peer, const char *op, const float *b
     if (count && !buf)
         return hb_fail(c->dev, PE_EINVAL, "%s on rank %d: buf is NULL with count %zu", op,
                        c->rank, count);
-    if (hb_bar_aborted(&c->w->bar))
+    if (rt_barrier_aborted(&c->w->bar))
         return hb_fail(c->dev, PE_ECOMM,
                        "%s on rank %d (peer %d): the communicator was aborted (a peer worker "
                        "failed); the first failing worker's error says why",

@@ -1,5 +1,5 @@
-/* hb_barrier.c: the abortable spin-then-park barrier (protocol in hb_barrier.h). */
-#include "backend/host/hb_barrier.h"
+/* barrier.c: the abortable spin-then-park barrier (protocol in barrier.h). */
+#include "runtime/barrier.h"
 
 #include <unistd.h>
 
@@ -10,26 +10,26 @@
 #include <valgrind/valgrind.h>
 #endif
 
-#define HB_SPIN_NS 20000u /* 20 us: a peer that is running arrives well within this */
+#define RT_SPIN_NS 20000u /* 20 us: a peer that is running arrives well within this */
 #define GEN(w) ((uint32_t)((w) >> 32))
 #define ARRIVED(w) ((uint32_t)(w))
 
-uint64_t hb_spin_budget_ns(int n)
+uint64_t rt_spin_budget_ns(int n)
 {
 #ifdef PE_ANNOTATE
     if (RUNNING_ON_VALGRIND)
         return 0;
 #endif
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 && n <= cpus ? HB_SPIN_NS : 0;
+    return cpus > 0 && n <= cpus ? RT_SPIN_NS : 0;
 }
 
-pe_status hb_bar_init(hb_bar *b, int n, pe_err *err)
+pe_status rt_barrier_init(rt_barrier *b, int n, pe_err *err)
 {
     atomic_init(&b->word, 0);
     atomic_init(&b->aborted, 0);
     b->n = n;
-    b->spin_ns = hb_spin_budget_ns(n);
+    b->spin_ns = rt_spin_budget_ns(n);
     pe_status s = rt_park_init(&b->park, err);
     if (s != PE_OK)
         return s;
@@ -39,7 +39,7 @@ pe_status hb_bar_init(hb_bar *b, int n, pe_err *err)
     return PE_OK;
 }
 
-void hb_bar_destroy(hb_bar *b)
+void rt_barrier_destroy(rt_barrier *b)
 {
     rt_park_destroy(&b->park);
     RT_HAPPENS_FORGET(&b->word);
@@ -47,14 +47,14 @@ void hb_bar_destroy(hb_bar *b)
     RT_UNIGNORE_WORD(b->aborted);
 }
 
-int hb_bar_aborted(hb_bar *b)
+int rt_barrier_aborted(rt_barrier *b)
 {
     return atomic_load_explicit(&b->aborted, memory_order_seq_cst);
 }
 
 /* Takes back this thread's arrival at generation gen. Returns 1 if withdrawn, 0 if the
  * barrier completed first (then the caller has passed it). */
-static int withdraw(hb_bar *b, uint32_t gen)
+static int withdraw(rt_barrier *b, uint32_t gen)
 {
     uint64_t w = atomic_load_explicit(&b->word, memory_order_seq_cst);
     while (GEN(w) == gen) {
@@ -66,15 +66,15 @@ static int withdraw(hb_bar *b, uint32_t gen)
 }
 
 /* 1 when the wait is over: the generation moved on, or an abortable wait saw the abort. */
-static int done(hb_bar *b, uint32_t gen, int abortable)
+static int done(rt_barrier *b, uint32_t gen, int abortable)
 {
     return GEN(atomic_load_explicit(&b->word, memory_order_seq_cst)) != gen ||
-           (abortable && hb_bar_aborted(b));
+           (abortable && rt_barrier_aborted(b));
 }
 
-pe_status hb_bar_wait(hb_bar *b, int abortable)
+pe_status rt_barrier_wait(rt_barrier *b, int abortable)
 {
-    if (abortable && hb_bar_aborted(b))
+    if (abortable && rt_barrier_aborted(b))
         return PE_ECOMM;
     /* Everything this thread wrote before arriving is seen by all threads after. */
     RT_HAPPENS_BEFORE(&b->word);
@@ -110,7 +110,7 @@ pe_status hb_bar_wait(hb_bar *b, int abortable)
     return PE_OK;
 }
 
-void hb_bar_abort(hb_bar *b)
+void rt_barrier_abort(rt_barrier *b)
 {
     atomic_store_explicit(&b->aborted, 1, memory_order_seq_cst);
     rt_park_notify_all(&b->park);
