@@ -250,8 +250,8 @@ static pe_status raw_setup(raw_thread *me, pe_err *err)
         return pe_fail(err, PE_ENOMEM, "out of memory");
     s = md_plan_tp(j->m, j->first, j->last, j->tp, kinds, err);
     if (s == PE_OK)
-        s = md_stage_build(ops, me->dev, j->m, j->first, j->last, kinds, j->t, j->tp, &me->st,
-                           err);
+        s = md_stage_build(ops, me->dev, j->m, j->first, j->last, kinds, j->t, j->tp,
+                           PE_DTYPE_FP32, NULL, &me->st, err);
     free(kinds);
     if (s != PE_OK)
         return s;

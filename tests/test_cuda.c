@@ -3,6 +3,12 @@
  *
  * - kernels: every kernel against the src/kernels/ functions run serially on the host,
  *   on float4-friendly and unaligned shapes (both code paths of each grid);
+ * - to_bf16 bit for bit against pe_k_to_bf16, aligned and not;
+ * - GEMM bf16 (bf16 inputs, fp32 accumulation and output) against the host's gemm_bf16 on
+ *   the same bf16 inputs: the products are exact in fp32 on both, only the order of the
+ *   fp32 sums differs, so the fp32 bound 1e-4 applies; and against the fp32 product of the
+ *   unrounded inputs within 2e-2 (each input moves by up to 2^-9 relative: a K-term dot
+ *   product of random signs moves by ~2^-8 of its scale, 2e-2 leaves 5x margin);
  * - GEMM fp32 against a naive double-accumulated GEMM, all transpose combinations;
  *   tolerance 1e-4 relative to max|C|: fp32 accumulation over K = 512 terms of size ~1
  *   errs by about sqrt(K) * 2^-24 ~ 1e-6 relative, so 1e-4 leaves 100x margin while still
@@ -23,6 +29,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_select.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
 #include "kernels/rowwise.h"
@@ -398,6 +405,100 @@ static void gemm_fp32_matches_naive_gemm(void **state)
                 free(C);
                 free(got);
             }
+    ops->close(d);
+}
+
+/* x rounded by the device (at element offset skew) is bit for bit pe_k_to_bf16(x). */
+static void to_bf16_matches_host_rounding(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t n = 4099;
+    for (size_t skew = 0; skew < 2; skew++) {
+        float *x = host_random(n + skew, 80 + skew);
+        x[skew] = 1.00390625f; /* 1 + 2^-8: a tie, rounds to even (1.0) */
+        uint16_t *got = malloc(n * sizeof *got), *dh = NULL;
+        float *dx = upload(d, x, n + skew);
+        assert_int_equal(ops->alloc(d, (n + 1) * sizeof(uint16_t), (void **)&dh), PE_OK);
+        assert_int_equal(ops->to_bf16(d, dh + skew, dx + skew, n), PE_OK);
+        assert_int_equal(ops->synchronize(d), PE_OK);
+        assert_int_equal(ops->copy_d2h(d, got, dh + skew, n * sizeof(uint16_t)), PE_OK);
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != pe_k_to_bf16(x[skew + i]))
+                fail_msg("to_bf16 skew %zu: element %zu: 0x%04x, host 0x%04x", skew, i, got[i],
+                         pe_k_to_bf16(x[skew + i]));
+        ops->free(d, dx);
+        ops->free(d, dh);
+        free(x);
+        free(got);
+    }
+    ops->close(d);
+}
+
+static uint16_t *upload_bf16(be_device *d, const uint16_t *x, size_t n)
+{
+    void *p = NULL;
+    assert_int_equal(ops->alloc(d, (n ? n : 1) * sizeof(uint16_t), &p), PE_OK);
+    assert_int_equal(ops->copy_h2d(d, p, x, n * sizeof(uint16_t)), PE_OK);
+    return p;
+}
+
+static void gemm_bf16_matches_host_gemm_bf16(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    const be_ops *host = be_host_ops();
+    be_device *d = NULL, *h = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    assert_int_equal(host->open(0, &h, NULL), PE_OK);
+    const size_t dims[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 512}, {129, 65, 300}, {1, 1024, 512}};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                size_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+                size_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 4, ldc = N + 1;
+                size_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+                float *A = host_random(na, 90 + s), *B = host_random(nb, 95 + s);
+                float *C = host_random(nc, 99 + s), *got = malloc(nc * sizeof *got);
+                float *ref = malloc(nc * sizeof *ref), *ref32 = malloc(nc * sizeof *ref32);
+                uint16_t *Ah = malloc(na * sizeof *Ah), *Bh = malloc(nb * sizeof *Bh);
+                for (size_t i = 0; i < na; i++)
+                    Ah[i] = pe_k_to_bf16(A[i]);
+                for (size_t i = 0; i < nb; i++)
+                    Bh[i] = pe_k_to_bf16(B[i]);
+                memcpy(ref, C, nc * sizeof *C);
+                memcpy(ref32, C, nc * sizeof *C);
+                uint16_t *dA = upload_bf16(d, Ah, na), *dB = upload_bf16(d, Bh, nb);
+                float *dC = upload(d, C, nc);
+                assert_int_equal(ops->gemm_bf16(d, ta, tb, M, N, K, 0.75f, dA, lda, dB, ldb,
+                                                0.5f, dC, ldc),
+                                 PE_OK);
+                download(d, got, dC, nc);
+                assert_int_equal(host->gemm_bf16(h, ta, tb, M, N, K, 0.75f, Ah, lda, Bh, ldb,
+                                                 0.5f, ref, ldc),
+                                 PE_OK);
+                naive_gemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, 0.5f, ref32, ldc);
+                double rel = normwise_rel(got, ref, nc), rel32 = normwise_rel(got, ref32, nc);
+                if (rel > 1e-4 || rel32 > 2e-2)
+                    print_error("gemm_bf16 M=%zu N=%zu K=%zu ta=%d tb=%d: %g vs host bf16, %g "
+                                "vs fp32\n", M, N, K, ta, tb, rel, rel32);
+                assert_true(rel <= 1e-4);
+                assert_true(rel32 <= 2e-2);
+                ops->free(d, dA);
+                ops->free(d, dB);
+                ops->free(d, dC);
+                free(A);
+                free(B);
+                free(C);
+                free(Ah);
+                free(Bh);
+                free(got);
+                free(ref);
+                free(ref32);
+            }
+    host->close(h);
     ops->close(d);
 }
 
@@ -809,6 +910,8 @@ int main(void)
         cmocka_unit_test(embedding_copies_rows_and_rejects_bad_ids),
         cmocka_unit_test(gemm_fp32_matches_naive_gemm),
         cmocka_unit_test(gemm_strided_batched_matches_naive_gemm),
+        cmocka_unit_test(to_bf16_matches_host_rounding),
+        cmocka_unit_test(gemm_bf16_matches_host_gemm_bf16),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),
         cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
         cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),

@@ -1,6 +1,7 @@
 /* test_gemm.c: host GEMM against a naive triple loop in double: all four transpose
  * combinations, odd shapes, the M = 1 and N = 1 (gemv) paths, alpha/beta (beta = 0 never
- * reads C), row strides longer than the rows, strided batches, and argument checks.
+ * reads C), row strides longer than the rows, strided batches, argument checks, and the
+ * bf16-input GEMM against the same loop over the rounded inputs.
  *
  * Tolerance, per element: |C - ref| <= 2 (K + 2) eps_float (|alpha| sum_k |a_ik b_kj| +
  * |beta c_ij|) + tiny, the classic bound for a float dot product of length K.
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "kernels/bf16.h"
 
 static const be_ops *ops;
 static const float SENTINEL = 12345.5f; /* fills the gaps between ld and the row length */
@@ -81,8 +83,23 @@ static void check_product(int ta, int tb, size_t M, size_t N, size_t K, float al
     }
 }
 
-static void run_case(be_device *dev, int ta, int tb, size_t M, size_t N, size_t K, float alpha,
-                     float beta, size_t pad)
+/* X(n) rounded to bf16: the bits in h, their (exact) float values back in X. */
+static uint16_t *round_to_bf16(float *X, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = pe_k_to_bf16(X[i]);
+        X[i] = pe_k_from_bf16(h[i]);
+    }
+    return h;
+}
+
+/* One product through gemm, or through gemm_bf16 with A and B rounded to bf16 (the naive
+ * reference then multiplies the rounded values: the products are exact, only the fp32
+ * sums round, so the same bound holds). */
+static void run_case_in(be_device *dev, int bf16, int ta, int tb, size_t M, size_t N, size_t K,
+                        float alpha, float beta, size_t pad)
 {
     size_t a_rows = ta ? K : M, a_cols = ta ? M : K;
     size_t b_rows = tb ? N : K, b_cols = tb ? K : N;
@@ -97,14 +114,29 @@ static void run_case(be_device *dev, int ta, int tb, size_t M, size_t N, size_t 
                 C[i * ldc + j] = NAN;
     float *C0 = malloc((M * ldc + 1) * sizeof *C0);
     memcpy(C0, C, M * ldc * sizeof *C);
-    pe_status s = ops->gemm(dev, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    pe_status s;
+    if (bf16) {
+        uint16_t *Ah = round_to_bf16(A, a_rows * lda), *Bh = round_to_bf16(B, b_rows * ldb);
+        s = ops->gemm_bf16(dev, ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, C, ldc);
+        free(Ah);
+        free(Bh);
+    } else {
+        s = ops->gemm(dev, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
     if (s != PE_OK)
-        fail_msg("gemm failed: %s", ops->last_error(dev));
-    check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc, "gemm");
+        fail_msg("%s failed: %s", bf16 ? "gemm_bf16" : "gemm", ops->last_error(dev));
+    check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc,
+                  bf16 ? "gemm_bf16" : "gemm");
     free(A);
     free(B);
     free(C);
     free(C0);
+}
+
+static void run_case(be_device *dev, int ta, int tb, size_t M, size_t N, size_t K, float alpha,
+                     float beta, size_t pad)
+{
+    run_case_in(dev, 0, ta, tb, M, N, K, alpha, beta, pad);
 }
 
 typedef struct shape {
@@ -127,6 +159,16 @@ static void test_all_transposes_and_shapes(void **state)
                 for (size_t pad = 0; pad <= 3; pad += 3)
                     run_case(dev, t >> 1, t & 1, shapes[s].M, shapes[s].N, shapes[s].K,
                              ab[k][0], ab[k][1], pad);
+}
+
+static void test_bf16_inputs_match_the_product_of_the_rounded_values(void **state)
+{
+    be_device *dev = *state;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (size_t pad = 0; pad <= 3; pad += 3)
+                run_case_in(dev, 1, t >> 1, t & 1, shapes[s].M, shapes[s].N, shapes[s].K,
+                            pad ? 0.5f : 1.0f, pad ? -2.0f : 0.0f, pad);
 }
 
 static void test_strided_batched_matches_each_product(void **state)
@@ -205,6 +247,8 @@ int main(void)
     ops = be_host_ops();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_all_transposes_and_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bf16_inputs_match_the_product_of_the_rounded_values,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

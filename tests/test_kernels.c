@@ -1,6 +1,7 @@
 /* test_kernels.c: the host backend's kernels against naive references written here
  * (double precision where rounding matters): bias, ReLU, GELU (tanh form), layernorm,
- * softmax, residual add, embedding (with its id range check). */
+ * softmax, residual add, embedding (with its id range check), and rounding to bf16 against
+ * hand-computed bit patterns. */
 #include "test_util.h"
 
 #include <float.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "kernels/bf16.h"
 
 static const be_ops *ops;
 
@@ -95,6 +97,39 @@ static void test_gelu_matches_tanh_formula(void **state)
     assert_float_equal(v[2], -0.1588080f, 1e-6);
     free(x);
     free(orig);
+}
+
+/* Rounding to bf16 keeps the upper 16 bits, to nearest with ties to even: worked by hand
+ * from the float bit patterns. */
+static void test_to_bf16_rounds_to_nearest_even(void **state)
+{
+    be_device *dev = *state;
+    const uint32_t in_bits[] = {
+        0x3f800000u, /* 1.0: exact -> 0x3f80 */
+        0x3f808000u, /* 1 + 2^-8: a tie, 0x3f80 is even -> 0x3f80 */
+        0x3f818000u, /* 1 + 3 * 2^-8: a tie, 0x3f81 is odd -> 0x3f82 */
+        0x3f808001u, /* just above the tie -> 0x3f81 */
+        0x3f807fffu, /* just below the tie -> 0x3f80 */
+        0xbfc00000u, /* -1.5: exact -> 0xbfc0 */
+        0x7f7fffffu, /* FLT_MAX rounds up to infinity -> 0x7f80 */
+        0x7f800000u, /* +inf -> 0x7f80 */
+        0x7f800001u, /* a signalling NaN stays NaN (quiet) -> 0x7fc0 */
+        0x00000001u, /* the smallest subnormal rounds to +0 -> 0x0000 */
+    };
+    const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x3f80,
+                             0xbfc0, 0x7f80, 0x7f80, 0x7fc0, 0x0000};
+    enum { N = sizeof want / sizeof want[0] };
+    float in[N];
+    uint16_t out[N];
+    for (size_t i = 0; i < N; i++)
+        memcpy(&in[i], &in_bits[i], sizeof in[i]);
+    assert_int_equal(ops->to_bf16(dev, out, in, N), PE_OK);
+    for (size_t i = 0; i < N; i++) {
+        if (out[i] != want[i])
+            fail_msg("to_bf16(0x%08x) = 0x%04x, want 0x%04x", in_bits[i], out[i], want[i]);
+        if (i != 8) /* widening back is exact: the upper half of the float */
+            assert_true(pe_k_from_bf16(out[i]) == pe_k_round_bf16(in[i]));
+    }
 }
 
 static void test_bias_add_broadcasts_over_rows(void **state)
@@ -277,6 +312,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_relu_is_max_with_zero_exactly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gelu_matches_tanh_formula, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_to_bf16_rounds_to_nearest_even, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bias_add_broadcasts_over_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_residual_add_is_elementwise_sum, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layernorm_matches_double_reference, setup,

@@ -147,7 +147,7 @@ static void test_identity_forward_returns_input(void **state)
     tu_fill_random(x, rows * w, 3);
     for (size_t i = 0; i < rows * w; i++)
         x[i] = fabsf(x[i]); /* ReLU keeps non-negative values */
-    assert_int_equal(md_mlp_forward_reference(&m, x, rows, y, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&m, PE_DTYPE_FP32, x, rows, y, &err), PE_OK);
     assert_memory_equal(x, y, rows * w * sizeof *x);
     md_mlp_free(&m);
     free(x);
@@ -192,7 +192,7 @@ static void test_reference_forward_by_hand(void **state)
      * row 1: x = (-1, 1): h = relu(1.5, 0.5, -1) = (1.5, 0.5, 0); y = (2, 3 - 0.5 + 1) */
     const float x[4] = {1, 2, -1, 1}, want[4] = {5.5f, 12, 2, 3.5f};
     float y[4];
-    assert_int_equal(md_mlp_forward_reference(&m, x, 2, y, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&m, PE_DTYPE_FP32, x, 2, y, &err), PE_OK);
     assert_memory_equal(y, want, sizeof want);
     md_mlp_free(&m);
 
@@ -203,7 +203,7 @@ static void test_reference_forward_by_hand(void **state)
     assert_int_equal(m.layers[1].act, MD_ACT_RELU);
     /* no activation in between: x = (1, 2): h = (5.5, -1, -4); y = relu(0.5, 11 + 1 - 2 + 1) */
     const float want2[2] = {0.5f, 11.0f};
-    assert_int_equal(md_mlp_forward_reference(&m, x, 1, y, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&m, PE_DTYPE_FP32, x, 1, y, &err), PE_OK);
     assert_memory_equal(y, want2, sizeof want2);
     md_mlp_free(&m);
     unlink(path);
@@ -233,7 +233,7 @@ static void test_reference_forward_gelu(void **state)
             want[2 * r + o] =
                 (float)(B1[o] + W1[3 * o] * h[0] + W1[3 * o + 1] * h[1] + W1[3 * o + 2] * h[2]);
     }
-    assert_int_equal(md_mlp_forward_reference(&m, x, 2, y, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&m, PE_DTYPE_FP32, x, 2, y, &err), PE_OK);
     assert_true(tu_max_rel_diff(y, want, 4, 1e-3) < 1e-5);
     md_mlp_free(&m);
     unlink(path);
@@ -261,7 +261,7 @@ static void test_load_half_precision_and_unaligned(void **state)
     /* the only layer is the last: no activation. y = (1 - 2 + 0.25, 0.5 + 3 - 1) */
     const float x[2] = {1, 1}, want[2] = {-0.75f, 2.5f};
     float y[2];
-    assert_int_equal(md_mlp_forward_reference(&m, x, 1, y, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&m, PE_DTYPE_FP32, x, 1, y, &err), PE_OK);
     assert_memory_equal(y, want, sizeof want);
     md_mlp_free(&m);
 

@@ -318,7 +318,7 @@ static void test_sharded_pair_matches_forward(void **state)
     tu_fill_random(x, rows * in, 5);
     pe_err err = {{0}};
     md_mlp pair = {.nlayers = 2, .layers = m.layers}; /* layers 0 and 1 */
-    assert_int_equal(md_mlp_forward_reference(&pair, x, rows, ref, &err), PE_OK);
+    assert_int_equal(md_mlp_forward_reference(&pair, PE_DTYPE_FP32, x, rows, ref, &err), PE_OK);
 
     const int tps[] = {2, 4};
     for (size_t i = 0; i < 2; i++) {

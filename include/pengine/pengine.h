@@ -60,6 +60,8 @@ typedef enum pe_schedule {
     PE_SCHED_STREAM     /* dataflow: a stage starts a micro-batch when its input arrives */
 } pe_schedule;
 
+/* Precision of the forward pass. BF16: weights stored in bf16, every GEMM input rounded to
+ * bf16, fp32 accumulation and fp32 everywhere else (requests stay fp32). */
 typedef enum pe_dtype { PE_DTYPE_FP32 = 0, PE_DTYPE_BF16 } pe_dtype;
 
 typedef struct pe_config {
@@ -71,7 +73,7 @@ typedef struct pe_config {
     pe_schedule schedule;
     const int *stage_layers; /* optional: pp layer counts per stage (--split), NULL = by FLOPs */
     size_t queue_capacity;   /* per-queue slots, power of two; 0 = 1024 */
-    pe_dtype dtype;          /* compute type (bf16 on CUDA only) */
+    pe_dtype dtype;          /* fp32 (default) or bf16; both backends */
     int bind_threads;        /* 1 = bind each worker to its cores with hwloc (default) */
     size_t trace_capacity;   /* trace events kept per worker; 0 = tracing off */
 } pe_config;

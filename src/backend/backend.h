@@ -78,6 +78,15 @@ typedef struct be_ops {
                                       size_t stride_b, float beta, float *C, size_t ldc,
                                       size_t stride_c, size_t batch);
 
+    /* ---- bf16 (a uint16_t holding the upper half of a float; kernels/bf16.h) ---- */
+    /* As gemm, with A and B in bf16 and C in fp32: exact products, fp32 sums (cuBLAS:
+     * cublasGemmEx, CUBLAS_COMPUTE_32F, on tensor cores). */
+    pe_status (*gemm_bf16)(be_device *dev, int trans_a, int trans_b, size_t M, size_t N,
+                           size_t K, float alpha, const uint16_t *A, size_t lda,
+                           const uint16_t *B, size_t ldb, float beta, float *C, size_t ldc);
+    /* out(n) = in(n) rounded to bf16, nearest even (pe_k_to_bf16) */
+    pe_status (*to_bf16)(be_device *dev, uint16_t *out, const float *in, size_t n);
+
     /* ---- kernels (element math from src/kernels/) ---- */
     /* x(rows, cols) += bias(cols) broadcast over rows */
     pe_status (*bias_add)(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);

@@ -207,9 +207,6 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     e->t0_ns = rt_now_ns();
     e->cfg = *cfg;
     pe_status s = en_config_resolve(e, cfg, &err);
-    if (s == PE_OK && cfg->dtype == PE_DTYPE_BF16)
-        s = pe_fail(&err, PE_EINVAL,
-                    "dtype bf16 is not supported by this build's engine yet; use fp32");
     if (s == PE_OK)
         s = be_select(cfg->backend, &e->ops, e->notice, sizeof e->notice, &err);
     if (s == PE_OK)

@@ -105,7 +105,7 @@ static pe_status load_shards(en_worker *w, pe_err *err)
     pe_status s = md_plan_tp(&e->model, first, last, e->tp, kinds, err);
     if (s == PE_OK)
         s = md_stage_build(e->ops, w->dev, &e->model, first, last, kinds, w->t, e->tp,
-                           &w->stage, err);
+                           e->cfg.dtype, w->dp_comm, &w->stage, err); /* replica 0 uploads */
     free(kinds);
     if (s == PE_OK)
         s = reserve_rows(w, 64, err);

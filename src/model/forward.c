@@ -4,31 +4,91 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "runtime/clock.h"
-
-static pe_status upload(const be_ops *ops, be_device *dev, const float *host, size_t n,
-                        float **out)
-{
-    void *p = NULL;
-    pe_status s = ops->alloc(dev, n * sizeof(float), &p);
-    if (s != PE_OK)
-        return s;
-    s = ops->copy_h2d(dev, p, host, n * sizeof(float));
-    if (s != PE_OK) {
-        ops->free(dev, p);
-        return s;
-    }
-    *out = p;
-    return PE_OK;
-}
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Bytes of an n-element weight in dtype, rounded up to whole floats so that a broadcast
+ * (counted in floats) moves it entire. */
+static size_t weight_bytes(pe_dtype dtype, size_t n)
+{
+    size_t bytes = n * (dtype == PE_DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float));
+    return (bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+}
+
+/* Copies host(n) to dev at p, rounded to bf16 first when dtype says so. */
+static pe_status upload(const be_ops *ops, be_device *dev, pe_dtype dtype, const float *host,
+                        size_t n, void *p, pe_err *err)
+{
+    if (dtype == PE_DTYPE_FP32)
+        return ops->copy_h2d(dev, p, host, n * sizeof(float));
+    uint16_t *h = malloc(weight_bytes(dtype, n));
+    if (!h)
+        return pe_fail(err, PE_ENOMEM, "out of host memory rounding %zu weights to bf16", n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = pe_k_to_bf16(host[i]);
+    if (n % 2)
+        h[n] = 0; /* the padding a broadcast also moves */
+    pe_status s = ops->copy_h2d(dev, p, h, weight_bytes(dtype, n));
+    free(h);
+    return s;
+}
+
+/* Layer l's shard on dev: uploaded from the model (source) and/or broadcast from rank 0
+ * of bcast. */
+static pe_status build_layer(const be_ops *ops, be_device *dev, const md_layer *l,
+                             md_shard_kind kind, int t, int tp, pe_dtype dtype, be_comm *bcast,
+                             md_stage_layer *sl, pe_err *err)
+{
+    const int source = !bcast || ops->comm_rank(bcast) == 0;
+    float *w = NULL, *b = NULL;
+    size_t out_t = 0, in_t = 0;
+    pe_status s = md_shard_layer(l, kind, t, tp, source ? &w : NULL, source ? &b : NULL,
+                                 &out_t, &in_t, err);
+    if (s != PE_OK)
+        return s;
+    size_t nb = kind == MD_SHARD_ROW ? l->out : out_t;
+    const size_t wbytes = weight_bytes(dtype, out_t * in_t);
+    void *dw = NULL, *db = NULL;
+    const char *step = "allocate";
+    s = ops->alloc(dev, wbytes, &dw);
+    if (s == PE_OK)
+        s = ops->alloc(dev, nb * sizeof(float), &db);
+    if (s == PE_OK && source) {
+        step = "upload";
+        s = upload(ops, dev, dtype, w, out_t * in_t, dw, err);
+        if (s == PE_OK)
+            s = ops->copy_h2d(dev, db, b, nb * sizeof(float));
+    }
+    if (s == PE_OK && bcast) {
+        step = "broadcast";
+        s = ops->broadcast(bcast, dw, wbytes / sizeof(float), 0);
+        if (s == PE_OK)
+            s = ops->broadcast(bcast, db, nb, 0);
+    }
+    free(w);
+    free(b);
+    sl->w = dw;
+    sl->b = db;
+    sl->kind = kind;
+    sl->act = l->act;
+    sl->in = l->in;
+    sl->out = l->out;
+    sl->in_t = in_t;
+    sl->out_t = out_t;
+    if (s != PE_OK && err && !err->msg[0])
+        pe_fail(err, s, "cannot %s its %zu x %zu shard on the device: %s", step, out_t, in_t,
+                ops->last_error(dev));
+    return s;
+}
+
 pe_status md_stage_build(const be_ops *ops, be_device *dev, const md_mlp *m, int first,
-                         int last, const md_shard_kind *kinds, int t, int tp, md_stage *out,
-                         pe_err *err)
+                         int last, const md_shard_kind *kinds, int t, int tp, pe_dtype dtype,
+                         be_comm *bcast, md_stage *out, pe_err *err)
 {
     memset(out, 0, sizeof *out);
+    out->dtype = dtype;
     out->first = first;
     out->last = last;
     out->nlayers = last - first;
@@ -39,34 +99,17 @@ pe_status md_stage_build(const be_ops *ops, be_device *dev, const md_mlp *m, int
     out->out = m->layers[last - 1].out;
     for (int k = 0; k < out->nlayers; k++) {
         const md_layer *l = &m->layers[first + k];
-        md_stage_layer *sl = &out->layers[k];
-        float *w = NULL, *b = NULL;
-        size_t out_t = 0, in_t = 0;
-        pe_status s = md_shard_layer(l, kinds[k], t, tp, &w, &b, &out_t, &in_t, err);
-        if (s == PE_OK) {
-            size_t nb = kinds[k] == MD_SHARD_ROW ? l->out : out_t;
-            s = upload(ops, dev, w, out_t * in_t, &sl->w);
-            if (s == PE_OK)
-                s = upload(ops, dev, b, nb, &sl->b);
-            if (s != PE_OK)
-                pe_fail(err, s, "layer %d: cannot upload its %zu x %zu shard to the device: %s",
-                        first + k, out_t, in_t, ops->last_error(dev));
-        }
-        free(w);
-        free(b);
+        pe_err lerr = {{0}};
+        pe_status s = build_layer(ops, dev, l, kinds[k], t, tp, dtype, bcast, &out->layers[k],
+                                  &lerr);
         if (s != PE_OK) {
+            pe_fail(err, s, "layer %d: %s", first + k, lerr.msg);
             md_stage_free(ops, dev, out);
             return s;
         }
-        sl->kind = kinds[k];
-        sl->act = l->act;
-        sl->in = l->in;
-        sl->out = l->out;
-        sl->in_t = in_t;
-        sl->out_t = out_t;
         out->max_width = max_size(out->max_width, max_size(l->in, l->out));
         if (kinds[k] == MD_SHARD_COLUMN_GATHER)
-            out->max_out_t = max_size(out->max_out_t, out_t);
+            out->max_out_t = max_size(out->max_out_t, out->layers[k].out_t);
     }
     return PE_OK;
 }
@@ -85,8 +128,8 @@ void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s)
 
 void md_scratch_free(const be_ops *ops, be_device *dev, md_stage_scratch *sc)
 {
-    float *bufs[4] = {sc->a, sc->b, sc->gather, sc->partial};
-    for (int i = 0; i < 4; i++)
+    void *bufs[5] = {sc->a, sc->b, sc->gather, sc->partial, sc->xh};
+    for (int i = 0; i < 5; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
     memset(sc, 0, sizeof *sc);
@@ -102,7 +145,7 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
     int has_row = 0;
     for (int k = 0; k < s->nlayers; k++)
         has_row |= s->layers[k].kind == MD_SHARD_ROW;
-    void *a = NULL, *b = NULL, *g = NULL, *p = NULL;
+    void *a = NULL, *b = NULL, *g = NULL, *p = NULL, *xh = NULL;
     pe_status st = ops->alloc(dev, n * sizeof(float), &a);
     if (st == PE_OK)
         st = ops->alloc(dev, n * sizeof(float), &b);
@@ -110,6 +153,9 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
         st = ops->alloc(dev, (size_t)tp * rows * s->max_out_t * sizeof(float), &g);
     if (st == PE_OK && has_row)
         st = ops->alloc(dev, n * sizeof(float), &p);
+    if (st == PE_OK && s->dtype == PE_DTYPE_BF16)
+        st = ops->alloc(dev, n * sizeof(uint16_t), &xh);
+    sc->xh = xh;
     sc->a = a;
     sc->b = b;
     sc->gather = g;
@@ -133,12 +179,20 @@ static pe_status activate(const be_ops *ops, be_device *dev, md_activation act, 
     return PE_EINTERNAL;
 }
 
-/* y (rows, out_t) = x (rows, in_t) W^T, W (out_t, in_t) */
-static pe_status matmul(const be_ops *ops, be_device *dev, const md_stage_layer *l,
-                        const float *x, float *y, size_t rows)
+/* y (rows, out_t) = x (rows, in_t) W^T, W (out_t, in_t); in bf16, x is rounded into xh
+ * first and the GEMM takes bf16 inputs with fp32 accumulation. */
+static pe_status matmul(const be_ops *ops, be_device *dev, pe_dtype dtype,
+                        const md_stage_layer *l, md_stage_scratch *sc, const float *x, float *y,
+                        size_t rows)
 {
-    return ops->gemm(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, x, l->in_t, l->w, l->in_t, 0.0f,
-                     y, l->out_t);
+    if (dtype == PE_DTYPE_FP32)
+        return ops->gemm(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, x, l->in_t, l->w, l->in_t,
+                         0.0f, y, l->out_t);
+    pe_status s = ops->to_bf16(dev, sc->xh, x, rows * l->in_t);
+    if (s != PE_OK)
+        return s;
+    return ops->gemm_bf16(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, sc->xh, l->in_t, l->w,
+                          l->in_t, 0.0f, y, l->out_t);
 }
 
 static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_status s)
@@ -150,21 +204,21 @@ static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_stat
 
 /* One layer: x -> y. spare is a free scratch buffer (rows, max_width) for the gather. */
 static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, int tp,
-                               const md_stage_layer *l, md_stage_scratch *sc, const float *x,
+                               pe_dtype dtype, const md_stage_layer *l, md_stage_scratch *sc, const float *x,
                                float *y, float *spare, size_t rows, const md_hooks *hooks)
 {
     pe_status s;
     switch (l->kind) {
     case MD_SHARD_NONE:
     case MD_SHARD_COLUMN: /* y (rows, out_t): this rank's columns of the output */
-        s = matmul(ops, dev, l, x, y, rows);
+        s = matmul(ops, dev, dtype, l, sc, x, y, rows);
         if (s == PE_OK)
             s = ops->bias_add(dev, y, l->b, rows, l->out_t);
         if (s == PE_OK)
             s = activate(ops, dev, l->act, y, rows * l->out_t);
         return s;
     case MD_SHARD_ROW: { /* x (rows, in_t) sharded; partial sums (rows, out) all-reduced */
-        s = matmul(ops, dev, l, x, sc->partial, rows);
+        s = matmul(ops, dev, dtype, l, sc, x, sc->partial, rows);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();
@@ -177,7 +231,7 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
         return s;
     }
     case MD_SHARD_COLUMN_GATHER: { /* spare (rows, out_t) -> gather (tp, rows, out_t) -> y */
-        s = matmul(ops, dev, l, x, spare, rows);
+        s = matmul(ops, dev, dtype, l, sc, x, spare, rows);
         if (s == PE_OK)
             s = ops->bias_add(dev, spare, l->b, rows, l->out_t);
         if (s == PE_OK)
@@ -212,8 +266,8 @@ pe_status md_stage_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, 
         float *spare = cur == sc->a ? sc->b : sc->a;
         if (s->layers[k].kind == MD_SHARD_COLUMN_GATHER && !last)
             return PE_EINTERNAL;
-        pe_status st = layer_forward(ops, dev, tp_comm, tp, &s->layers[k], sc, cur, dst, spare,
-                                     rows, hooks);
+        pe_status st = layer_forward(ops, dev, tp_comm, tp, s->dtype, &s->layers[k], sc, cur,
+                                     dst, spare, rows, hooks);
         if (st != PE_OK)
             return st;
         cur = dst;

@@ -4,6 +4,11 @@
  * A stage is a contiguous range of layers; under TP each layer is a shard (see shard.h)
  * and the stage runs the TP group's collectives inside it. Shapes (rows = micro-batch):
  *   x (rows, in of the first layer)  ->  y (rows, out of the last layer), both full width.
+ *
+ * Precision: fp32 throughout, or bf16: weights are stored in bf16 and every GEMM input
+ * (the layer's activation) is rounded to bf16 just before the GEMM; the GEMM accumulates
+ * in fp32 and writes fp32, and bias, activation and collectives run in fp32. Rounding at
+ * the GEMM input makes the result independent of where stages and shards are cut.
  */
 #ifndef PE_MODEL_FORWARD_H
 #define PE_MODEL_FORWARD_H
@@ -19,11 +24,12 @@ typedef struct md_stage_layer {
     md_activation act;
     size_t in, out;     /* full widths */
     size_t in_t, out_t; /* this rank's slice of W: (out_t, in_t) */
-    float *w;           /* device (out_t, in_t) */
+    void *w;            /* device (out_t, in_t), float or bf16 (uint16_t) by the stage's dtype */
     float *b;           /* device (out_t); ROW: the whole (out) bias, added after the sum */
 } md_stage_layer;
 
 typedef struct md_stage {
+    pe_dtype dtype;        /* of the weights and the GEMM inputs */
     int first, last;       /* global layer range [first, last) */
     int nlayers;
     md_stage_layer *layers; /* (nlayers) */
@@ -40,6 +46,8 @@ typedef struct md_stage_scratch {
     float *partial; /* (rows, max_width): a ROW layer's partial sums, NULL if unused; the
                      * all-reduce reads them and writes the layer's output (out of place:
                      * the host's in-place form needs a third pass) */
+    uint16_t *xh;   /* (rows, max_width) bf16: a layer's input rounded for its GEMM; NULL
+                     * for fp32 */
 } md_stage_scratch;
 
 /* Called around each collective, for tracing; may be NULL. */
@@ -48,10 +56,13 @@ typedef struct md_hooks {
     void *ctx;
 } md_hooks;
 
-/* Uploads this rank's shards of layers [first, last) to dev. kinds from md_plan_tp. */
+/* Puts this rank's shards of layers [first, last) on dev, in dtype. kinds from md_plan_tp.
+ * bcast NULL: uploaded from m. Otherwise every rank of bcast holds the same shards and
+ * calls this together: its rank 0 uploads them and broadcasts each tensor to the others,
+ * which do not read m. */
 pe_status md_stage_build(const be_ops *ops, be_device *dev, const md_mlp *m, int first,
-                         int last, const md_shard_kind *kinds, int t, int tp, md_stage *out,
-                         pe_err *err);
+                         int last, const md_shard_kind *kinds, int t, int tp, pe_dtype dtype,
+                         be_comm *bcast, md_stage *out, pe_err *err);
 void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s);
 
 /* Grows scratch to at least rows (keeps it when big enough). */

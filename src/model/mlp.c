@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "model/safetensors.h"
 
@@ -239,8 +240,14 @@ pe_status md_mlp_load(const char *path, md_mlp *out, pe_err *err)
     return PE_OK;
 }
 
-pe_status md_mlp_forward_reference(const md_mlp *m, const float *x, size_t rows, float *y,
-                                   pe_err *err)
+/* x as a GEMM input in dtype: itself, or rounded to bf16. */
+static double gemm_input(pe_dtype dtype, float x)
+{
+    return dtype == PE_DTYPE_BF16 ? (double)pe_k_round_bf16(x) : (double)x;
+}
+
+pe_status md_mlp_forward_reference(const md_mlp *m, pe_dtype dtype, const float *x,
+                                   size_t rows, float *y, pe_err *err)
 {
     if (!m || m->nlayers < 1 || (rows && (!x || !y)))
         return pe_fail(err, PE_EINVAL, "md_mlp_forward_reference: no model, input or output");
@@ -262,7 +269,8 @@ pe_status md_mlp_forward_reference(const md_mlp *m, const float *x, size_t rows,
             for (size_t o = 0; o < ly->out; o++) {
                 double acc = ly->b[o];
                 for (size_t k = 0; k < ly->in; k++)
-                    acc += (double)cur[r * ly->in + k] * (double)ly->w[o * ly->in + k];
+                    acc += gemm_input(dtype, cur[r * ly->in + k]) *
+                           gemm_input(dtype, ly->w[o * ly->in + k]);
                 float v = (float)acc;
                 if (ly->act == MD_ACT_RELU)
                     v = pe_k_relu(v);

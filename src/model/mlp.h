@@ -68,8 +68,10 @@ pe_status md_mlp_write(const md_mlp_spec *spec, const char *path, pe_err *err);
 
 /* Naive single-threaded reference forward (plain loops, no BLAS, double accumulation,
  * activations from kernels/elementwise.h), for tests:
- * x (rows, in of layer 0) -> y (rows, out of the last layer); x and y must not overlap. */
-pe_status md_mlp_forward_reference(const md_mlp *m, const float *x, size_t rows, float *y,
-                                   pe_err *err);
+ * x (rows, in of layer 0) -> y (rows, out of the last layer); x and y must not overlap.
+ * dtype BF16 rounds both GEMM operands (weights and the layer's input) to bf16, as the
+ * engine does. */
+pe_status md_mlp_forward_reference(const md_mlp *m, pe_dtype dtype, const float *x,
+                                   size_t rows, float *y, pe_err *err);
 
 #endif

@@ -164,7 +164,8 @@ pe_status md_plan_tp(const md_mlp *m, int first, int last, int tp, md_shard_kind
 pe_status md_shard_layer(const md_layer *l, md_shard_kind kind, int t, int tp, float **w,
                          float **b, size_t *out_t, size_t *in_t, pe_err *err)
 {
-    *w = *b = NULL;
+    if (w && b)
+        *w = *b = NULL;
     if (!l || tp < 1 || t < 0 || t >= tp || (unsigned)kind > MD_SHARD_COLUMN_GATHER)
         return pe_fail(err, PE_EINVAL, "shard: rank %d of tp=%d (or the kind) is out of range",
                        t, tp);
@@ -182,6 +183,10 @@ pe_status md_shard_layer(const md_layer *l, md_shard_kind kind, int t, int tp, f
         cn = l->in / T;
         c0 = (size_t)t * cn;
     }
+    *out_t = rn;
+    *in_t = cn;
+    if (!w || !b) /* the shape alone */
+        return PE_OK;
     *w = malloc(rn * cn * sizeof **w); /* (rn, cn) */
     *b = malloc(rn * sizeof **b);      /* (rn) */
     if (!*w || !*b) {
@@ -193,7 +198,5 @@ pe_status md_shard_layer(const md_layer *l, md_shard_kind kind, int t, int tp, f
     for (size_t r = 0; r < rn; r++)
         memcpy(*w + r * cn, l->w + (r0 + r) * l->in + c0, cn * sizeof **w);
     memcpy(*b, l->b + r0, rn * sizeof **b);
-    *out_t = rn;
-    *in_t = cn;
     return PE_OK;
 }

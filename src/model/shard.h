@@ -34,7 +34,8 @@ pe_status md_plan_tp(const md_mlp *m, int first, int last, int tp, md_shard_kind
 /* Rank t's slice of layer l under kind: w (out_t, in_t) and b (out_t). For ROW, b is the
  * whole bias (out), which every rank adds after the all-reduce. The split width must be
  * divisible by tp (PE_EINVAL otherwise; md_plan_tp checks it first). The caller frees *w
- * and *b with free(); on failure both are NULL. */
+ * and *b with free(); on failure both are NULL. With w or b NULL only the shape
+ * (out_t, in_t) is computed. */
 pe_status md_shard_layer(const md_layer *l, md_shard_kind kind, int t, int tp, float **w,
                          float **b, size_t *out_t, size_t *in_t, pe_err *err);
 

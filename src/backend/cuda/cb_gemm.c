@@ -1,4 +1,5 @@
-/* cb_gemm.c: row-major fp32 GEMM on cuBLAS (column-major) by the transpose identity.
+/* cb_gemm.c: row-major GEMM on cuBLAS (column-major) by the transpose identity: fp32
+ * (cublasSgemm) and bf16 inputs with fp32 output and accumulation (cublasGemmEx).
  *
  * A row-major X(r, c) with row stride ld is, read column-major, X^T(c, r) with leading
  * dimension ld. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
@@ -65,5 +66,22 @@ pe_status cb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size
         (long long)stride_c, (int)batch);
     if (b != CUBLAS_STATUS_SUCCESS)
         return cb_blas_fail(&dev->err, b, "cublasSgemmStridedBatched", dev->id);
+    return PE_OK;
+}
+
+/* bf16 A, B; fp32 C; CUBLAS_COMPUTE_32F: tensor cores, fp32 accumulation. */
+pe_status cb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
+                       size_t ldb, float beta, float *C, size_t ldc)
+{
+    pe_status s = check_shape(dev, "gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (s != PE_OK || M == 0 || N == 0)
+        return s;
+    cublasStatus_t b = cublasGemmEx(dev->blas, op_of(trans_b), op_of(trans_a), (int)N, (int)M,
+                                    (int)K, &alpha, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF,
+                                    (int)lda, &beta, C, CUDA_R_32F, (int)ldc,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (b != CUBLAS_STATUS_SUCCESS)
+        return cb_blas_fail(&dev->err, b, "cublasGemmEx (bf16)", dev->id);
     return PE_OK;
 }

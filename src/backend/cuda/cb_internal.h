@@ -81,6 +81,11 @@ pe_status cb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size
                                   float beta, float *C, size_t ldc, size_t stride_c,
                                   size_t batch);
 
+pe_status cb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
+                       size_t ldb, float beta, float *C, size_t ldc);
+pe_status cb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
+
 pe_status cb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
 pe_status cb_relu(be_device *dev, float *x, size_t n);
 pe_status cb_gelu(be_device *dev, float *x, size_t n);

@@ -80,3 +80,9 @@ pe_status cb_embedding(be_device *dev, float *out, const float *table, const int
     }
     return PE_OK;
 }
+
+pe_status cb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n)
+{
+    return cb_check_launch(dev, cb_launch_to_bf16(dev->stream, out, in, n),
+                           "to_bf16 kernel launch");
+}

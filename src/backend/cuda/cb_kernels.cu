@@ -1,5 +1,5 @@
 /* cb_kernels.cu: thin grid wrappers over the element math of src/kernels/ (bias, ReLU,
- * GELU, residual, layernorm, softmax, embedding): the host backend runs the same inline
+ * GELU, residual, layernorm, softmax, embedding, rounding to bf16): the host backend runs the same inline
  * functions, so the host tests check what these grids compute.
  *
  * Element-wise grids read and write float4 when the pointers are 16-byte aligned (always,
@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cb_grid.cuh"
 #include "backend/cuda/cb_launch.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
 #include "kernels/rowwise.h"
@@ -229,6 +230,22 @@ __global__ void embedding_rows(float *out, const float *table, const int32_t *id
 
 unsigned row_blocks(size_t rows) { return (unsigned)(rows < cb::kMaxBlocks ? rows : cb::kMaxBlocks); }
 
+/* out(n) = bf16(in(n)); four elements per thread when in is 16- and out 8-byte aligned. */
+__global__ void to_bf16_4(ushort4 *out, const float4 *in, size_t n4)
+{
+    for (size_t i = thread_index(); i < n4; i += grid_stride()) {
+        float4 v = in[i];
+        out[i] = make_ushort4(pe_k_to_bf16(v.x), pe_k_to_bf16(v.y), pe_k_to_bf16(v.z),
+                              pe_k_to_bf16(v.w));
+    }
+}
+
+__global__ void to_bf16_1(uint16_t *out, const float *in, size_t n)
+{
+    for (size_t i = thread_index(); i < n; i += grid_stride())
+        out[i] = pe_k_to_bf16(in[i]);
+}
+
 } /* namespace */
 
 extern "C" cudaError_t cb_launch_relu(cudaStream_t s, float *x, size_t n)
@@ -313,5 +330,19 @@ extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const flo
     else
         embedding_rows<false><<<row_blocks(n), threads, 0, s>>>(out, table, ids, n, dim,
                                                                  vocab, bad);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in,
+                                         size_t n)
+{
+    size_t n4 = aligned16(in) && reinterpret_cast<uintptr_t>(out) % 8 == 0 ? n / 4 : 0;
+    if (n4)
+        to_bf16_4<<<grid_for(n4, kThreads), kThreads, 0, s>>>(
+            reinterpret_cast<ushort4 *>(out), reinterpret_cast<const float4 *>(in), n4);
+    if (n4 * 4 < n)
+        to_bf16_1<<<grid_for(n - n4 * 4, kThreads), kThreads, 0, s>>>(out + n4 * 4,
+                                                                        in + n4 * 4,
+                                                                        n - n4 * 4);
     return cudaGetLastError();
 }

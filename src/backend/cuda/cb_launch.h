@@ -27,6 +27,8 @@ cudaError_t cb_launch_residual_add(cudaStream_t s, float *x, const float *r, siz
 cudaError_t cb_launch_layernorm(cudaStream_t s, float *out, const float *x, const float *gamma,
                                 const float *beta, size_t rows, size_t cols, float eps);
 cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, size_t cols);
+/* out(n) = in(n) rounded to bf16 (pe_k_to_bf16) */
+cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in, size_t n);
 /* bad: a device int32 set to INT32_MAX before; afterwards the smallest row whose id is
  * outside [0, vocab), or still INT32_MAX (such rows of out are zeroed). */
 cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const float *table,

@@ -1,4 +1,6 @@
-/* hb_gemm.c: row-major fp32 GEMM on OpenBLAS: sgemm, or sgemv when M or N is 1.
+/* hb_gemm.c: row-major fp32 GEMM on OpenBLAS: sgemm, or sgemv when M or N is 1; bf16
+ * operands are widened to fp32 first (exact), so only the float sums' order differs from
+ * cuBLAS's bf16 GEMM.
  *
  * OpenBLAS runs with one thread, so every call computes on the calling worker's thread:
  * each worker uses the cores it is bound to and workers do not fight over a shared BLAS
@@ -8,9 +10,11 @@
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/host/hb_internal.h"
+#include "kernels/bf16.h"
 
 /* Largest dimension a cblas call takes (blasint is int or int64 depending on the build). */
 #define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
@@ -27,7 +31,7 @@ void hb_gemm_init(void)
 
 /* Checks shapes and strides of one GEMM; on failure the message names the argument. */
 static pe_status check_gemm(be_device *dev, int ta, int tb, size_t M, size_t N, size_t K,
-                            const float *A, size_t lda, const float *B, size_t ldb,
+                            const void *A, size_t lda, const void *B, size_t ldb,
                             const float *C, size_t ldc)
 {
     size_t a_row = ta ? M : K; /* stored row length of A: (M, K), or (K, M) if transposed */
@@ -137,5 +141,40 @@ pe_status hb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size
     for (size_t b = 0; b < batch; b++)
         gemm_checked(trans_a, trans_b, M, N, K, alpha, A ? A + b * stride_a : NULL, lda,
                      B ? B + b * stride_b : NULL, ldb, beta, C + b * stride_c, ldc);
+    return PE_OK;
+}
+
+/* dst(rows, cols) dense = src(rows, cols) with row stride ld, widened to fp32. */
+static void widen(float *dst, const uint16_t *src, size_t rows, size_t cols, size_t ld)
+{
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            dst[i * cols + j] = pe_k_from_bf16(src[i * ld + j]);
+}
+
+pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
+                       size_t ldb, float beta, float *C, size_t ldc)
+{
+    pe_status s = check_gemm(dev, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+    if (s != PE_OK || M == 0 || N == 0)
+        return s;
+    size_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K; /* as stored */
+    size_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    size_t need = a_rows * a_cols + b_rows * b_cols;
+    if (need > dev->widened_cap) {
+        float *p = realloc(dev->widened, need * sizeof *p);
+        if (!p)
+            return hb_fail(dev, PE_ENOMEM,
+                           "gemm_bf16 %zux%zux%zu: out of host memory widening the operands",
+                           M, N, K);
+        dev->widened = p;
+        dev->widened_cap = need;
+    }
+    float *a = dev->widened, *b = dev->widened + a_rows * a_cols;
+    widen(a, A, a_rows, a_cols, lda);
+    widen(b, B, b_rows, b_cols, ldb);
+    gemm_checked(trans_a, trans_b, M, N, K, alpha, a, max1(a_cols), b, max1(b_cols), beta, C,
+                 ldc);
     return PE_OK;
 }

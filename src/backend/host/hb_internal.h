@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 
@@ -38,6 +39,8 @@ struct be_device {
     int id;
     pe_err err;        /* the last failure on this device */
     hb_pending *pend;  /* this device's sends in flight */
+    float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
+    size_t widened_cap;
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
@@ -55,6 +58,10 @@ pe_status hb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size
                                   size_t stride_a, const float *B, size_t ldb, size_t stride_b,
                                   float beta, float *C, size_t ldc, size_t stride_c,
                                   size_t batch);
+/* bf16 A and B: widened to fp32 (exact) in dev->widened, then hb_gemm's sgemm. */
+pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
+                       size_t ldb, float beta, float *C, size_t ldc);
 
 /* ---- kernels (hb_kernels.c) ---- */
 pe_status hb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
@@ -64,6 +71,7 @@ pe_status hb_layernorm(be_device *dev, float *out, const float *x, const float *
                        const float *beta, size_t rows, size_t cols, float eps);
 pe_status hb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n);
+pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
 pe_status hb_embedding(be_device *dev, float *out, const float *table, const int32_t *ids,
                        size_t n, size_t dim, size_t vocab);
 

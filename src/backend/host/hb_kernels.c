@@ -1,5 +1,6 @@
 /* hb_kernels.c: the host backend's kernels: loops over the element math of src/kernels/. */
 #include "backend/host/hb_internal.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
 #include "kernels/rowwise.h"
@@ -96,5 +97,14 @@ pe_status hb_embedding(be_device *dev, float *out, const float *table, const int
                            dev->id, (int)ids[i], i, vocab);
     for (size_t i = 0; i < n; i++)
         pe_k_embedding_row(out + i * dim, table, (size_t)ids[i], dim);
+    return PE_OK;
+}
+
+pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n)
+{
+    HB_NEED(dev, out, n, "to_bf16");
+    HB_NEED(dev, in, n, "to_bf16");
+    for (size_t i = 0; i < n; i++)
+        out[i] = pe_k_to_bf16(in[i]);
     return PE_OK;
 }
