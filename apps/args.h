@@ -31,9 +31,10 @@ typedef struct cli_options {
     int iters, warmup;         /* timed iterations (default 100) and warm-up (default 10) */
     uint64_t seed;             /* model and input seed, default 1 */
     pe_backend_kind backend;   /* --backend, default auto */
+    pe_dtype dtype;            /* --dtype, default fp32 */
     int json;                  /* --json: one JSON object on stdout, nothing else */
     const char *trace_path;    /* --trace FILE, NULL = none */
-    int verify;                /* 1 (default) = compare against a single device */
+    int verify;                /* 1 (default) = compare against a reference run (verify.h) */
     int topology;              /* --topology: print the machine and the core plan */
     int help, version;
 } cli_options;
@@ -64,5 +65,6 @@ void cli_usage(FILE *out);
 const char *cli_mode_name(cli_mode m);
 const char *cli_schedule_name(pe_schedule s);
 const char *cli_backend_name(pe_backend_kind b);
+const char *cli_dtype_name(pe_dtype d);
 
 #endif

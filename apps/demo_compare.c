@@ -1,5 +1,5 @@
 /* demo_compare.c: the engine under test against one device on the same requests: the timing
- * table, the speedup and the verdict. The dp and tp demos are this with their own words. */
+ * table, the speedup and the verdict (against the host backend when it runs on CUDA). The dp and tp demos are this with their own words. */
 #include <stdio.h>
 
 #include "demo.h"
@@ -22,7 +22,7 @@ int cli_demo_compare(const cli_options *o, cli_report *r, const cli_compare_spec
     rc = cli_model_prepare(o, CMP_LAYERS, CMP_OUT, &m);
     if (rc != CLI_OK)
         return rc;
-    cli_work single_w = {0}, grid_w = {0};
+    cli_work single_w = {0}, grid_w = {0}, ref_w = {0};
     pe_engine *single = NULL, *grid = NULL;
     double single_ms = 0, grid_ms = 0;
 
@@ -66,18 +66,35 @@ int cli_demo_compare(const cli_options *o, cli_report *r, const cli_compare_spec
         report_num(r, "speedup", spec->speedup_label, single_ms / grid_ms, 2, "x");
 
         if (o->verify) {
-            cli_check c;
-            cli_compare(grid_w.output, single_w.output, (size_t)grid_w.nreq * rows * m.out,
-                        o->tp == 1, &c);
-            report_line(r, "%s", "");
-            cli_report_check(r, "verify", "verification against a single device", &c);
-            if (!c.match)
-                rc = cli_verification_failed(spec->what, c.max_abs);
+            cli_rule rule;
+            cli_verify_rule(info.backend, o->dtype, o->tp, &rule);
+            const float *ref = single_w.output; /* same backend: the timed single device */
+            if (info.backend == PE_BACKEND_CUDA) {
+                cli_config_reference(o, info.backend, mb, &cfg);
+                rc = cli_work_init(&ref_w, o->dp, rows, m.in, m.out, o->seed);
+                pe_engine *host = NULL;
+                double host_ms;
+                if (rc == CLI_OK)
+                    rc = cli_run_engine(&cfg, m.path, &ref_w, 0, 1, &host_ms, &host);
+                pe_engine_destroy(host);
+                ref = ref_w.output;
+            }
+            if (rc == CLI_OK) {
+                cli_check c;
+                char heading[96];
+                snprintf(heading, sizeof heading, "verification against %s", rule.reference);
+                cli_compare(grid_w.output, ref, (size_t)grid_w.nreq * rows * m.out, &rule, &c);
+                report_line(r, "%s", "");
+                cli_report_check(r, "verify", heading, &c);
+                if (!c.match)
+                    rc = cli_verification_failed(spec->what, c.max_abs);
+            }
         }
     }
     pe_engine_destroy(grid);
     cli_work_free(&single_w);
     cli_work_free(&grid_w);
+    cli_work_free(&ref_w);
     cli_model_release(&m);
     return rc;
 }

@@ -154,7 +154,7 @@ int cli_demo_pp(const cli_options *o, cli_report *r)
     for (int i = 0; i < 2 && rc == CLI_OK && o->verify; i++) {
         double ms;
         pe_config cfg;
-        cli_config_single(o, runs[i].m, &cfg);
+        cli_config_reference(o, info.backend, runs[i].m, &cfg);
         rc = cli_work_init(&single_w[i], o->dp, rows, m.in, m.out, o->seed);
         if (rc == CLI_OK)
             rc = cli_run_engine(&cfg, m.path, &single_w[i], 0, 1, &ms, &single);
@@ -170,16 +170,18 @@ int cli_demo_pp(const cli_options *o, cli_report *r)
         report_figures(r, o, runs);
         if (o->verify) {
             size_t n = (size_t)o->dp * rows * m.out;
+            cli_rule rule;
+            cli_verify_rule(info.backend, o->dtype, o->tp, &rule);
             cli_check c[2];
             for (int i = 0; i < 2; i++)
-                cli_compare(runs[i].w.output, single_w[i].output, n, o->tp == 1, &c[i]);
+                cli_compare(runs[i].w.output, single_w[i].output, n, &rule, &c[i]);
             report_line(r, "%s", "");
-            cli_report_check(r, "verify_naive", "verification of naive against a single device",
-                             &c[0]);
-            char heading[96];
-            snprintf(heading, sizeof heading,
-                     "verification of %s against a single device, same micro-batches",
-                     runs[1].title);
+            char heading[128];
+            snprintf(heading, sizeof heading, "verification of naive against %s",
+                     rule.reference);
+            cli_report_check(r, "verify_naive", heading, &c[0]);
+            snprintf(heading, sizeof heading, "verification of %s against %s, same micro-batches",
+                     runs[1].title, rule.reference);
             cli_report_check(r, "verify", heading, &c[1]);
             if (!c[0].match || !c[1].match)
                 rc = cli_verification_failed(!c[1].match ? "the micro-batched pipeline output"

@@ -62,6 +62,7 @@ void cli_config_grid(const cli_options *o, int microbatches, pe_schedule schedul
     cfg->schedule = schedule;
     cfg->stage_layers = split;
     cfg->trace_capacity = trace_capacity;
+    cfg->dtype = o->dtype;
 }
 
 void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg)
@@ -73,6 +74,18 @@ void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg)
     cfg->dp = cfg->pp = cfg->tp = 1;
     cfg->microbatches = microbatches;
     cfg->schedule = microbatches > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
+    cfg->dtype = o->dtype;
+}
+
+void cli_config_reference(const cli_options *o, pe_backend_kind under_test, int microbatches,
+                          pe_config *cfg)
+{
+    static const int host_device = 0;
+    cli_config_single(o, microbatches, cfg);
+    if (under_test == PE_BACKEND_CUDA) {
+        cfg->backend = PE_BACKEND_HOST;
+        cfg->devices = &host_device;
+    }
 }
 
 int cli_pick_microbatches(const cli_options *o, int demo_default, size_t rows, int *m)

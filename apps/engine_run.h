@@ -25,10 +25,14 @@ void cli_work_free(cli_work *w);
 /* The engine under test: the grid, devices and backend of o. trace_capacity 0 = off. */
 void cli_config_grid(const cli_options *o, int microbatches, pe_schedule schedule,
                      const int *split, size_t trace_capacity, pe_config *cfg);
-/* A one-device engine on the first listed device and the same backend: the reference.
- * It cuts requests into the same microbatches, so its GEMMs have the same row counts as
- * the engine under test (OpenBLAS rounds a row differently depending on M). */
+/* A one-device engine on the first listed device and the same backend: the baseline of the
+ * speedups. It cuts requests into the same microbatches, so its GEMMs have the same row
+ * counts as the engine under test (OpenBLAS rounds a row differently depending on M). */
 void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg);
+/* The reference of --verify for an engine that runs on under_test: cli_config_single, but
+ * on host device 0 when under_test is CUDA (the host backend checks the GPU's output). */
+void cli_config_reference(const cli_options *o, pe_backend_kind under_test, int microbatches,
+                          pe_config *cfg);
 
 /* A demo's micro-batch count against its rows: more micro-batches than rows is a usage
  * error (printed) when the user asked for them; the demo's default is clamped instead. */

@@ -25,6 +25,7 @@ void cli_report_header(cli_report *r, const cli_options *o, const char *title,
     report_str(r, "pengine", NULL, pe_version());
     report_str(r, "mode", "mode", cli_mode_name(o->mode));
     report_str(r, "backend", "backend", cli_backend_name(info->backend));
+    report_str(r, "dtype", "dtype", cli_dtype_name(info->dtype));
     if (info->notice[0]) {
         const char *n = info->notice;
         if (!strncmp(n, "notice: ", 8))

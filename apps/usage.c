@@ -1,4 +1,4 @@
-/* usage.c: the --help text and the names of modes, schedules and backends. */
+/* usage.c: the --help text and the names of modes, schedules, backends and dtypes. */
 #include <stdio.h>
 
 #include "args.h"
@@ -19,6 +19,7 @@ void cli_usage(FILE *out)
 "  --gpus LIST           device ids, e.g. 0,1 (may repeat: several ranks on one device)\n"
 "  --dp N --pp N --tp N  any grid; dp * pp * tp must equal the number of devices\n"
 "  --backend B           auto (default: CUDA if a GPU answers, else host), host or cuda\n"
+"  --dtype D             fp32 (default) or bf16 (bf16 weights and GEMM inputs, fp32 sums)\n"
 "  --split A,B,...       layers per pipeline stage (default: balanced by FLOPs)\n"
 "\n"
 "workload:\n"
@@ -29,7 +30,8 @@ void cli_usage(FILE *out)
 "  --iters N             timed iterations (default 100)\n"
 "  --warmup N            untimed iterations first (default 10)\n"
 "  --seed S              seed of the demo model and the inputs (default 1)\n"
-"  --verify, --no-verify compare with a single device (default on; exit 1 on mismatch)\n"
+"  --verify, --no-verify compare with a single device, on CUDA with the host backend\n"
+"                        (default on; exit 1 on mismatch)\n"
 "\n"
 "output:\n"
 "  --json                one JSON object on stdout with every figure, nothing else\n"
@@ -80,3 +82,5 @@ const char *cli_backend_name(pe_backend_kind b)
     }
     return "?";
 }
+
+const char *cli_dtype_name(pe_dtype d) { return d == PE_DTYPE_BF16 ? "bf16" : "fp32"; }

@@ -179,6 +179,9 @@ static void test_unknown_mode_or_flag_is_usage_error(void **state)
     r = RUN("--mode", "pp", "--gpus", "0,1", "--iters", "ten");
     EXPECT_USAGE(r, "--iters 'ten'");
     run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--dtype", "fp16");
+    EXPECT_USAGE(r, "unknown dtype 'fp16'", "--dtype fp32 or bf16");
+    run_free(&r);
     r = RUN("--mode", "pp", "--gpus"); /* a value is missing */
     EXPECT_USAGE(r, "--gpus needs a value");
     run_free(&r);
@@ -413,6 +416,24 @@ static void test_tp_demo_matches_within_tolerance(void **state)
     run_free(&r);
 }
 
+/* bf16 on the host: TP within the bf16 rule, PP bit for bit (both round every GEMM input
+ * where one device does). */
+static void test_bf16_demos_verify_against_one_device(void **state)
+{
+    (void)state;
+    cli_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16",
+                    "--iters", "2", "--warmup", "1");
+    expect_demo_ok(&r, 1);
+    assert_non_null(strstr(r.out, "dtype                          bf16"));
+    assert_non_null(strstr(r.out, "within 1e-3 relative"));
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16", "--iters",
+            "2", "--warmup", "1");
+    expect_demo_ok(&r, 2);
+    assert_non_null(strstr(r.out, "bit for bit"));
+    run_free(&r);
+}
+
 static void test_pp_demo_prints_bubbles_and_timeline(void **state)
 {
     (void)state;
@@ -623,6 +644,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tp_demo_matches_within_tolerance),
         cmocka_unit_test(test_pp_demo_prints_bubbles_and_timeline),
         cmocka_unit_test(test_stream_schedule_and_hybrid_grid_verify),
+        cmocka_unit_test(test_bf16_demos_verify_against_one_device),
         cmocka_unit_test(test_dp_json_holds_every_figure_and_nothing_else),
         cmocka_unit_test(test_pp_json_and_trace_file),
         cmocka_unit_test(test_topology_report),

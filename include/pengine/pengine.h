@@ -113,6 +113,7 @@ typedef struct pe_engine_info {
     pe_backend_kind backend; /* HOST or CUDA, never AUTO */
     int world, dp, pp, tp, microbatches;
     pe_schedule schedule;
+    pe_dtype dtype;
     int stage_first_layer[64]; /* stage p owns layers [first[p], first[p+1]); pp + 1 entries */
     char notice[256];          /* e.g. the auto-fallback notice; "" if none */
     char collectives[256];     /* how the ranks talk, one line ("nccl", the peer path, ...) */

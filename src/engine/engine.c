@@ -358,6 +358,7 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     out->tp = e->tp;
     out->microbatches = e->m;
     out->schedule = e->schedule;
+    out->dtype = e->cfg.dtype;
     if (e->loaded)
         memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
