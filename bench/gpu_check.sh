@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the CUDA backend checked end to end on a GPU machine, in a few minutes:
 #   1. builds for the GPU it finds (-DCMAKE_CUDA_ARCHITECTURES from nvidia-smi, else native)
-#   2. runs the tests labelled `cuda`, test_device_list and test_cuda_peer_logic
-#   3. runs `pengine --backend cuda --mode dp|tp|pp --gpus 0,0` (and 0,1 where two GPUs
-#      exist) with verification (exit 1 on a mismatch with the single-device run)
-#   4. runs bench_cuda (GEMM, MLP, batch-1 bandwidth, peer all-reduce, targets)
+#   2. runs the tests labelled `cuda` (test_cuda, test_cuda_modes), test_device_list and
+#      test_cuda_peer_logic
+#   3. runs `pengine --backend cuda --mode dp|tp|pp --gpus 0,0 --dtype fp32|bf16` (and 0,1
+#      where two GPUs exist) with verification (exit 1 on a mismatch with the host backend)
+#   4. runs bench_cuda (GEMM fp32 and bf16, the model's MLP forward and batch-1 bandwidth
+#      in fp32 and bf16, peer all-reduce, targets)
 #   5. runs compute-sanitizer (memcheck) on test_cuda where the tool exists
 # and writes one JSON report (OUT/gpu_check.json; also OUT/gpu_check.log, tests.txt and
 # bench_cuda.txt) plus a summary on stdout. Exit status:
@@ -139,9 +141,10 @@ if run_step configure 240 - cmake -S "$repo" -B "$build" -DPE_WERROR=ON -DPE_WIT
   step build ok $secs "CMAKE_CUDA_ARCHITECTURES=$arch"
 else
   build_secs=$secs
-  # Keep what can be checked: the targets this script runs, one by one.
+  # Keep what can be checked: the targets this script runs, one by one (ctest -L cuda
+  # runs test_cuda_modes too when it is built).
   partial=""
-  for t in test_cuda test_device_list bench_cuda pengine_cli; do
+  for t in test_cuda test_cuda_modes test_device_list bench_cuda pengine_cli; do
     run_step "build $t" 300 - cmake --build "$build" -j "$jobs" --target $t && partial="$partial $t"
   done
   step build failed "$build_secs" "see $log; built anyway:${partial:- nothing}"
@@ -159,7 +162,7 @@ if built tests/test_cuda; then
   cat "$out/tests.txt" >>"$log"
   skipped=$(grep -o "SKIPPED \] [0-9]* test" "$out/tests.txt" | awk '{s += $3} END {print s + 0}')
   passed=$(grep -c "\[       OK \]" "$out/tests.txt" || true)
-  detail="cuda label, test_device_list, test_cuda_peer_logic: $passed cmocka tests passed, $skipped skipped"
+  detail="cuda label (test_cuda, test_cuda_modes), test_device_list, test_cuda_peer_logic: $passed cmocka tests passed, $skipped skipped"
   if [ $rc_c -eq 0 ] && [ $rc_d -eq 0 ]; then
     step tests ok $(($(date +%s) - t0)) "$detail"
   else
@@ -169,25 +172,27 @@ else
   step tests skipped 0 "not built"
 fi
 
-# ---- 3. the command, every mode, verified ----
+# ---- 3. the command, every mode and dtype, verified ----
 mkdir -p "$tmp"
 if built pengine; then
   lists=("0,0")
   [ "$gpus" -ge 2 ] && lists+=("0,1")
   for list in "${lists[@]}"; do
-    for mode in dp tp pp; do
-      f=$tmp/pengine_${mode}_${list/,/_}.json
-      run_step "pengine $mode $list" 120 "$f" "$build/pengine" --backend cuda --mode "$mode" \
-        --gpus "$list" --iters 20 --warmup 3 --verify --json
-      rc_p=$rc
-      raw=""
-      is_json "$f" && raw=$(cat "$f")
-      name="pengine --backend cuda --mode $mode --gpus $list"
-      if [ $rc_p -eq 0 ]; then
-        step "$name" ok "$secs" "verified against one GPU" "$raw"
-      else
-        step "$name" failed "$secs" "exit $rc_p (1: verification failed)" "$raw"
-      fi
+    for dtype in fp32 bf16; do
+      for mode in dp tp pp; do
+        f=$tmp/pengine_${mode}_${dtype}_${list/,/_}.json
+        run_step "pengine $mode $dtype $list" 120 "$f" "$build/pengine" --backend cuda \
+          --mode "$mode" --gpus "$list" --dtype "$dtype" --iters 20 --warmup 3 --verify --json
+        rc_p=$rc
+        raw=""
+        is_json "$f" && raw=$(cat "$f")
+        name="pengine --backend cuda --mode $mode --gpus $list --dtype $dtype"
+        if [ $rc_p -eq 0 ]; then
+          step "$name" ok "$secs" "verified against the host backend" "$raw"
+        else
+          step "$name" failed "$secs" "exit $rc_p (1: verification failed)" "$raw"
+        fi
+      done
     done
   done
 else
