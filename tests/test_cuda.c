@@ -371,17 +371,20 @@ static double normwise_rel(const float *got, const float *ref, size_t n)
     return tu_max_abs_diff(got, ref, n) / (mref > 0 ? mref : 1.0);
 }
 
+/* (M, N, K): scalars, odd sizes, K long enough for rounding to show, and gemv shapes. */
+static const size_t gemm_dims[][3] = {{1, 1, 1},     {7, 13, 5},   {64, 96, 512},
+                                      {129, 65, 300}, {1, 1024, 512}};
+
 static void gemm_fp32_matches_naive_gemm(void **state)
 {
     (void)state;
     NEED_GPUS(1);
     be_device *d = NULL;
     assert_int_equal(ops->open(0, &d, NULL), PE_OK);
-    const size_t dims[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 512}, {129, 65, 300}, {1, 1024, 512}};
-    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+    for (size_t s = 0; s < sizeof gemm_dims / sizeof gemm_dims[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                size_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+                size_t M = gemm_dims[s][0], N = gemm_dims[s][1], K = gemm_dims[s][2];
                 size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
                 size_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
                 float *A = host_random(na, 40 + s), *B = host_random(nb, 50 + s);
@@ -453,11 +456,10 @@ static void gemm_bf16_matches_host_gemm_bf16(void **state)
     be_device *d = NULL, *h = NULL;
     assert_int_equal(ops->open(0, &d, NULL), PE_OK);
     assert_int_equal(host->open(0, &h, NULL), PE_OK);
-    const size_t dims[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 512}, {129, 65, 300}, {1, 1024, 512}};
-    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+    for (size_t s = 0; s < sizeof gemm_dims / sizeof gemm_dims[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                size_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+                size_t M = gemm_dims[s][0], N = gemm_dims[s][1], K = gemm_dims[s][2];
                 size_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 4, ldc = N + 1;
                 size_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
                 float *A = host_random(na, 90 + s), *B = host_random(nb, 95 + s);
