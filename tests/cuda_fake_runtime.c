@@ -279,7 +279,9 @@ cudaError_t cb_launch_gather(cudaStream_t s, float *out, const float *const *src
     return cudaSuccess;
 }
 
-/* ---- no NCCL and no host backend in this test ---- */
+/* ---- no NCCL, no cuBLASLt and no host backend in this test ---- */
+
+void cb_linear_release(be_device *dev) { (void)dev; } /* linear is not linked: nothing made */
 
 const be_ops *be_host_ops(void) { return NULL; }
 

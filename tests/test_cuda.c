@@ -9,6 +9,8 @@
  *   fp32 sums differs, so the fp32 bound 1e-4 applies; and against the fp32 product of the
  *   unrounded inputs within 2e-2 (each input moves by up to 2^-9 relative: a K-term dot
  *   product of random signs moves by ~2^-8 of its scale, 2e-2 leaves 5x margin);
+ * - linear (cuBLASLt with a bias/ReLU/bf16 epilogue) against the host's linear, fp32 and
+ *   bf16, with and without bias, every activation; at least one plan fused;
  * - GEMM fp32 against a naive double-accumulated GEMM, all transpose combinations;
  *   tolerance 1e-4 relative to max|C|: fp32 accumulation over K = 512 terms of size ~1
  *   errs by about sqrt(K) * 2^-24 ~ 1e-6 relative, so 1e-4 leaves 100x margin while still
@@ -29,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_select.h"
+#include "backend/cuda/cb_internal.h" /* cb_linear_plans: which linear plans were fused */
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
@@ -504,6 +507,88 @@ static void gemm_bf16_matches_host_gemm_bf16(void **state)
     ops->close(d);
 }
 
+/* linear on the GPU (cuBLASLt with its epilogue, or separate ops where it has no
+ * algorithm) against the host's linear on the same inputs: fp32 within 1e-4 of max |y|
+ * (sum order; the bias is added to the unrounded sum on the GPU), bf16 outputs within one
+ * bf16 step (2^-8) of max |y| plus that. GELU is our kernel on both. At least one plan must
+ * have been fused: cuBLASLt takes plain fp32 and bf16 layers with a bias. */
+static void linear_matches_host_linear(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    const be_ops *host = be_host_ops();
+    be_device *d = NULL, *h = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    assert_int_equal(host->open(0, &h, NULL), PE_OK);
+    const size_t dims[][3] = {{1, 64, 256}, {7, 13, 5}, {33, 256, 96}, {128, 1024, 512}};
+    const be_act acts[] = {BE_ACT_NONE, BE_ACT_RELU, BE_ACT_GELU};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int a = 0; a < 3; a++)
+            for (int mode = 0; mode < 3; mode++) { /* fp32; bf16 -> fp32; bf16 -> bf16 */
+                size_t M = dims[s][0], N = dims[s][1], K = dims[s][2];
+                pe_dtype dt = mode ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+                int y16 = mode == 2, with_bias = (s + (size_t)a) % 2 == 0 || a == 1;
+                size_t es = mode ? sizeof(uint16_t) : sizeof(float);
+                float *x = host_random(M * K, 110 + s), *W = host_random(N * K, 120 + s);
+                float *b = host_random(N, 130 + s);
+                uint16_t *xh = malloc(M * K * sizeof *xh), *Wh = malloc(N * K * sizeof *Wh);
+                for (size_t i = 0; i < M * K; i++)
+                    xh[i] = pe_k_to_bf16(x[i]);
+                for (size_t i = 0; i < N * K; i++)
+                    Wh[i] = pe_k_to_bf16(W[i]);
+                const void *hx = mode ? (const void *)xh : x, *hW = mode ? (const void *)Wh : W;
+                void *dx = NULL, *dW = NULL, *dy = NULL;
+                assert_int_equal(ops->alloc(d, M * K * es, &dx), PE_OK);
+                assert_int_equal(ops->alloc(d, N * K * es, &dW), PE_OK);
+                assert_int_equal(ops->alloc(d, M * N * sizeof(float), &dy), PE_OK);
+                assert_int_equal(ops->copy_h2d(d, dx, hx, M * K * es), PE_OK);
+                assert_int_equal(ops->copy_h2d(d, dW, hW, N * K * es), PE_OK);
+                float *db = upload(d, b, N);
+                assert_int_equal(ops->linear(d, dt, M, N, K, dx, dW, with_bias ? db : NULL,
+                                             acts[a], dy, y16),
+                                 PE_OK);
+                float *got = malloc(M * N * sizeof *got), *ref = malloc(M * N * sizeof *ref);
+                uint16_t *g16 = malloc(M * N * sizeof *g16), *r16 = malloc(M * N * sizeof *r16);
+                assert_int_equal(ops->synchronize(d), PE_OK);
+                assert_int_equal(ops->copy_d2h(d, y16 ? (void *)g16 : got, dy,
+                                               M * N * (y16 ? sizeof *g16 : sizeof *got)),
+                                 PE_OK);
+                assert_int_equal(host->linear(h, dt, M, N, K, hx, hW, with_bias ? b : NULL,
+                                              acts[a], y16 ? (void *)r16 : ref, y16),
+                                 PE_OK);
+                if (y16)
+                    for (size_t i = 0; i < M * N; i++) {
+                        got[i] = pe_k_from_bf16(g16[i]);
+                        ref[i] = pe_k_from_bf16(r16[i]);
+                    }
+                double rel = normwise_rel(got, ref, M * N), tol = 1e-4 + (y16 ? 0x1p-8 : 0);
+                if (!(rel <= tol))
+                    print_error("linear M=%zu N=%zu K=%zu act=%d mode=%d bias=%d: %g > %g\n",
+                                M, N, K, (int)acts[a], mode, with_bias, rel, tol);
+                assert_true(rel <= tol);
+                ops->free(d, dx);
+                ops->free(d, dW);
+                ops->free(d, dy);
+                ops->free(d, db);
+                free(x);
+                free(W);
+                free(b);
+                free(xh);
+                free(Wh);
+                free(got);
+                free(ref);
+                free(g16);
+                free(r16);
+            }
+    long fused = 0, unfused = 0;
+    cb_linear_plans(d, &fused, &unfused);
+    print_message("linear plans: %ld fused (cuBLASLt epilogue), %ld as separate ops\n", fused,
+                  unfused);
+    assert_true(fused > 0);
+    host->close(h);
+    ops->close(d);
+}
+
 static void gemm_strided_batched_matches_naive_gemm(void **state)
 {
     (void)state;
@@ -914,6 +999,7 @@ int main(void)
         cmocka_unit_test(gemm_strided_batched_matches_naive_gemm),
         cmocka_unit_test(to_bf16_matches_host_rounding),
         cmocka_unit_test(gemm_bf16_matches_host_gemm_bf16),
+        cmocka_unit_test(linear_matches_host_linear),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),
         cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
         cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),

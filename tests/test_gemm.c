@@ -1,7 +1,8 @@
 /* test_gemm.c: host GEMM against a naive triple loop in double: all four transpose
  * combinations, odd shapes, the M = 1 and N = 1 (gemv) paths, alpha/beta (beta = 0 never
  * reads C), row strides longer than the rows, strided batches, argument checks, and the
- * bf16-input GEMM against the same loop over the rounded inputs.
+ * bf16-input GEMM against the same loop over the rounded inputs, and linear (GEMM, bias,
+ * activation, rounding to bf16) against a naive Linear.
  *
  * Tolerance, per element: |C - ref| <= 2 (K + 2) eps_float (|alpha| sum_k |a_ik b_kj| +
  * |beta c_ij|) + tiny, the classic bound for a float dot product of length K.
@@ -15,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "kernels/bf16.h"
+#include "kernels/elementwise.h"
 
 static const be_ops *ops;
 static const float SENTINEL = 12345.5f; /* fills the gaps between ld and the row length */
@@ -171,6 +173,103 @@ static void test_bf16_inputs_match_the_product_of_the_rounded_values(void **stat
                             pad ? 0.5f : 1.0f, pad ? -2.0f : 0.0f, pad);
 }
 
+/* ---- linear: y = act(x W^T + b) in one call ---- */
+
+/* The naive Linear: double sums of the (rounded, in bf16) inputs, then bias and the
+ * activation in float, as the interface says. mag gets sum |x w| + |b| per element. */
+static void naive_linear(pe_dtype dt, size_t M, size_t N, size_t K, const float *x,
+                         const float *W, const float *b, be_act act, float *y, double *mag)
+{
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double s = 0, m = 0;
+            for (size_t k = 0; k < K; k++) {
+                double xv = x[i * K + k], wv = W[j * K + k];
+                if (dt == PE_DTYPE_BF16) {
+                    xv = pe_k_round_bf16(x[i * K + k]);
+                    wv = pe_k_round_bf16(W[j * K + k]);
+                }
+                s += xv * wv;
+                m += fabs(xv * wv);
+            }
+            float v = (float)s + (b ? b[j] : 0.0f);
+            v = act == BE_ACT_RELU ? pe_k_relu(v) : act == BE_ACT_GELU ? pe_k_gelu(v) : v;
+            y[i * N + j] = v;
+            mag[i * N + j] = m + (b ? fabs((double)b[j]) : 0.0);
+        }
+}
+
+/* One linear call against naive_linear. fp32 output: the dot-product bound of
+ * check_product (scaled by GELU's slope, at most 1.13); bf16 output: that plus one bf16
+ * step of the value (2^-8 relative): the float sum and the naive double sum can fall on
+ * the two sides of a rounding boundary. */
+static void check_linear(be_device *dev, pe_dtype dt, int y_bf16, size_t M, size_t N, size_t K,
+                         int with_bias, be_act act)
+{
+    float *x = matrix(M, K, K, M * 31 + K), *W = matrix(N, K, K, N * 17 + K + 1);
+    float *b = with_bias ? matrix(1, N, N, N + 5) : NULL;
+    float *ref = malloc((M * N + 1) * sizeof *ref), *got = malloc((M * N + 1) * sizeof *got);
+    double *mag = malloc((M * N + 1) * sizeof *mag);
+    uint16_t *xh = NULL, *Wh = NULL, *yh = malloc((M * N + 1) * sizeof *yh);
+    const void *xin = x, *Win = W;
+    if (dt == PE_DTYPE_BF16) {
+        float *xc = malloc((M * K + 1) * sizeof *xc), *Wc = malloc((N * K + 1) * sizeof *Wc);
+        memcpy(xc, x, M * K * sizeof *x);
+        memcpy(Wc, W, N * K * sizeof *W);
+        xin = xh = round_to_bf16(xc, M * K);
+        Win = Wh = round_to_bf16(Wc, N * K);
+        free(xc);
+        free(Wc);
+    }
+    naive_linear(dt, M, N, K, x, W, b, act, ref, mag);
+    pe_status s = ops->linear(dev, dt, M, N, K, xin, Win, b, act, y_bf16 ? (void *)yh : got,
+                              y_bf16);
+    if (s != PE_OK)
+        fail_msg("linear: %s", ops->last_error(dev));
+    for (size_t i = 0; i < M * N; i++) {
+        double g = y_bf16 ? (double)pe_k_from_bf16(yh[i]) : (double)got[i];
+        double tol = 1.13 * 2.0 * (double)(K + 3) * FLT_EPSILON * mag[i] + 1e-30;
+        if (y_bf16)
+            tol += fabs((double)ref[i]) * 0x1p-8;
+        if (!(fabs(g - ref[i]) <= tol))
+            fail_msg("linear dt=%d y_bf16=%d M=%zu N=%zu K=%zu bias=%d act=%d: y[%zu] = %.9g, "
+                     "want %.9g (tol %.3g)",
+                     (int)dt, y_bf16, M, N, K, with_bias, (int)act, i, g, (double)ref[i], tol);
+    }
+    free(x);
+    free(W);
+    free(b);
+    free(ref);
+    free(got);
+    free(mag);
+    free(xh);
+    free(Wh);
+    free(yh);
+}
+
+static void test_linear_is_gemm_bias_activation_and_rounding(void **state)
+{
+    be_device *dev = *state;
+    const size_t dims[][3] = {{1, 1, 1}, {1, 64, 33}, {7, 13, 5}, {40, 24, 96}};
+    const be_act acts[] = {BE_ACT_NONE, BE_ACT_RELU, BE_ACT_GELU};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int a = 0; a < 3; a++)
+            for (int bias = 0; bias < 2; bias++) {
+                check_linear(dev, PE_DTYPE_FP32, 0, dims[d][0], dims[d][1], dims[d][2], bias,
+                             acts[a]);
+                check_linear(dev, PE_DTYPE_BF16, 0, dims[d][0], dims[d][1], dims[d][2], bias,
+                             acts[a]);
+                check_linear(dev, PE_DTYPE_BF16, 1, dims[d][0], dims[d][1], dims[d][2], bias,
+                             acts[a]);
+            }
+    uint16_t y;
+    float one = 1.0f;
+    assert_int_equal(ops->linear(dev, PE_DTYPE_FP32, 1, 1, 1, &one, &one, NULL, BE_ACT_NONE,
+                                 &y, 1),
+                     PE_EINVAL); /* a bf16 output of an fp32 layer */
+    assert_non_null(strstr(ops->last_error(dev), "needs dtype bf16"));
+}
+
 static void test_strided_batched_matches_each_product(void **state)
 {
     be_device *dev = *state;
@@ -249,6 +348,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_all_transposes_and_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bf16_inputs_match_the_product_of_the_rounded_values,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linear_is_gemm_bias_activation_and_rounding, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

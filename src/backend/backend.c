@@ -209,3 +209,22 @@ int be_split_plan(const int *colors, int n, int *group, int *sub, pe_err *err)
     }
     return ngroups;
 }
+
+pe_status be_linear_unfused(const be_ops *ops, be_device *dev, pe_dtype dtype, size_t M,
+                            size_t N, size_t K, const void *x, const void *W, const float *b,
+                            be_act act, void *y, int y_bf16, float *tmp)
+{
+    float *out = y_bf16 ? tmp : y; /* (M, N) fp32 */
+    pe_status s = dtype == PE_DTYPE_BF16
+                      ? ops->gemm_bf16(dev, 0, 1, M, N, K, 1.0f, x, K, W, K, 0.0f, out, N)
+                      : ops->gemm(dev, 0, 1, M, N, K, 1.0f, x, K, W, K, 0.0f, out, N);
+    if (s == PE_OK && b)
+        s = ops->bias_add(dev, out, b, M, N);
+    if (s == PE_OK && act == BE_ACT_RELU)
+        s = ops->relu(dev, out, M * N);
+    if (s == PE_OK && act == BE_ACT_GELU)
+        s = ops->gelu(dev, out, M * N);
+    if (s == PE_OK && y_bf16)
+        s = ops->to_bf16(dev, y, out, M * N);
+    return s;
+}

@@ -37,6 +37,9 @@ typedef struct be_device_desc {
     char cpulist[256];   /* cores near the device in hwloc list syntax ("0-7"), "" = any */
 } be_device_desc;
 
+/* The activation of a Linear layer (linear), applied in fp32 after the bias. */
+typedef enum be_act { BE_ACT_NONE = 0, BE_ACT_RELU, BE_ACT_GELU } be_act;
+
 typedef struct be_ops {
     const char *name;     /* "host", "cuda" */
     pe_backend_kind kind; /* PE_BACKEND_HOST or PE_BACKEND_CUDA */
@@ -86,6 +89,17 @@ typedef struct be_ops {
                            const uint16_t *B, size_t ldb, float beta, float *C, size_t ldc);
     /* out(n) = in(n) rounded to bf16, nearest even (pe_k_to_bf16) */
     pe_status (*to_bf16)(be_device *dev, uint16_t *out, const float *in, size_t n);
+
+    /* ---- a Linear layer in one call (the forward pass's only GEMM) ----
+     * y(M, N) = act(x(M, K) W(N, K)^T + b(N)), row-major and dense (rows of K, K and N).
+     * dtype FP32: x and W are float; BF16: bf16, with fp32 sums. b may be NULL (no bias).
+     * y is float, or, when y_bf16 (BF16 only), bf16: the fp32 result rounded as to_bf16.
+     * Bias and activation apply in fp32 to the sums. Host: gemm, bias_add, the activation,
+     * to_bf16 (be_linear_unfused); CUDA: one cuBLASLt matmul whose epilogue adds the bias
+     * (and applies ReLU, and writes bf16) where cuBLASLt has an algorithm for the shape. */
+    pe_status (*linear)(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
+                        const void *x, const void *W, const float *b, be_act act, void *y,
+                        int y_bf16);
 
     /* ---- kernels (element math from src/kernels/) ---- */
     /* x(rows, cols) += bias(cols) broadcast over rows */
@@ -150,6 +164,13 @@ const be_ops *be_cuda_ops(void);
  * CUDA without a device is PE_ENODEV with a message saying so. */
 pe_status be_select(pe_backend_kind kind, const be_ops **out, char *notice, size_t notice_len,
                     pe_err *err);
+
+/* linear as separate ops of `ops` (gemm or gemm_bf16, bias_add, relu or gelu, to_bf16):
+ * the host backend's linear, and the CUDA backend's where cuBLASLt has no algorithm.
+ * tmp (M, N) floats on dev takes the fp32 result when y_bf16 (unused otherwise). */
+pe_status be_linear_unfused(const be_ops *ops, be_device *dev, pe_dtype dtype, size_t M,
+                            size_t N, size_t K, const void *x, const void *W, const float *b,
+                            be_act act, void *y, int y_bf16, float *tmp);
 
 /* The shape of a split (comm_split): parent rank r joins group group[r], numbered by the
  * first appearance of its color, as rank sub[r] of it (parent-rank order). Returns the

@@ -168,6 +168,16 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
     return PE_OK;
 }
 
+static be_act act_of(md_activation a)
+{
+    switch (a) {
+    case MD_ACT_NONE: return BE_ACT_NONE;
+    case MD_ACT_RELU: return BE_ACT_RELU;
+    case MD_ACT_GELU: return BE_ACT_GELU;
+    }
+    return BE_ACT_NONE;
+}
+
 static pe_status activate(const be_ops *ops, be_device *dev, md_activation act, float *x,
                           size_t n)
 {
@@ -179,20 +189,21 @@ static pe_status activate(const be_ops *ops, be_device *dev, md_activation act, 
     return PE_EINTERNAL;
 }
 
-/* y (rows, out_t) = x (rows, in_t) W^T, W (out_t, in_t); in bf16, x is rounded into xh
- * first and the GEMM takes bf16 inputs with fp32 accumulation. */
-static pe_status matmul(const be_ops *ops, be_device *dev, pe_dtype dtype,
-                        const md_stage_layer *l, md_stage_scratch *sc, const float *x, float *y,
-                        size_t rows)
+/* An activation: fp32, or (bf16 stages) already rounded to bf16 by the layer before. */
+typedef struct md_act_buf {
+    const void *p; /* (rows, width) */
+    int bf16;
+} md_act_buf;
+
+/* x (rows, n) as a GEMM input of the stage's dtype: itself, or rounded into sc->xh. */
+static pe_status gemm_input(const be_ops *ops, be_device *dev, pe_dtype dtype,
+                            md_stage_scratch *sc, md_act_buf x, size_t n, const void **out)
 {
-    if (dtype == PE_DTYPE_FP32)
-        return ops->gemm(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, x, l->in_t, l->w, l->in_t,
-                         0.0f, y, l->out_t);
-    pe_status s = ops->to_bf16(dev, sc->xh, x, rows * l->in_t);
-    if (s != PE_OK)
-        return s;
-    return ops->gemm_bf16(dev, 0, 1, rows, l->out_t, l->in_t, 1.0f, sc->xh, l->in_t, l->w,
-                          l->in_t, 0.0f, y, l->out_t);
+    *out = x.p;
+    if (dtype == PE_DTYPE_FP32 || x.bf16)
+        return PE_OK;
+    *out = sc->xh;
+    return ops->to_bf16(dev, sc->xh, x.p, n);
 }
 
 static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_status s)
@@ -202,23 +213,25 @@ static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_stat
     return s;
 }
 
-/* One layer: x -> y. spare is a free scratch buffer (rows, max_width) for the gather. */
+/* One layer: x -> y (bf16 when y_bf16, only for NONE and COLUMN layers). spare is a free
+ * scratch buffer (rows, max_width) for the gather. */
 static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, int tp,
-                               pe_dtype dtype, const md_stage_layer *l, md_stage_scratch *sc, const float *x,
-                               float *y, float *spare, size_t rows, const md_hooks *hooks)
+                               pe_dtype dtype, const md_stage_layer *l, md_stage_scratch *sc,
+                               md_act_buf x, void *y, int y_bf16, float *spare, size_t rows,
+                               const md_hooks *hooks)
 {
-    pe_status s;
+    const void *in;
+    pe_status s = gemm_input(ops, dev, dtype, sc, x, rows * l->in_t, &in);
+    if (s != PE_OK)
+        return s;
     switch (l->kind) {
     case MD_SHARD_NONE:
     case MD_SHARD_COLUMN: /* y (rows, out_t): this rank's columns of the output */
-        s = matmul(ops, dev, dtype, l, sc, x, y, rows);
-        if (s == PE_OK)
-            s = ops->bias_add(dev, y, l->b, rows, l->out_t);
-        if (s == PE_OK)
-            s = activate(ops, dev, l->act, y, rows * l->out_t);
-        return s;
+        return ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, l->b, act_of(l->act),
+                           y, y_bf16);
     case MD_SHARD_ROW: { /* x (rows, in_t) sharded; partial sums (rows, out) all-reduced */
-        s = matmul(ops, dev, dtype, l, sc, x, sc->partial, rows);
+        s = ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, NULL, BE_ACT_NONE,
+                        sc->partial, 0);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();
@@ -231,11 +244,8 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
         return s;
     }
     case MD_SHARD_COLUMN_GATHER: { /* spare (rows, out_t) -> gather (tp, rows, out_t) -> y */
-        s = matmul(ops, dev, dtype, l, sc, x, spare, rows);
-        if (s == PE_OK)
-            s = ops->bias_add(dev, spare, l->b, rows, l->out_t);
-        if (s == PE_OK)
-            s = activate(ops, dev, l->act, spare, rows * l->out_t);
+        s = ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, l->b, act_of(l->act),
+                        spare, 0);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();
@@ -243,9 +253,9 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
                              ops->allgather(tp_comm, spare, sc->gather, rows * l->out_t));
         const size_t row_bytes = l->out_t * sizeof(float);
         for (int r = 0; s == PE_OK && r < tp; r++) /* rank r's block -> columns of y */
-            s = ops->copy_d2d_2d(dev, y + (size_t)r * l->out_t, l->out * sizeof(float),
-                                 sc->gather + (size_t)r * rows * l->out_t, row_bytes, row_bytes,
-                                 rows);
+            s = ops->copy_d2d_2d(dev, (float *)y + (size_t)r * l->out_t,
+                                 l->out * sizeof(float), sc->gather + (size_t)r * rows * l->out_t,
+                                 row_bytes, row_bytes, rows);
         return s;
     }
     }
@@ -258,19 +268,25 @@ pe_status md_stage_forward(const be_ops *ops, be_device *dev, be_comm *tp_comm, 
 {
     /* Activations ping-pong between sc->a and sc->b; the last layer writes y. A gather
      * layer is always a stage's last (md_plan_tp pairs within the stage), so one of a/b,
-     * the one that is not its input, is free for its slice. */
-    const float *cur = x;
+     * the one that is not its input, is free for its slice. In bf16 a NONE or COLUMN
+     * layer that is not the last writes its output in bf16, the next GEMM's input; a ROW
+     * layer's output is fp32 (it comes out of the all-reduce) and is rounded by the next
+     * layer. */
+    md_act_buf cur = {x, 0};
     for (int k = 0; k < s->nlayers; k++) {
+        const md_stage_layer *l = &s->layers[k];
         const int last = k == s->nlayers - 1;
-        float *dst = last ? y : (cur == sc->a ? sc->b : sc->a);
-        float *spare = cur == sc->a ? sc->b : sc->a;
-        if (s->layers[k].kind == MD_SHARD_COLUMN_GATHER && !last)
+        float *other = cur.p == sc->a ? sc->b : sc->a;
+        void *dst = last ? (void *)y : other;
+        const int dst_bf16 = s->dtype == PE_DTYPE_BF16 && !last &&
+                             (l->kind == MD_SHARD_NONE || l->kind == MD_SHARD_COLUMN);
+        if (l->kind == MD_SHARD_COLUMN_GATHER && !last)
             return PE_EINTERNAL;
-        pe_status st = layer_forward(ops, dev, tp_comm, tp, s->dtype, &s->layers[k], sc, cur,
-                                     dst, spare, rows, hooks);
+        pe_status st = layer_forward(ops, dev, tp_comm, tp, s->dtype, l, sc, cur, dst, dst_bf16,
+                                     other, rows, hooks);
         if (st != PE_OK)
             return st;
-        cur = dst;
+        cur = (md_act_buf){dst, dst_bf16};
     }
     return PE_OK;
 }

@@ -5,10 +5,16 @@
  * and the stage runs the TP group's collectives inside it. Shapes (rows = micro-batch):
  *   x (rows, in of the first layer)  ->  y (rows, out of the last layer), both full width.
  *
+ * Each Linear is one backend `linear` call (GEMM, bias and activation; on CUDA one cuBLASLt
+ * matmul with an epilogue where cuBLASLt allows).
+ *
  * Precision: fp32 throughout, or bf16: weights are stored in bf16 and every GEMM input
- * (the layer's activation) is rounded to bf16 just before the GEMM; the GEMM accumulates
- * in fp32 and writes fp32, and bias, activation and collectives run in fp32. Rounding at
- * the GEMM input makes the result independent of where stages and shards are cut.
+ * (the layer's activation) is bf16: the layer before writes it in bf16 (its fp32 result
+ * after bias and activation, rounded to nearest even), or, after an all-reduce and at the
+ * stage's input, it is rounded just before the GEMM. GEMMs accumulate in fp32; bias,
+ * activation, collectives and the stage's output are fp32. Either way an activation is
+ * rounded exactly once, at the same point of the math, so the result does not depend on
+ * where stages and shards are cut.
  */
 #ifndef PE_MODEL_FORWARD_H
 #define PE_MODEL_FORWARD_H
@@ -41,13 +47,14 @@ typedef struct md_stage {
 /* Device scratch for a stage at up to `rows` rows. */
 typedef struct md_stage_scratch {
     size_t rows;   /* capacity in rows */
-    float *a, *b;  /* (rows, max_width) each: ping-pong activations */
+    float *a, *b;  /* (rows, max_width) each: ping-pong activations (in bf16 stages a
+                    * layer's bf16 output uses the first half of the bytes) */
     float *gather; /* (tp, rows, max_out_t): all-gather landing buffer, NULL if unused */
     float *partial; /* (rows, max_width): a ROW layer's partial sums, NULL if unused; the
                      * all-reduce reads them and writes the layer's output (out of place:
                      * the host's in-place form needs a third pass) */
-    uint16_t *xh;   /* (rows, max_width) bf16: a layer's input rounded for its GEMM; NULL
-                     * for fp32 */
+    uint16_t *xh;   /* (rows, max_width) bf16: an fp32 input rounded for its GEMM; NULL
+                     * for fp32 stages */
 } md_stage_scratch;
 
 /* Called around each collective, for tracing; may be NULL. */

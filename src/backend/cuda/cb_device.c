@@ -160,6 +160,7 @@ void cb_close(be_device *dev)
         return;
     if (dev->stream)
         (void)cudaStreamSynchronize(dev->stream);
+    cb_linear_release(dev);
     if (dev->blas)
         (void)cublasDestroy(dev->blas);
     if (dev->bad_id)

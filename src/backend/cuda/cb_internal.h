@@ -19,6 +19,7 @@
 #include "backend/cuda/cb_launch.h"
 
 struct cb_chan; /* a peer-path send/recv channel (cb_peer.c) */
+struct cb_lt;   /* cuBLASLt handle, workspace and cached plans of linear (cb_linear.c) */
 
 struct be_device {
     int id;               /* CUDA device ordinal */
@@ -28,6 +29,7 @@ struct be_device {
     int32_t *bad_id_host; /* pinned host copy of *bad_id */
     pe_err err;           /* the last failure on this device */
     int counted;          /* counted in the registry's opened devices per GPU */
+    struct cb_lt *lt;     /* made by the first linear call; freed by close */
     /* Peer-path channels this device sends on: synchronize() waits until the receivers
      * took every send. Edited under the registry lock of cb_device.c (comm_create and
      * comm_destroy run on any thread; a device may be closed before its groups are
@@ -85,6 +87,14 @@ pe_status cb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
                        float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
                        size_t ldb, float beta, float *C, size_t ldc);
 pe_status cb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
+pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
+                    const void *x, const void *W, const float *b, be_act act, void *y,
+                    int y_bf16);
+/* Frees what linear made on dev (cb_close calls it). */
+void cb_linear_release(be_device *dev);
+/* How many linear plans of dev run as one cuBLASLt matmul with an epilogue (fused), and
+ * how many as separate ops because cuBLASLt had no algorithm (unfused). */
+void cb_linear_plans(const be_device *dev, long *fused, long *unfused);
 
 pe_status cb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
 pe_status cb_relu(be_device *dev, float *x, size_t n);

@@ -19,6 +19,7 @@ static const be_ops cuda_ops = {
     .gemm_strided_batched = cb_gemm_strided_batched,
     .gemm_bf16 = cb_gemm_bf16,
     .to_bf16 = cb_to_bf16,
+    .linear = cb_linear,
     .bias_add = cb_bias_add,
     .relu = cb_relu,
     .gelu = cb_gelu,

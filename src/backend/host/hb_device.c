@@ -130,6 +130,7 @@ static void hb_close(be_device *dev)
     if (!dev)
         return;
     hb_pending_release(dev->pend);
+    free(dev->linear_tmp);
     free(dev->widened);
     free(dev);
 }
@@ -244,6 +245,7 @@ static const be_ops hb_ops = {
     .gemm_strided_batched = hb_gemm_strided_batched,
     .gemm_bf16 = hb_gemm_bf16,
     .to_bf16 = hb_to_bf16,
+    .linear = hb_linear,
     .bias_add = hb_bias_add,
     .relu = hb_relu,
     .gelu = hb_gelu,

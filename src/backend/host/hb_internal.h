@@ -41,6 +41,8 @@ struct be_device {
     hb_pending *pend;  /* this device's sends in flight */
     float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
     size_t widened_cap;
+    float *linear_tmp; /* (linear_cap) linear's fp32 result before it is rounded to bf16 */
+    size_t linear_cap;
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
@@ -62,6 +64,11 @@ pe_status hb_gemm_strided_batched(be_device *dev, int trans_a, int trans_b, size
 pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                        float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
                        size_t ldb, float beta, float *C, size_t ldc);
+
+/* gemm, bias, activation and rounding as separate loops (be_linear_unfused). */
+pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
+                    const void *x, const void *W, const float *b, be_act act, void *y,
+                    int y_bf16);
 
 /* ---- kernels (hb_kernels.c) ---- */
 pe_status hb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);

@@ -1,0 +1,283 @@
+/* cb_linear.c: a Linear layer, y = act(x W^T + b), as one cuBLASLt matmul whose epilogue
+ * adds the bias, applies ReLU and writes bf16 when the next GEMM wants it: one pass over
+ * the output instead of the GEMM's plus one per bias, activation and rounding.
+ *
+ * Row-major y(M, N) = x(M, K) W(N, K)^T is, read column-major, y^T(N, M) = W x^T with W
+ * (stored (N, K), ld K) transposed and x^T (K, M, ld K) as it is: cuBLASLt's A is W with
+ * TRANSA = T, its B is x, its D is y (N rows of the column-major view, ld N), and the
+ * epilogue's bias runs along D's rows, i.e. along N: the layer's bias.
+ *
+ * GELU is not left to cuBLASLt: its epilogue's GELU is NVIDIA's, not pe_k_gelu, and the
+ * host tests check only our math. A GELU layer gets the bias in the epilogue, then our
+ * gelu kernel and, for a bf16 output, to_bf16. ReLU is max(x, 0) everywhere.
+ *
+ * Plans (descriptors and the algorithm cuBLASLt's heuristic picked) are cached per device
+ * by shape, types, epilogue and pointer alignment; a decode step calls the same few shapes
+ * again and again, and the heuristic query costs tens of microseconds. Where cuBLASLt has
+ * no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none returned) the plan is marked unfused
+ * and the layer runs as separate ops (be_linear_unfused): same results, more passes;
+ * cb_linear_plans counts both kinds so the benchmark can say which ran.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "backend/cuda/cb_internal.h"
+
+#define CB_LT_PLANS 32                     /* cached plans per device */
+#define CB_LT_WORKSPACE ((size_t)32 << 20) /* bytes: what Hopper's kernels ask for at most */
+
+typedef struct cb_lt_plan {
+    /* the key */
+    size_t M, N, K;
+    pe_dtype dtype;
+    int out_bf16, has_bias, relu;
+    unsigned align; /* bytes, the smallest alignment of x, W, b and y (at most 256) */
+    /* the plan */
+    int used, fused;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} cb_lt_plan;
+
+struct cb_lt {
+    cublasLtHandle_t handle;
+    void *workspace; /* (CB_LT_WORKSPACE) bytes on the device */
+    cb_lt_plan plans[CB_LT_PLANS];
+    int next;         /* the slot the next new plan replaces */
+    float *tmp;       /* (tmp_cap) fp32 results before rounding to bf16 */
+    size_t tmp_cap;
+    long fused, unfused; /* plans made of each kind */
+};
+
+static unsigned alignment(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    unsigned a = 256;
+    while (a > 1 && u % a)
+        a /= 2;
+    return a;
+}
+
+static void plan_free(cb_lt_plan *p)
+{
+    if (p->d)
+        (void)cublasLtMatrixLayoutDestroy(p->d);
+    if (p->b)
+        (void)cublasLtMatrixLayoutDestroy(p->b);
+    if (p->a)
+        (void)cublasLtMatrixLayoutDestroy(p->a);
+    if (p->op)
+        (void)cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+void cb_linear_release(be_device *dev)
+{
+    struct cb_lt *lt = dev->lt;
+    if (!lt)
+        return;
+    for (int i = 0; i < CB_LT_PLANS; i++)
+        plan_free(&lt->plans[i]);
+    if (lt->workspace)
+        (void)cudaFree(lt->workspace);
+    if (lt->tmp)
+        (void)cudaFree(lt->tmp);
+    if (lt->handle)
+        (void)cublasLtDestroy(lt->handle);
+    free(lt);
+    dev->lt = NULL;
+}
+
+void cb_linear_plans(const be_device *dev, long *fused, long *unfused)
+{
+    *fused = dev->lt ? dev->lt->fused : 0;
+    *unfused = dev->lt ? dev->lt->unfused : 0;
+}
+
+static pe_status lt_state(be_device *dev, struct cb_lt **out)
+{
+    if (!dev->lt) {
+        struct cb_lt *lt = calloc(1, sizeof *lt);
+        if (!lt)
+            return pe_fail(&dev->err, PE_ENOMEM, "linear: out of host memory");
+        dev->lt = lt;
+        cublasStatus_t b = cublasLtCreate(&lt->handle);
+        if (b != CUBLAS_STATUS_SUCCESS) {
+            lt->handle = NULL;
+            cb_linear_release(dev);
+            return cb_blas_fail(&dev->err, b, "cublasLtCreate", dev->id);
+        }
+    }
+    *out = dev->lt;
+    return PE_OK;
+}
+
+/* An fp32 buffer of at least n elements for results before rounding. */
+static pe_status lt_tmp(be_device *dev, struct cb_lt *lt, size_t n, float **out)
+{
+    if (n > lt->tmp_cap) {
+        if (lt->tmp)
+            (void)cudaFree(lt->tmp); /* waits for the kernels that still read it */
+        lt->tmp = NULL;
+        lt->tmp_cap = 0;
+        pe_status s = cb_alloc(dev, n * sizeof(float), (void **)&lt->tmp);
+        if (s != PE_OK)
+            return s;
+        lt->tmp_cap = n;
+    }
+    *out = lt->tmp;
+    return PE_OK;
+}
+
+#define LT_SET(call)                                                                          \
+    do {                                                                                      \
+        if (b == CUBLAS_STATUS_SUCCESS)                                                       \
+            b = (call);                                                                       \
+    } while (0)
+
+/* Fills p's descriptors and asks the heuristic for an algorithm; p->fused says whether
+ * one exists. Returns the cuBLASLt status of the first call that failed for another
+ * reason than "not supported". */
+static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bias)
+{
+    const cudaDataType_t in = p->dtype == PE_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t out = p->out_bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = p->has_bias ? (p->relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                                    : CUBLASLT_EPILOGUE_BIAS)
+                                         : (p->relu ? CUBLASLT_EPILOGUE_RELU
+                                                    : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasStatus_t b = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    LT_SET(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_SET(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_SET(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                          sizeof epi));
+    if (p->has_bias) {
+        LT_SET(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                              &bias_type, sizeof bias_type));
+        LT_SET(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+    }
+    /* column-major views: A = W^T (K, N), B = x^T (K, M), D = y^T (N, M) */
+    LT_SET(cublasLtMatrixLayoutCreate(&p->a, in, p->K, p->N, (int64_t)p->K));
+    LT_SET(cublasLtMatrixLayoutCreate(&p->b, in, p->K, p->M, (int64_t)p->K));
+    LT_SET(cublasLtMatrixLayoutCreate(&p->d, out, p->N, p->M, (int64_t)p->N));
+    cublasLtMatmulPreference_t pref = NULL;
+    LT_SET(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = CB_LT_WORKSPACE;
+    const uint32_t al = p->align;
+    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ws, sizeof ws));
+    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &al, sizeof al));
+    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &al, sizeof al));
+    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &al, sizeof al));
+    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    LT_SET(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->a, p->b, p->d, p->d, pref, 1,
+                                          &r, &found));
+    if (pref)
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+    p->fused = b == CUBLAS_STATUS_SUCCESS && found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
+    if (p->fused)
+        p->algo = r.algo;
+    return b == CUBLAS_STATUS_NOT_SUPPORTED ? CUBLAS_STATUS_SUCCESS : b;
+}
+
+/* The cached plan for this call, made (and the workspace allocated) on first use. */
+static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *key,
+                          const float *bias, cb_lt_plan **out)
+{
+    for (int i = 0; i < CB_LT_PLANS; i++) {
+        cb_lt_plan *p = &lt->plans[i];
+        if (p->used && p->M == key->M && p->N == key->N && p->K == key->K &&
+            p->dtype == key->dtype && p->out_bf16 == key->out_bf16 &&
+            p->has_bias == key->has_bias && p->relu == key->relu && p->align == key->align) {
+            *out = p;
+            return PE_OK;
+        }
+    }
+    if (!lt->workspace) {
+        pe_status s = cb_alloc(dev, CB_LT_WORKSPACE, &lt->workspace);
+        if (s != PE_OK)
+            return s;
+    }
+    cb_lt_plan *p = &lt->plans[lt->next];
+    lt->next = (lt->next + 1) % CB_LT_PLANS;
+    plan_free(p);
+    *p = *key;
+    cublasStatus_t b = plan_make(lt, p, bias);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        plan_free(p);
+        return cb_blas_fail(&dev->err, b, "cuBLASLt plan for linear", dev->id);
+    }
+    p->used = 1;
+    if (p->fused)
+        lt->fused++;
+    else
+        lt->unfused++;
+    *out = p;
+    return PE_OK;
+}
+
+pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
+                    const void *x, const void *W, const float *b, be_act act, void *y,
+                    int y_bf16)
+{
+    if (y_bf16 && dtype != PE_DTYPE_BF16)
+        return pe_fail(&dev->err, PE_EINVAL, "linear: a bf16 output needs dtype bf16");
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || (N && M > SIZE_MAX / 4 / N))
+        return pe_fail(&dev->err, PE_EINVAL,
+                       "linear: M=%zu N=%zu K=%zu exceed cuBLASLt's range; split the layer",
+                       M, N, K);
+    if (M == 0 || N == 0)
+        return PE_OK;
+    struct cb_lt *lt = NULL;
+    pe_status s = lt_state(dev, &lt);
+    if (s != PE_OK)
+        return s;
+    float *tmp = NULL;
+    const int gelu = act == BE_ACT_GELU;
+    const int out_bf16 = y_bf16 && !gelu; /* GELU runs on fp32, then rounds */
+    if (y_bf16 && !out_bf16 && (s = lt_tmp(dev, lt, M * N, &tmp)) != PE_OK)
+        return s;
+    unsigned al = alignment(x);
+    const void *ptrs[3] = {W, b, y};
+    for (int i = 0; i < 3; i++)
+        if (ptrs[i] && alignment(ptrs[i]) < al)
+            al = alignment(ptrs[i]);
+    cb_lt_plan key = {.M = M, .N = N, .K = K, .dtype = dtype, .out_bf16 = out_bf16,
+                      .has_bias = b != NULL, .relu = act == BE_ACT_RELU, .align = al};
+    cb_lt_plan *p = NULL;
+    if ((s = plan_for(dev, lt, &key, b, &p)) != PE_OK)
+        return s;
+    if (!p->fused) {
+        if (y_bf16 && !tmp && (s = lt_tmp(dev, lt, M * N, &tmp)) != PE_OK)
+            return s;
+        return be_linear_unfused(be_cuda_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
+                                 tmp);
+    }
+    float *d32 = tmp ? tmp : (float *)y; /* fp32 result when the epilogue cannot finish */
+    void *d = out_bf16 ? y : (void *)d32;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (b)
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
+                                            sizeof b);
+    const float one = 1.0f, zero = 0.0f;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmul(lt->handle, p->op, &one, W, p->a, x, p->b, &zero, d, p->d, d, p->d,
+                            &p->algo, lt->workspace, CB_LT_WORKSPACE, dev->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return cb_blas_fail(&dev->err, st, "cublasLtMatmul (linear)", dev->id);
+    if (gelu && (s = cb_gelu(dev, d32, M * N)) != PE_OK)
+        return s;
+    if (y_bf16 && !out_bf16)
+        s = cb_to_bf16(dev, y, d32, M * N);
+    return s;
+}
