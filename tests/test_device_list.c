@@ -321,6 +321,67 @@ static void real_cuda_backend_answers_without_crashing(void **state)
     assert_non_null(strstr(err.msg, "does not exist on the cuda backend"));
 }
 
+/* ---- every op of every built backend is set ---- */
+
+/* Every function pointer of be_ops, in backend.h's order. A new op must be added here, so
+ * a backend that forgets it fails in CI rather than crashing on first use (the CUDA table
+ * once lacked copy_d2d_2d, which only TP's all-gather layout calls). */
+#define BE_OPS_FUNCTIONS(X) \
+    X(device_count) \
+    X(device_describe) \
+    X(open) \
+    X(close) \
+    X(last_error) \
+    X(alloc) \
+    X(free) \
+    X(copy_h2d) \
+    X(copy_d2h) \
+    X(copy_d2d) \
+    X(copy_d2d_2d) \
+    X(synchronize) \
+    X(gemm) \
+    X(gemm_strided_batched) \
+    X(gemm_bf16) \
+    X(to_bf16) \
+    X(linear) \
+    X(bias_add) \
+    X(relu) \
+    X(gelu) \
+    X(layernorm) \
+    X(softmax) \
+    X(residual_add) \
+    X(embedding) \
+    X(comm_create) \
+    X(comm_abort) \
+    X(comm_split) \
+    X(comm_destroy) \
+    X(allreduce_sum) \
+    X(allgather) \
+    X(reduce_scatter) \
+    X(broadcast) \
+    X(send) \
+    X(recv) \
+    X(barrier) \
+    X(comm_rank) \
+    X(comm_size)
+
+static void check_table(const be_ops *ops)
+{
+#define X(f)                                                                                  \
+    if (!ops->f)                                                                              \
+        fail_msg("the %s backend's be_ops has no " #f, ops->name);
+    BE_OPS_FUNCTIONS(X)
+#undef X
+}
+
+static void every_op_of_every_built_backend_is_set(void **state)
+{
+    (void)state;
+    check_table(be_host_ops());
+    if (be_cuda_ops())
+        check_table(be_cuda_ops());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +404,7 @@ int main(void)
         cmocka_unit_test(host_backend_always_uses_host_collectives),
         cmocka_unit_test(path_description_names_the_repeated_device),
         cmocka_unit_test(real_cuda_backend_answers_without_crashing),
+        cmocka_unit_test(every_op_of_every_built_backend_is_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -266,6 +266,23 @@ pe_status cb_copy_d2d(be_device *dev, void *dst, const void *src, size_t bytes)
     return PE_OK;
 }
 
+pe_status cb_copy_d2d_2d(be_device *dev, void *dst, size_t dst_pitch, const void *src,
+                         size_t src_pitch, size_t width, size_t height)
+{
+    if (width == 0 || height == 0)
+        return PE_OK;
+    if (width > dst_pitch || width > src_pitch)
+        return pe_fail(&dev->err, PE_EINVAL,
+                       "copy_d2d_2d: rows of %zu bytes do not fit the pitches (dst %zu, src "
+                       "%zu bytes)",
+                       width, dst_pitch, src_pitch);
+    cudaError_t e = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                                      cudaMemcpyDeviceToDevice, dev->stream);
+    if (e != cudaSuccess)
+        return cb_cuda_fail(&dev->err, e, "cudaMemcpy2DAsync (device to device)", dev->id);
+    return PE_OK;
+}
+
 /* The stream, then every peer-path send of this device: taken from the registry as a
  * snapshot, so no lock is held while waiting for a receiver. (comm_destroy must not run
  * while a member device is in synchronize: no rank may be in a call.) */

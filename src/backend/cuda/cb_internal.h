@@ -72,6 +72,8 @@ void cb_free(be_device *dev, void *p);
 pe_status cb_copy_h2d(be_device *dev, void *dst, const void *src, size_t bytes);
 pe_status cb_copy_d2h(be_device *dev, void *dst, const void *src, size_t bytes);
 pe_status cb_copy_d2d(be_device *dev, void *dst, const void *src, size_t bytes);
+pe_status cb_copy_d2d_2d(be_device *dev, void *dst, size_t dst_pitch, const void *src,
+                         size_t src_pitch, size_t width, size_t height);
 pe_status cb_synchronize(be_device *dev);
 
 pe_status cb_gemm(be_device *dev, int trans_a, int trans_b, size_t M, size_t N, size_t K,

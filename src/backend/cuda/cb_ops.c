@@ -14,6 +14,7 @@ static const be_ops cuda_ops = {
     .copy_h2d = cb_copy_h2d,
     .copy_d2h = cb_copy_d2h,
     .copy_d2d = cb_copy_d2d,
+    .copy_d2d_2d = cb_copy_d2d_2d,
     .synchronize = cb_synchronize,
     .gemm = cb_gemm,
     .gemm_strided_batched = cb_gemm_strided_batched,
