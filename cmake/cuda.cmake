@@ -43,7 +43,8 @@ endfunction()
 # it runs in CI without a GPU. Called from tests/CMakeLists.txt (PkgConfig::CMOCKA is there).
 function(pe_add_cuda_logic_test)
   set(src ${PROJECT_SOURCE_DIR}/src)
-  add_executable(test_cuda_peer_logic test_cuda_peer_logic.c cuda_fake_runtime.c test_util.c
+  add_executable(test_cuda_peer_logic test_cuda_peer_logic.c cuda_fake_runtime.c
+    cuda_fake_no_nccl.c test_util.c
     ${src}/common/error.c ${src}/backend/backend.c ${src}/backend/cuda/cb_comm.c
     ${src}/backend/cuda/cb_peer.c ${src}/backend/cuda/cb_device.c ${src}/backend/cuda/cb_error.c)
   # No PE_HAVE_CUDA: backend.c then gives be_cuda_ops() = NULL instead of cb_ops.c's table.
@@ -56,4 +57,26 @@ function(pe_add_cuda_logic_test)
     Threads::Threads m)
   add_test(NAME test_cuda_peer_logic COMMAND test_cuda_peer_logic)
   set_tests_properties(test_cuda_peer_logic PROPERTIES LABELS "unit" TIMEOUT 300)
+endfunction()
+
+# pe_add_cuda_fake_engine_test(<name> <source>): <source> built as <name> against the fake
+# CUDA runtime, cuBLAS(Lt), kernel launchers and NCCL (tests/cuda_fake_*.c) instead of the
+# real libraries, with the engine and every .c file of both backends, so the CUDA backend's
+# whole host side runs in CI without a GPU (PE_CUDA_FAKE is defined for fake-only checks).
+function(pe_add_cuda_fake_engine_test name source)
+  set(src ${PROJECT_SOURCE_DIR}/src)
+  file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
+       ${src}/backend/cuda/*.c)
+  add_executable(${name} ${source} cuda_fake_runtime.c cuda_fake_libs.c cuda_fake_nccl.c
+    test_util.c ${backend_c})
+  # the layers above and below the backend as built; the backend compiled here, on fakes
+  target_link_libraries(${name} PRIVATE pe_common pe_runtime pe_model pe_engine
+    PkgConfig::CMOCKA)
+  target_compile_definitions(${name} PRIVATE PE_CUDA_FAKE=1)
+  target_include_directories(${name} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
+    ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_options(${name} PRIVATE ${PE_WARN_FLAGS})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit" TIMEOUT 600
+    ENVIRONMENT "PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
 endfunction()

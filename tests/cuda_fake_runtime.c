@@ -1,8 +1,9 @@
-/* cuda_fake_runtime.c: a fake CUDA runtime (with the cuBLAS handle calls, the peer-path
- * launchers and NCCL stubs) for test_cuda_peer_logic: the CUDA backend's host logic runs
- * without a GPU and without NCCL.
+/* cuda_fake_runtime.c: a fake CUDA runtime (with the cuBLAS handle calls and the peer-path
+ * launchers) for the tests that run the CUDA backend's host logic without a GPU:
+ * test_cuda_peer_logic (with cuda_fake_no_nccl.c) and test_cuda_engine_logic (with
+ * cuda_fake_libs.c and cuda_fake_nccl.c).
  *
- * Two devices of 80 GiB; device memory is host memory; every stream runs its work at once
+ * Four devices of 80 GiB; device memory is host memory; every stream runs its work at once
  * on the calling thread, which is one legal CUDA schedule (so the results depend only on
  * the order the host logic itself guarantees). Events must be recorded on a stream of
  * their own device, as CUDA requires, and are counted so a test can see that none leaks.
@@ -19,7 +20,7 @@
 #include "backend/cuda/cb_comm.h"
 #include "backend/cuda/cb_launch.h"
 
-#define FAKE_DEVICES 2
+#define FAKE_DEVICES 4
 
 static _Thread_local int current;
 static atomic_int events_live;
@@ -289,66 +290,3 @@ cudaError_t cb_launch_gather(cudaStream_t s, float *out, const float *const *src
         memmove(out + dst_off[k], src[k], len[k] * sizeof(float));
     return cudaSuccess;
 }
-
-/* ---- no NCCL, no cuBLASLt and no host backend in this test ---- */
-
-void cb_linear_release(be_device *dev) { (void)dev; } /* linear is not linked: nothing made */
-
-const be_ops *be_host_ops(void) { return NULL; }
-
-pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
-{
-    (void)g;
-    (void)devs;
-    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
-}
-
-pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
-                        cb_group **groups, pe_err *err)
-{
-    (void)parent, (void)colors, (void)group, (void)sub, (void)groups;
-    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
-}
-
-void cb_nccl_abort(cb_group *g) { (void)g; }
-void cb_nccl_destroy(cb_group *g) { (void)g; }
-
-#define NO_NCCL(c) return pe_fail(&(c)->dev->err, PE_EINTERNAL, "no NCCL in the fake runtime")
-
-pe_status cb_nccl_allreduce(be_comm *c, const float *s, float *r, size_t n)
-{
-    (void)s, (void)r, (void)n;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_allgather(be_comm *c, const float *s, float *r, size_t n)
-{
-    (void)s, (void)r, (void)n;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_reduce_scatter(be_comm *c, const float *s, float *r, size_t n)
-{
-    (void)s, (void)r, (void)n;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_broadcast(be_comm *c, float *b, size_t n, int root)
-{
-    (void)b, (void)n, (void)root;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_send(be_comm *c, const float *b, size_t n, int p)
-{
-    (void)b, (void)n, (void)p;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_recv(be_comm *c, float *b, size_t n, int p)
-{
-    (void)b, (void)n, (void)p;
-    NO_NCCL(c);
-}
-
-pe_status cb_nccl_barrier(be_comm *c) { NO_NCCL(c); }

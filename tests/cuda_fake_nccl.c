@@ -1,0 +1,491 @@
+/* cuda_fake_nccl.c: a fake NCCL for test_cuda_engine_logic: the CUDA backend's NCCL path
+ * (cb_nccl.c, with the engine's world communicator and the groups split from it) runs
+ * without GPUs.
+ *
+ * The fake keeps NCCL's rules that our calls depend on, so breaking one fails the test:
+ * ncclCommInitAll refuses a repeated device ("Duplicate GPU detected"); ncclCommSplit of
+ * a multi-rank communicator from one thread must sit inside ncclGroupStart/End (NCCL
+ * would wait there forever for the other ranks), and all ranks of the parent must split
+ * in that group; ncclCommFinalize after ncclCommRevoke is an error; every rank of a
+ * collective must call the same collective with the same count.
+ *
+ * Streams run work at once (cuda_fake_runtime.c), so a collective runs when its last rank
+ * arrives: each rank publishes its arguments, waits for the others, reads their buffers,
+ * and waits again before it returns (nobody leaves while a peer may still read its
+ * buffers). A send copies its data eagerly into the channel and returns, as a GPU's send
+ * kernel may run as soon as its input is ready; recv takes the oldest message of the pair.
+ * Revoke wakes every waiter with ncclRemoteError.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+typedef struct fake_msg {
+    float *data; /* (count), a copy */
+    size_t count;
+    struct fake_msg *next;
+} fake_msg;
+
+typedef enum { OP_ALLREDUCE = 1, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BROADCAST } fake_op;
+
+typedef struct fake_slot {
+    fake_op op;
+    const float *send;
+    float *recv;
+    size_t count;
+    int root;
+} fake_slot;
+
+typedef struct fake_world {
+    int n;
+    int *devs;   /* (n) */
+    int refs;    /* ranks not yet destroyed */
+    int revoked;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, departed;
+    unsigned gen_in, gen_out;
+    fake_slot *slots;             /* (n) */
+    fake_msg **head, **tail;      /* (n * n): [from * n + to] */
+} fake_world;
+
+struct ncclComm {
+    fake_world *w;
+    int rank;
+};
+
+static _Thread_local char last_error[256];
+static _Thread_local int group_depth;
+
+typedef struct pending_split {
+    ncclComm_t parent;
+    int color, key;
+    ncclComm_t *out;
+} pending_split;
+
+static _Thread_local pending_split *pending;
+static _Thread_local int npending, cap_pending;
+
+static ncclResult_t fail(ncclResult_t r, const char *msg)
+{
+    snprintf(last_error, sizeof last_error, "%s", msg);
+    return r;
+}
+
+const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidUsage: return "invalid usage (fake NCCL)";
+    case ncclRemoteError: return "remote process exited or there was a network error (fake)";
+    default: return "fake NCCL error";
+    }
+}
+
+const char *ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return last_error;
+}
+
+static fake_world *world_new(int n, const int *devs)
+{
+    fake_world *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->n = n;
+    w->refs = n;
+    w->devs = malloc((size_t)n * sizeof *w->devs);
+    w->slots = calloc((size_t)n, sizeof *w->slots);
+    w->head = calloc((size_t)n * (size_t)n, sizeof *w->head);
+    w->tail = calloc((size_t)n * (size_t)n, sizeof *w->tail);
+    if (!w->devs || !w->slots || !w->head || !w->tail) {
+        free(w->devs);
+        free(w->slots);
+        free(w->head);
+        free(w->tail);
+        free(w);
+        return NULL;
+    }
+    memcpy(w->devs, devs, (size_t)n * sizeof *devs);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return w;
+}
+
+static void world_free(fake_world *w)
+{
+    for (int i = 0; i < w->n * w->n; i++)
+        for (fake_msg *m = w->head[i], *next; m; m = next) {
+            next = m->next;
+            free(m->data);
+            free(m);
+        }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->devs);
+    free(w->slots);
+    free(w->head);
+    free(w->tail);
+    free(w);
+}
+
+/* n handles of a new world on devs; *comms[r] is rank r. */
+static ncclResult_t make_world(ncclComm_t *comms, int n, const int *devs)
+{
+    fake_world *w = world_new(n, devs);
+    if (!w)
+        return fail(ncclSystemError, "out of memory");
+    for (int r = 0; r < n; r++) {
+        comms[r] = malloc(sizeof *comms[r]);
+        if (!comms[r]) {
+            for (int q = 0; q < r; q++)
+                free(comms[q]);
+            world_free(w);
+            return fail(ncclSystemError, "out of memory");
+        }
+        comms[r]->w = w;
+        comms[r]->rank = r;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist)
+{
+    if (n < 1 || !comms || !devlist)
+        return fail(ncclInvalidArgument, "ncclCommInitAll: bad arguments");
+    for (int r = 0; r < n; r++)
+        for (int q = 0; q < r; q++)
+            if (devlist[q] == devlist[r])
+                return fail(ncclInvalidUsage, "Duplicate GPU detected");
+    return make_world(comms, n, devlist);
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+/* The splits of one parent world, queued by one thread inside a group: every rank must be
+ * there once; children are ordered by (key, parent rank). */
+static ncclResult_t split_world(fake_world *pw, int first)
+{
+    int n = pw->n, seen = 0;
+    pending_split *mine[64] = {0};
+    if (n > 64)
+        return fail(ncclInvalidUsage, "fake NCCL: at most 64 ranks");
+    for (int i = first; i < npending; i++)
+        if (pending[i].parent->w == pw) {
+            int r = pending[i].parent->rank;
+            if (mine[r])
+                return fail(ncclInvalidUsage, "ncclCommSplit: a rank split twice in one group");
+            mine[r] = &pending[i];
+            seen++;
+        }
+    if (seen != n)
+        return fail(ncclInvalidUsage, "ncclCommSplit: not every rank of the communicator split "
+                                      "in this group; NCCL would wait for the others forever");
+    int done[64] = {0};
+    for (int r = 0; r < n; r++) {
+        if (done[r])
+            continue;
+        int color = mine[r]->color, members[64], k = 0;
+        if (color == NCCL_SPLIT_NOCOLOR) {
+            *mine[r]->out = NULL;
+            done[r] = 1;
+            continue;
+        }
+        for (int q = 0; q < n; q++) /* in parent order, then stable-sorted by key */
+            if (!done[q] && mine[q]->color == color) {
+                members[k++] = q;
+                done[q] = 1;
+            }
+        for (int i = 1; i < k; i++)
+            for (int j = i; j > 0 && mine[members[j - 1]]->key > mine[members[j]]->key; j--) {
+                int t = members[j];
+                members[j] = members[j - 1];
+                members[j - 1] = t;
+            }
+        int devs[64];
+        ncclComm_t made[64];
+        for (int i = 0; i < k; i++)
+            devs[i] = pw->devs[members[i]];
+        ncclResult_t res = make_world(made, k, devs);
+        if (res != ncclSuccess)
+            return res;
+        for (int i = 0; i < k; i++)
+            *mine[members[i]]->out = made[i];
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth < 1)
+        return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    if (--group_depth > 0)
+        return ncclSuccess;
+    ncclResult_t res = ncclSuccess;
+    for (int i = 0; i < npending && res == ncclSuccess; i++) {
+        int first_of_world = 1;
+        for (int j = 0; j < i; j++)
+            first_of_world &= pending[j].parent->w != pending[i].parent->w;
+        if (first_of_world)
+            res = split_world(pending[i].parent->w, i);
+    }
+    npending = 0;
+    return res;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    (void)config;
+    if (!comm || !newcomm)
+        return fail(ncclInvalidArgument, "ncclCommSplit: NULL argument");
+    if (comm->w->revoked)
+        return fail(ncclInvalidUsage, "ncclCommSplit of a revoked communicator");
+    if (group_depth == 0 && comm->w->n > 1)
+        return fail(ncclInvalidUsage,
+                    "ncclCommSplit of a multi-rank communicator from one thread outside a "
+                    "group would wait for the other ranks forever");
+    if (npending == cap_pending) {
+        int cap = cap_pending ? 2 * cap_pending : 16;
+        pending_split *p = realloc(pending, (size_t)cap * sizeof *p);
+        if (!p)
+            return fail(ncclSystemError, "out of memory");
+        pending = p;
+        cap_pending = cap;
+    }
+    pending[npending++] = (pending_split){comm, color, key, newcomm};
+    if (group_depth == 0) { /* a one-rank communicator: split at once */
+        group_depth = 1;
+        return ncclGroupEnd();
+    }
+    return ncclSuccess;
+}
+
+static void release(ncclComm_t comm)
+{
+    fake_world *w = comm->w;
+    pthread_mutex_lock(&w->mu);
+    int last = --w->refs == 0;
+    pthread_mutex_unlock(&w->mu);
+    free(comm);
+    if (last)
+        world_free(w);
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    return comm->w->revoked ? fail(ncclInvalidUsage, "ncclCommFinalize after ncclCommRevoke")
+                            : ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    release(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (comm)
+        release(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags)
+{
+    (void)flags;
+    fake_world *w = comm->w;
+    pthread_mutex_lock(&w->mu);
+    w->revoked = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return ncclSuccess;
+}
+
+/* ---- collectives ---- */
+
+/* Waits, under w->mu, until *gen moves from g0 or the world is revoked. */
+static int wait_gen(fake_world *w, const unsigned *gen, unsigned g0)
+{
+    while (*gen == g0 && !w->revoked)
+        pthread_cond_wait(&w->cv, &w->mu);
+    return *gen != g0;
+}
+
+static void compute(fake_world *w, int me)
+{
+    const fake_slot *s = &w->slots[me];
+    size_t c = s->count;
+    switch (s->op) {
+    case OP_ALLREDUCE:
+    case OP_REDUCE_SCATTER: {
+        size_t off = s->op == OP_REDUCE_SCATTER ? (size_t)me * c : 0;
+        for (size_t i = 0; i < c; i++) { /* rank order, as NCCL's ring may not: any order */
+            float v = w->slots[0].send[off + i];
+            for (int r = 1; r < w->n; r++)
+                v += w->slots[r].send[off + i];
+            s->recv[i] = v;
+        }
+        break;
+    }
+    case OP_ALLGATHER:
+        for (int r = 0; r < w->n; r++)
+            memmove(s->recv + (size_t)r * c, w->slots[r].send, c * sizeof(float));
+        break;
+    case OP_BROADCAST:
+        if (me != s->root)
+            memmove(s->recv, w->slots[s->root].send, c * sizeof(float));
+        break;
+    }
+}
+
+static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, void *recv,
+                               size_t count, int root)
+{
+    fake_world *w = comm->w;
+    pthread_mutex_lock(&w->mu);
+    w->slots[comm->rank] = (fake_slot){op, send, recv, count, root};
+    unsigned g_in = w->gen_in;
+    int ok = 1;
+    if (++w->arrived == w->n) {
+        w->gen_in++;
+        pthread_cond_broadcast(&w->cv);
+    } else {
+        ok = wait_gen(w, &w->gen_in, g_in);
+    }
+    for (int r = 0; ok && r < w->n; r++)
+        if (w->slots[r].op != op || w->slots[r].count != count || w->slots[r].root != root) {
+            pthread_mutex_unlock(&w->mu);
+            return fail(ncclInvalidUsage, "ranks called different collectives or counts");
+        }
+    pthread_mutex_unlock(&w->mu);
+    if (!ok)
+        return fail(ncclRemoteError, "the communicator was revoked");
+    compute(w, comm->rank);
+    pthread_mutex_lock(&w->mu);
+    unsigned g_out = w->gen_out;
+    if (++w->departed == w->n) {
+        w->departed = 0;
+        w->arrived = 0;
+        w->gen_out++;
+        pthread_cond_broadcast(&w->cv);
+    } else {
+        ok = wait_gen(w, &w->gen_out, g_out);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ok ? ncclSuccess : fail(ncclRemoteError, "the communicator was revoked");
+}
+
+#define FLOAT_ONLY(t)                                                                         \
+    do {                                                                                      \
+        if ((t) != ncclFloat32)                                                               \
+            return fail(ncclInvalidArgument, "fake NCCL: float32 only");                      \
+    } while (0)
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    if (op != ncclSum)
+        return fail(ncclInvalidArgument, "fake NCCL: sum only");
+    return collective(comm, OP_ALLREDUCE, send, recv, count, 0);
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    return collective(comm, OP_ALLGATHER, send, recv, count, 0);
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    if (op != ncclSum)
+        return fail(ncclInvalidArgument, "fake NCCL: sum only");
+    return collective(comm, OP_REDUCE_SCATTER, send, recv, count, 0);
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           int root, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    if (root < 0 || root >= comm->w->n)
+        return fail(ncclInvalidArgument, "ncclBroadcast: root out of range");
+    return collective(comm, OP_BROADCAST, send, recv, count, root);
+}
+
+/* ---- point to point ---- */
+
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    fake_world *w = comm->w;
+    if (peer < 0 || peer >= w->n || peer == comm->rank)
+        return fail(ncclInvalidArgument, "ncclSend: bad peer");
+    fake_msg *m = malloc(sizeof *m);
+    float *copy = malloc((count ? count : 1) * sizeof *copy);
+    if (!m || !copy) {
+        free(m);
+        free(copy);
+        return fail(ncclSystemError, "out of memory");
+    }
+    memcpy(copy, buf, count * sizeof *copy);
+    *m = (fake_msg){copy, count, NULL};
+    pthread_mutex_lock(&w->mu);
+    int ch = comm->rank * w->n + peer;
+    if (w->tail[ch])
+        w->tail[ch]->next = m;
+    else
+        w->head[ch] = m;
+    w->tail[ch] = m;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    (void)stream;
+    FLOAT_ONLY(t);
+    fake_world *w = comm->w;
+    if (peer < 0 || peer >= w->n || peer == comm->rank)
+        return fail(ncclInvalidArgument, "ncclRecv: bad peer");
+    int ch = peer * w->n + comm->rank;
+    pthread_mutex_lock(&w->mu);
+    while (!w->head[ch] && !w->revoked)
+        pthread_cond_wait(&w->cv, &w->mu);
+    fake_msg *m = w->head[ch];
+    if (m) {
+        w->head[ch] = m->next;
+        if (!w->head[ch])
+            w->tail[ch] = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!m)
+        return fail(ncclRemoteError, "the communicator was revoked");
+    ncclResult_t r = m->count == count ? ncclSuccess
+                                       : fail(ncclInvalidUsage, "ncclRecv: count differs from "
+                                                                "the matching ncclSend");
+    if (r == ncclSuccess)
+        memcpy(buf, m->data, count * sizeof(float));
+    free(m->data);
+    free(m);
+    return r;
+}

@@ -1,0 +1,65 @@
+/* cuda_fake_no_nccl.c: what test_cuda_peer_logic links instead of NCCL, cuBLASLt and the
+ * host backend: the NCCL path and linear are not linked there, and comm_create must never
+ * choose NCCL (the fake NCCL of test_cuda_engine_logic is cuda_fake_nccl.c). */
+#include "backend/cuda/cb_comm.h"
+
+void cb_linear_release(be_device *dev) { (void)dev; } /* linear is not linked: nothing made */
+
+const be_ops *be_host_ops(void) { return NULL; }
+
+pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
+{
+    (void)g;
+    (void)devs;
+    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
+}
+
+pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
+                        cb_group **groups, pe_err *err)
+{
+    (void)parent, (void)colors, (void)group, (void)sub, (void)groups;
+    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
+}
+
+void cb_nccl_abort(cb_group *g) { (void)g; }
+void cb_nccl_destroy(cb_group *g) { (void)g; }
+
+#define NO_NCCL(c) return pe_fail(&(c)->dev->err, PE_EINTERNAL, "no NCCL in the fake runtime")
+
+pe_status cb_nccl_allreduce(be_comm *c, const float *s, float *r, size_t n)
+{
+    (void)s, (void)r, (void)n;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_allgather(be_comm *c, const float *s, float *r, size_t n)
+{
+    (void)s, (void)r, (void)n;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_reduce_scatter(be_comm *c, const float *s, float *r, size_t n)
+{
+    (void)s, (void)r, (void)n;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_broadcast(be_comm *c, float *b, size_t n, int root)
+{
+    (void)b, (void)n, (void)root;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_send(be_comm *c, const float *b, size_t n, int p)
+{
+    (void)b, (void)n, (void)p;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_recv(be_comm *c, float *b, size_t n, int p)
+{
+    (void)b, (void)n, (void)p;
+    NO_NCCL(c);
+}
+
+pe_status cb_nccl_barrier(be_comm *c) { NO_NCCL(c); }
