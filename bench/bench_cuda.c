@@ -17,6 +17,7 @@
  *   bench_cuda [--quick] [--json FILE]
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,8 +389,11 @@ typedef struct peer_shared {
     pthread_barrier_t pb;
     size_t bytes;
     int iters, stop;
+    int created;      /* the communicator exists (set once, before the measuring loop) */
     double seconds;
-    pe_status status[MAXR];
+    pe_status status[MAXR]; /* each rank's first failure */
+    atomic_int failed; /* a rank failed: the others skip the work but keep to the barriers,
+                        * so the main thread's barrier count always matches theirs */
 } peer_shared;
 
 typedef struct peer_arg {
@@ -410,7 +414,8 @@ static void *peer_rank(void *p)
         for (int q = 0; q < sh->n; q++)
             ok &= sh->status[q] == PE_OK;
         sh->status[0] = ok ? ops->comm_create(sh->devs, sh->n, sh->comms, &err) : PE_ENODEV;
-        if (sh->status[0] != PE_OK)
+        sh->created = sh->status[0] == PE_OK;
+        if (!sh->created)
             fprintf(stderr, "error: peer communicator: %s\n", err.msg);
     }
     pthread_barrier_wait(&sh->pb);
@@ -418,10 +423,10 @@ static void *peer_rank(void *p)
     size_t cap = 0;
     for (;;) {
         pthread_barrier_wait(&sh->pb);
-        if (sh->stop || sh->status[0] != PE_OK)
+        if (sh->stop || !sh->created)
             break;
         be_device *d = sh->devs[r];
-        pe_status s = PE_OK;
+        pe_status s = atomic_load(&sh->failed) ? PE_ECOMM : PE_OK;
         if (sh->bytes > cap) {
             ops->free(d, buf);
             buf = NULL;
@@ -444,14 +449,14 @@ static void *peer_rank(void *p)
             s = ops->barrier(sh->comms[r]);
         if (r == 0)
             sh->seconds = (double)(rt_now_ns() - t0) * 1e-9;
-        if (s != PE_OK)
+        if (s != PE_OK && !atomic_exchange(&sh->failed, 1))
             sh->status[r] = s;
         pthread_barrier_wait(&sh->pb);
     }
     if (sh->devs[r])
         ops->free(sh->devs[r], buf);
     pthread_barrier_wait(&sh->pb);
-    if (r == 0 && sh->status[0] == PE_OK)
+    if (r == 0 && sh->created)
         ops->comm_destroy(sh->comms, sh->n);
     pthread_barrier_wait(&sh->pb);
     if (sh->devs[r])
@@ -483,6 +488,7 @@ static cJSON *bench_peer(int n, int reps, double target, size_t max_bytes, doubl
     peer_shared sh;
     memset(&sh, 0, sizeof sh);
     sh.n = n;
+    atomic_init(&sh.failed, 0);
     pthread_barrier_init(&sh.pb, NULL, (unsigned)n + 1);
     pthread_t t[MAXR];
     peer_arg pa[MAXR];
@@ -493,15 +499,12 @@ static cJSON *bench_peer(int n, int reps, double target, size_t max_bytes, doubl
     pthread_barrier_wait(&sh.pb); /* devices open */
     pthread_barrier_wait(&sh.pb); /* communicator made */
     cJSON *arr = cJSON_CreateArray();
-    if (sh.status[0] == PE_OK) {
+    if (sh.created) {
         printf("peer all-reduce, %d ranks on GPU 0\n  %10s %12s %12s\n", n, "bytes", "latency us",
                "busbw GB/s");
         for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
             double s = peer_measure(&sh, bytes, reps, target);
-            int bad = 0;
-            for (int r = 0; r < n; r++)
-                bad |= sh.status[r] != PE_OK;
-            if (bad) {
+            if (atomic_load(&sh.failed)) {
                 fprintf(stderr, "error: peer all-reduce failed at %zu bytes\n", bytes);
                 break;
             }

@@ -3,7 +3,14 @@
  * choose NCCL (the fake NCCL of test_cuda_engine_logic is cuda_fake_nccl.c). */
 #include "backend/cuda/cb_comm.h"
 
-void cb_linear_release(be_device *dev) { (void)dev; } /* linear is not linked: nothing made */
+/* linear is not linked: nothing to make or free */
+pe_status cb_linear_prepare(be_device *dev, pe_err *err)
+{
+    (void)dev, (void)err;
+    return PE_OK;
+}
+
+void cb_linear_release(be_device *dev) { (void)dev; }
 
 const be_ops *be_host_ops(void) { return NULL; }
 
@@ -21,7 +28,7 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
     return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
 }
 
-void cb_nccl_abort(cb_group *g) { (void)g; }
+void cb_nccl_abort(cb_group *const *gs, int n) { (void)gs, (void)n; }
 void cb_nccl_destroy(cb_group *g) { (void)g; }
 
 #define NO_NCCL(c) return pe_fail(&(c)->dev->err, PE_EINTERNAL, "no NCCL in the fake runtime")

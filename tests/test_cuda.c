@@ -544,8 +544,10 @@ static void linear_matches_host_linear(void **state)
                 assert_int_equal(ops->copy_h2d(d, dx, hx, M * K * es), PE_OK);
                 assert_int_equal(ops->copy_h2d(d, dW, hW, N * K * es), PE_OK);
                 float *db = upload(d, b, N);
+                float *dtmp = NULL, *htmp = malloc(M * N * sizeof *htmp);
+                assert_int_equal(ops->alloc(d, M * N * sizeof(float), (void **)&dtmp), PE_OK);
                 assert_int_equal(ops->linear(d, dt, M, N, K, dx, dW, with_bias ? db : NULL,
-                                             acts[a], dy, y16),
+                                             acts[a], dy, y16, dtmp),
                                  PE_OK);
                 float *got = malloc(M * N * sizeof *got), *ref = malloc(M * N * sizeof *ref);
                 uint16_t *g16 = malloc(M * N * sizeof *g16), *r16 = malloc(M * N * sizeof *r16);
@@ -554,7 +556,7 @@ static void linear_matches_host_linear(void **state)
                                                M * N * (y16 ? sizeof *g16 : sizeof *got)),
                                  PE_OK);
                 assert_int_equal(host->linear(h, dt, M, N, K, hx, hW, with_bias ? b : NULL,
-                                              acts[a], y16 ? (void *)r16 : ref, y16),
+                                              acts[a], y16 ? (void *)r16 : ref, y16, htmp),
                                  PE_OK);
                 if (y16)
                     for (size_t i = 0; i < M * N; i++) {
@@ -570,6 +572,8 @@ static void linear_matches_host_linear(void **state)
                 ops->free(d, dW);
                 ops->free(d, dy);
                 ops->free(d, db);
+                ops->free(d, dtmp);
+                free(htmp);
                 free(x);
                 free(W);
                 free(b);

@@ -336,15 +336,18 @@ static void linear_without_a_cublaslt_algorithm_gives_the_same_bits(void **state
     tu_fill_random(w, 20, 2);
     tu_fill_random(b, 5, 3);
     long fused, unfused;
-    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y1, 0), PE_OK);
+    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y1, 0, NULL),
+                     PE_OK);
     cb_linear_plans(d, &fused, &unfused);
     assert_int_equal(fused, 1);
     assert_int_equal(unfused, 0);
     cuda_fake_lt_refuse(1);
-    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y2, 0), PE_OK);
+    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y2, 0, NULL),
+                     PE_OK);
     cb_linear_plans(d, &fused, &unfused);
     assert_int_equal(fused, 1); /* the cached plan: same key */
-    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, NULL, BE_ACT_RELU, y2, 0),
+    assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, NULL, BE_ACT_RELU, y2, 0,
+                                  NULL),
                      PE_OK);
     cb_linear_plans(d, &fused, &unfused);
     assert_int_equal(unfused, 1); /* a new key: no algorithm, separate ops */

@@ -353,6 +353,7 @@ static void real_cuda_backend_answers_without_crashing(void **state)
     X(embedding) \
     X(comm_create) \
     X(comm_abort) \
+    X(comm_abort_all) \
     X(comm_split) \
     X(comm_destroy) \
     X(allreduce_sum) \

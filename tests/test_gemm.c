@@ -222,8 +222,10 @@ static void check_linear(be_device *dev, pe_dtype dt, int y_bf16, size_t M, size
         free(Wc);
     }
     naive_linear(dt, M, N, K, x, W, b, act, ref, mag);
+    float *tmp = malloc((M * N + 1) * sizeof *tmp);
     pe_status s = ops->linear(dev, dt, M, N, K, xin, Win, b, act, y_bf16 ? (void *)yh : got,
-                              y_bf16);
+                              y_bf16, y_bf16 ? tmp : NULL);
+    free(tmp);
     if (s != PE_OK)
         fail_msg("linear: %s", ops->last_error(dev));
     for (size_t i = 0; i < M * N; i++) {
@@ -264,10 +266,15 @@ static void test_linear_is_gemm_bias_activation_and_rounding(void **state)
             }
     uint16_t y;
     float one = 1.0f;
+    float tmp;
     assert_int_equal(ops->linear(dev, PE_DTYPE_FP32, 1, 1, 1, &one, &one, NULL, BE_ACT_NONE,
-                                 &y, 1),
+                                 &y, 1, &tmp),
                      PE_EINVAL); /* a bf16 output of an fp32 layer */
     assert_non_null(strstr(ops->last_error(dev), "needs dtype bf16"));
+    assert_int_equal(ops->linear(dev, PE_DTYPE_BF16, 1, 1, 1, &y, &y, NULL, BE_ACT_NONE, &y, 1,
+                                 NULL),
+                     PE_EINVAL); /* no tmp for the fp32 result */
+    assert_non_null(strstr(ops->last_error(dev), "tmp buffer"));
 }
 
 static void test_strided_batched_matches_each_product(void **state)

@@ -93,13 +93,15 @@ typedef struct be_ops {
     /* ---- a Linear layer in one call (the forward pass's only GEMM) ----
      * y(M, N) = act(x(M, K) W(N, K)^T + b(N)), row-major and dense (rows of K, K and N).
      * dtype FP32: x and W are float; BF16: bf16, with fp32 sums. b may be NULL (no bias).
-     * y is float, or, when y_bf16 (BF16 only), bf16: the fp32 result rounded as to_bf16.
-     * Bias and activation apply in fp32 to the sums. Host: gemm, bias_add, the activation,
-     * to_bf16 (be_linear_unfused); CUDA: one cuBLASLt matmul whose epilogue adds the bias
-     * (and applies ReLU, and writes bf16) where cuBLASLt has an algorithm for the shape. */
+     * y is float, or, when y_bf16 (BF16 only), bf16: the fp32 result rounded as to_bf16,
+     * and tmp (M, N) floats on the device holds that fp32 result on the way (NULL when not
+     * y_bf16: the backend allocates nothing during a forward). Bias and activation apply in
+     * fp32 to the sums. Host: gemm, bias_add, the activation, to_bf16 (be_linear_unfused);
+     * CUDA: one cuBLASLt matmul whose epilogue adds the bias (and applies ReLU, and writes
+     * bf16) where cuBLASLt has an algorithm for the shape. */
     pe_status (*linear)(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                         const void *x, const void *W, const float *b, be_act act, void *y,
-                        int y_bf16);
+                        int y_bf16, float *tmp);
 
     /* ---- kernels (element math from src/kernels/) ---- */
     /* x(rows, cols) += bias(cols) broadcast over rows */
@@ -124,6 +126,10 @@ typedef struct be_ops {
     /* Aborts the communicator that comm belongs to: every rank blocked in it wakes with
      * PE_ECOMM, and every later call on any of its ranks returns PE_ECOMM. Any thread. */
     void (*comm_abort)(be_comm *comm);
+    /* comm_abort of every communicator one of comms[0..n) belongs to, as one step: on
+     * CUDA a kernel of one communicator can wait in a stream in front of another's, so
+     * every NCCL communicator must be told before any abort waits (NULL entries skipped). */
+    void (*comm_abort_all)(be_comm *const *comms, int n);
     /* Splits a communicator by color, as ncclCommSplit: parents[r] is rank r of one
      * communicator of n ranks; the ranks of one color (>= 0) form a new communicator,
      * ranked in parent-rank order, and out[r] is rank r's handle in it. One call for every

@@ -57,6 +57,14 @@ pe_status en_comms_create(pe_engine *e, pe_err *err)
             colors[r] = r % (e->pp * e->tp); /* p * tp + t */
         s = split(e, colors, &e->dp_comms, err);
     }
+    e->all_comms = s == PE_OK ? calloc(3 * (size_t)e->world, sizeof *e->all_comms) : NULL;
+    if (s == PE_OK && !e->all_comms)
+        s = pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
+    for (int r = 0; s == PE_OK && r < e->world; r++) {
+        e->all_comms[r] = e->tp_comms ? e->tp_comms[r] : NULL;
+        e->all_comms[e->world + r] = e->dp_comms ? e->dp_comms[r] : NULL;
+        e->all_comms[2 * e->world + r] = e->world_comms[r];
+    }
     for (int r = 0; s == PE_OK && r < e->world; r++) {
         en_worker *w = &e->workers[r];
         w->world_comm = e->world_comms[r];
@@ -68,18 +76,10 @@ pe_status en_comms_create(pe_engine *e, pe_err *err)
     return s; /* on failure, what was made is freed with the engine */
 }
 
-static void abort_all(pe_engine *e, be_comm **comms)
-{
-    for (int r = 0; comms && r < e->world; r++)
-        if (comms[r])
-            e->ops->comm_abort(comms[r]);
-}
-
 void en_comms_abort(pe_engine *e)
 {
-    abort_all(e, e->tp_comms);
-    abort_all(e, e->dp_comms);
-    abort_all(e, e->world_comms);
+    if (e->all_comms) /* one call: the CUDA backend revokes every NCCL communicator at once */
+        e->ops->comm_abort_all(e->all_comms, 3 * e->world);
     for (int d = 0; d < e->nclocks; d++)
         rt_barrier_abort(&e->clocks[d]);
 }
@@ -94,6 +94,8 @@ static void destroy_all(pe_engine *e, be_comm ***comms)
 
 void en_comms_destroy(pe_engine *e)
 {
+    free(e->all_comms);
+    e->all_comms = NULL;
     destroy_all(e, &e->tp_comms);
     destroy_all(e, &e->dp_comms);
     destroy_all(e, &e->world_comms);

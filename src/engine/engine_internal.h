@@ -102,6 +102,7 @@ struct pe_engine {
     be_comm **world_comms; /* (world) by rank; NULL when world is 1 (comms.c) */
     be_comm **tp_comms;    /* (world): dp * pp groups of tp ranks split from the world */
     be_comm **dp_comms;    /* (world): pp * tp groups of dp ranks split from the world */
+    be_comm **all_comms;   /* (3 * world): tp, dp and world handles, for one abort call */
     rt_barrier *clocks;    /* (dp): replica d's gpipe clock, pp * tp threads */
     int nclocks;           /* clocks initialized */
 

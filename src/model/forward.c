@@ -128,8 +128,8 @@ void md_stage_free(const be_ops *ops, be_device *dev, md_stage *s)
 
 void md_scratch_free(const be_ops *ops, be_device *dev, md_stage_scratch *sc)
 {
-    void *bufs[5] = {sc->a, sc->b, sc->gather, sc->partial, sc->xh};
-    for (int i = 0; i < 5; i++)
+    void *bufs[6] = {sc->a, sc->b, sc->gather, sc->partial, sc->xh, sc->tmp};
+    for (int i = 0; i < 6; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
     memset(sc, 0, sizeof *sc);
@@ -145,7 +145,7 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
     int has_row = 0;
     for (int k = 0; k < s->nlayers; k++)
         has_row |= s->layers[k].kind == MD_SHARD_ROW;
-    void *a = NULL, *b = NULL, *g = NULL, *p = NULL, *xh = NULL;
+    void *a = NULL, *b = NULL, *g = NULL, *p = NULL, *xh = NULL, *tmp = NULL;
     pe_status st = ops->alloc(dev, n * sizeof(float), &a);
     if (st == PE_OK)
         st = ops->alloc(dev, n * sizeof(float), &b);
@@ -155,7 +155,10 @@ pe_status md_scratch_reserve(const be_ops *ops, be_device *dev, const md_stage *
         st = ops->alloc(dev, n * sizeof(float), &p);
     if (st == PE_OK && s->dtype == PE_DTYPE_BF16)
         st = ops->alloc(dev, n * sizeof(uint16_t), &xh);
+    if (st == PE_OK && s->dtype == PE_DTYPE_BF16)
+        st = ops->alloc(dev, n * sizeof(float), &tmp);
     sc->xh = xh;
+    sc->tmp = tmp;
     sc->a = a;
     sc->b = b;
     sc->gather = g;
@@ -228,10 +231,10 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
     case MD_SHARD_NONE:
     case MD_SHARD_COLUMN: /* y (rows, out_t): this rank's columns of the output */
         return ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, l->b, act_of(l->act),
-                           y, y_bf16);
+                           y, y_bf16, y_bf16 ? sc->tmp : NULL);
     case MD_SHARD_ROW: { /* x (rows, in_t) sharded; partial sums (rows, out) all-reduced */
         s = ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, NULL, BE_ACT_NONE,
-                        sc->partial, 0);
+                        sc->partial, 0, NULL);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();
@@ -245,7 +248,7 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
     }
     case MD_SHARD_COLUMN_GATHER: { /* spare (rows, out_t) -> gather (tp, rows, out_t) -> y */
         s = ops->linear(dev, dtype, rows, l->out_t, l->in_t, in, l->w, l->b, act_of(l->act),
-                        spare, 0);
+                        spare, 0, NULL);
         if (s != PE_OK)
             return s;
         uint64_t t0 = rt_now_ns();

@@ -55,6 +55,8 @@ typedef struct md_stage_scratch {
                      * the host's in-place form needs a third pass) */
     uint16_t *xh;   /* (rows, max_width) bf16: an fp32 input rounded for its GEMM; NULL
                      * for fp32 stages */
+    float *tmp;     /* (rows, max_width): linear's fp32 result before a bf16 output; NULL
+                     * for fp32 stages */
 } md_stage_scratch;
 
 /* Called around each collective, for tracing; may be NULL. */

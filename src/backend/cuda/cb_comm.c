@@ -24,6 +24,7 @@ static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err
     for (int r = 0; r < n; r++) {
         ids[r] = devs[r]->id;
         ranks[r] = (be_comm){.g = g, .rank = r, .dev = devs[r], .seq = 0};
+        atomic_init(&ranks[r].in_call, 0);
     }
     g->n = n;
     g->ids = ids;
@@ -159,21 +160,51 @@ pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_co
     return s;
 }
 
-void cb_comm_abort(be_comm *comm)
+/* Sets g's flag (no call starts after it) and wakes its host-side waiters; 0 when it was
+ * aborted already. */
+static int flag_aborted(cb_group *g)
 {
-    if (!comm)
-        return;
-    cb_group *g = comm->g;
     if (atomic_exchange(&g->aborted, 1))
-        return;
+        return 0;
     pthread_mutex_lock(&g->lock); /* wakes rendezvous and peer-path waiters */
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
-    if (g->path == BE_COMM_NCCL)
-        cb_nccl_abort(g);
-    else
-        cb_peer_abort(g);
+    return 1;
 }
+
+void cb_comm_abort_all(be_comm *const *comms, int n)
+{
+    /* Every group's flag first, then NCCL's revokes together: a revoke waits for its
+     * streams, and a kernel of a communicator not yet revoked may sit in front. (Out of
+     * host memory with more than 64 entries, the revokes go in chunks of 64 groups.) */
+    cb_group *stack[64];
+    cb_group **nccl = n > 64 ? malloc((size_t)n * sizeof *nccl) : NULL;
+    int cap = nccl ? n : 64, nn = 0;
+    if (!nccl)
+        nccl = stack;
+    for (int i = 0; comms && i < n; i++) {
+        if (!comms[i])
+            continue;
+        cb_group *g = comms[i]->g;
+        if (!flag_aborted(g))
+            continue;
+        if (g->path != BE_COMM_NCCL) {
+            cb_peer_abort(g);
+            continue;
+        }
+        nccl[nn++] = g;
+        if (nn == cap) {
+            cb_nccl_abort(nccl, nn);
+            nn = 0;
+        }
+    }
+    if (nn)
+        cb_nccl_abort(nccl, nn);
+    if (nccl != stack)
+        free(nccl);
+}
+
+void cb_comm_abort(be_comm *comm) { cb_comm_abort_all(&comm, 1); }
 
 void cb_comm_destroy(be_comm **comms, int n)
 {

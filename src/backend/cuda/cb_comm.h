@@ -18,6 +18,7 @@ struct be_comm {
     int rank;
     be_device *dev; /* the device of this rank, owned by the rank's worker */
     unsigned seq;   /* collectives this rank has entered (peer path: event parity) */
+    atomic_int in_call; /* NCCL path: 1 while this rank's thread is inside an NCCL call */
 };
 
 struct cb_group {
@@ -41,7 +42,9 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err);
  * sub[r] of groups[group[r]], whose nccl part it fills. */
 pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
                         cb_group **groups, pe_err *err);
-void cb_nccl_abort(cb_group *g);
+/* Revokes every NCCL communicator of groups gs (flags already set), after waiting for the
+ * calls in flight to leave NCCL; all revokes in one NCCL group call. */
+void cb_nccl_abort(cb_group *const *gs, int n);
 void cb_nccl_destroy(cb_group *g);
 pe_status cb_nccl_allreduce(be_comm *c, const float *send, float *recv, size_t count);
 pe_status cb_nccl_allgather(be_comm *c, const float *send, float *recv, size_t count);

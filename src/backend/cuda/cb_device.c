@@ -140,6 +140,8 @@ pe_status cb_open(int id, be_device **out, pe_err *err)
     else if ((e = cudaHostAlloc((void **)&d->bad_id_host, sizeof *d->bad_id_host,
                                 cudaHostAllocDefault)) != cudaSuccess)
         s = cb_cuda_fail(err, e, "cudaHostAlloc (embedding check word)", id);
+    else
+        s = cb_linear_prepare(d, err);
     if (s != PE_OK) {
         (void)cudaGetLastError();
         cb_close(d);

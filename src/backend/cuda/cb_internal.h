@@ -29,7 +29,7 @@ struct be_device {
     int32_t *bad_id_host; /* pinned host copy of *bad_id */
     pe_err err;           /* the last failure on this device */
     int counted;          /* counted in the registry's opened devices per GPU */
-    struct cb_lt *lt;     /* made by the first linear call; freed by close */
+    struct cb_lt *lt;     /* linear's cuBLASLt state: made by open, freed by close */
     /* Peer-path channels this device sends on: synchronize() waits until the receivers
      * took every send. Edited under the registry lock of cb_device.c (comm_create and
      * comm_destroy run on any thread; a device may be closed before its groups are
@@ -91,7 +91,9 @@ pe_status cb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 pe_status cb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
 pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
-                    int y_bf16);
+                    int y_bf16, float *tmp);
+/* linear's cuBLASLt handle and 32 MiB workspace, made by cb_open. */
+pe_status cb_linear_prepare(be_device *dev, pe_err *err);
 /* Frees what linear made on dev (cb_close calls it). */
 void cb_linear_release(be_device *dev);
 /* How many linear plans of dev run as one cuBLASLt matmul with an epilogue (fused), and
@@ -110,6 +112,7 @@ pe_status cb_embedding(be_device *dev, float *out, const float *table, const int
 
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void cb_comm_abort(be_comm *comm);
+void cb_comm_abort_all(be_comm *const *comms, int n);
 void cb_comm_destroy(be_comm **comms, int n);
 pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
                         pe_err *err);

@@ -16,7 +16,10 @@
  * again and again, and the heuristic query costs tens of microseconds. Where cuBLASLt has
  * no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none returned) the plan is marked unfused
  * and the layer runs as separate ops (be_linear_unfused): same results, more passes;
- * cb_linear_plans counts both kinds so the benchmark can say which ran.
+ * cb_linear_plans counts both kinds so the benchmark can say which ran. The handle and the
+ * workspace are made when the device opens, and the fp32 buffer a GELU layer with a bf16
+ * output needs is the caller's: nothing is allocated on the device during a forward,
+ * where a cudaMalloc/cudaFree could wait behind NCCL kernels of other workers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +36,8 @@ typedef struct cb_lt_plan {
     size_t M, N, K;
     pe_dtype dtype;
     int out_bf16, has_bias, relu;
-    unsigned align; /* bytes, the smallest alignment of x, W, b and y (at most 256) */
+    unsigned align;      /* bytes, the smallest alignment of x, W and D (at most 256) */
+    unsigned bias_align; /* bytes, of b: the heuristic reads the bias pointer's too */
     /* the plan */
     int used, fused;
     cublasLtMatmulDesc_t op;
@@ -46,8 +50,6 @@ struct cb_lt {
     void *workspace; /* (CB_LT_WORKSPACE) bytes on the device */
     cb_lt_plan plans[CB_LT_PLANS];
     int next;         /* the slot the next new plan replaces */
-    float *tmp;       /* (tmp_cap) fp32 results before rounding to bf16 */
-    size_t tmp_cap;
     long fused, unfused; /* plans made of each kind */
 };
 
@@ -82,8 +84,6 @@ void cb_linear_release(be_device *dev)
         plan_free(&lt->plans[i]);
     if (lt->workspace)
         (void)cudaFree(lt->workspace);
-    if (lt->tmp)
-        (void)cudaFree(lt->tmp);
     if (lt->handle)
         (void)cublasLtDestroy(lt->handle);
     free(lt);
@@ -96,38 +96,25 @@ void cb_linear_plans(const be_device *dev, long *fused, long *unfused)
     *unfused = dev->lt ? dev->lt->unfused : 0;
 }
 
-static pe_status lt_state(be_device *dev, struct cb_lt **out)
+pe_status cb_linear_prepare(be_device *dev, pe_err *err)
 {
-    if (!dev->lt) {
-        struct cb_lt *lt = calloc(1, sizeof *lt);
-        if (!lt)
-            return pe_fail(&dev->err, PE_ENOMEM, "linear: out of host memory");
-        dev->lt = lt;
-        cublasStatus_t b = cublasLtCreate(&lt->handle);
-        if (b != CUBLAS_STATUS_SUCCESS) {
-            lt->handle = NULL;
-            cb_linear_release(dev);
-            return cb_blas_fail(&dev->err, b, "cublasLtCreate", dev->id);
-        }
+    struct cb_lt *lt = calloc(1, sizeof *lt);
+    if (!lt)
+        return pe_fail(err, PE_ENOMEM, "out of host memory for cuBLASLt on CUDA device %d",
+                       dev->id);
+    dev->lt = lt;
+    cublasStatus_t b = cublasLtCreate(&lt->handle);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        lt->handle = NULL;
+        cb_linear_release(dev);
+        return cb_blas_fail(err, b, "cublasLtCreate", dev->id);
     }
-    *out = dev->lt;
-    return PE_OK;
-}
-
-/* An fp32 buffer of at least n elements for results before rounding. */
-static pe_status lt_tmp(be_device *dev, struct cb_lt *lt, size_t n, float **out)
-{
-    if (n > lt->tmp_cap) {
-        if (lt->tmp)
-            (void)cudaFree(lt->tmp); /* waits for the kernels that still read it */
-        lt->tmp = NULL;
-        lt->tmp_cap = 0;
-        pe_status s = cb_alloc(dev, n * sizeof(float), (void **)&lt->tmp);
-        if (s != PE_OK)
-            return s;
-        lt->tmp_cap = n;
+    cudaError_t e = cudaMalloc(&lt->workspace, CB_LT_WORKSPACE);
+    if (e != cudaSuccess) {
+        lt->workspace = NULL;
+        cb_linear_release(dev);
+        return cb_cuda_fail(err, e, "cudaMalloc (cuBLASLt workspace, 32 MiB)", dev->id);
     }
-    *out = lt->tmp;
     return PE_OK;
 }
 
@@ -138,8 +125,8 @@ static pe_status lt_tmp(be_device *dev, struct cb_lt *lt, size_t n, float **out)
     } while (0)
 
 /* Fills p's descriptors and asks the heuristic for an algorithm; p->fused says whether
- * one exists. Returns the cuBLASLt status of the first call that failed for another
- * reason than "not supported". */
+ * it gave one. Returns the status of the first descriptor call that failed for another
+ * reason than "not supported" (those are our bugs, not the shape's). */
 static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bias)
 {
     const cudaDataType_t in = p->dtype == PE_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -180,17 +167,21 @@ static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bi
                                                 &al, sizeof al));
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
-    LT_SET(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->a, p->b, p->d, p->d, pref, 1,
-                                          &r, &found));
+    /* Any answer but an algorithm means separate ops: the heuristic also answers
+     * CUBLAS_STATUS_INVALID_VALUE for shapes and types it will not take. */
+    cublasStatus_t h = b;
+    if (b == CUBLAS_STATUS_SUCCESS)
+        h = cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->a, p->b, p->d, p->d, pref, 1,
+                                           &r, &found);
     if (pref)
         (void)cublasLtMatmulPreferenceDestroy(pref);
-    p->fused = b == CUBLAS_STATUS_SUCCESS && found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
+    p->fused = h == CUBLAS_STATUS_SUCCESS && found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
     if (p->fused)
         p->algo = r.algo;
     return b == CUBLAS_STATUS_NOT_SUPPORTED ? CUBLAS_STATUS_SUCCESS : b;
 }
 
-/* The cached plan for this call, made (and the workspace allocated) on first use. */
+/* The cached plan for this call, made on first use (host-side descriptors only). */
 static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *key,
                           const float *bias, cb_lt_plan **out)
 {
@@ -198,15 +189,11 @@ static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *ke
         cb_lt_plan *p = &lt->plans[i];
         if (p->used && p->M == key->M && p->N == key->N && p->K == key->K &&
             p->dtype == key->dtype && p->out_bf16 == key->out_bf16 &&
-            p->has_bias == key->has_bias && p->relu == key->relu && p->align == key->align) {
+            p->has_bias == key->has_bias && p->relu == key->relu && p->align == key->align &&
+            p->bias_align == key->bias_align) {
             *out = p;
             return PE_OK;
         }
-    }
-    if (!lt->workspace) {
-        pe_status s = cb_alloc(dev, CB_LT_WORKSPACE, &lt->workspace);
-        if (s != PE_OK)
-            return s;
     }
     cb_lt_plan *p = &lt->plans[lt->next];
     lt->next = (lt->next + 1) % CB_LT_PLANS;
@@ -228,42 +215,38 @@ static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *ke
 
 pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
-                    int y_bf16)
+                    int y_bf16, float *tmp)
 {
-    if (y_bf16 && dtype != PE_DTYPE_BF16)
-        return pe_fail(&dev->err, PE_EINVAL, "linear: a bf16 output needs dtype bf16");
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || (N && M > SIZE_MAX / 4 / N))
+    if (y_bf16 && (dtype != PE_DTYPE_BF16 || !tmp))
+        return pe_fail(&dev->err, PE_EINVAL, "linear: a bf16 output needs dtype bf16 and a "
+                                             "tmp buffer of M x N floats");
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return pe_fail(&dev->err, PE_EINVAL,
                        "linear: M=%zu N=%zu K=%zu exceed cuBLASLt's range; split the layer",
                        M, N, K);
     if (M == 0 || N == 0)
         return PE_OK;
-    struct cb_lt *lt = NULL;
-    pe_status s = lt_state(dev, &lt);
-    if (s != PE_OK)
-        return s;
-    float *tmp = NULL;
+    struct cb_lt *lt = dev->lt;
     const int gelu = act == BE_ACT_GELU;
     const int out_bf16 = y_bf16 && !gelu; /* GELU runs on fp32, then rounds */
-    if (y_bf16 && !out_bf16 && (s = lt_tmp(dev, lt, M * N, &tmp)) != PE_OK)
-        return s;
-    unsigned al = alignment(x);
-    const void *ptrs[3] = {W, b, y};
-    for (int i = 0; i < 3; i++)
-        if (ptrs[i] && alignment(ptrs[i]) < al)
-            al = alignment(ptrs[i]);
     cb_lt_plan key = {.M = M, .N = N, .K = K, .dtype = dtype, .out_bf16 = out_bf16,
-                      .has_bias = b != NULL, .relu = act == BE_ACT_RELU, .align = al};
+                      .has_bias = b != NULL, .relu = act == BE_ACT_RELU,
+                      .align = alignment(x), .bias_align = b ? alignment(b) : 256};
+    if (alignment(W) < key.align)
+        key.align = alignment(W);
+    if (alignment(y) < key.align)
+        key.align = alignment(y);
+    if (out_bf16 == 0 && y_bf16 && alignment(tmp) < key.align)
+        key.align = alignment(tmp);
     cb_lt_plan *p = NULL;
-    if ((s = plan_for(dev, lt, &key, b, &p)) != PE_OK)
+    pe_status s = K == 0 ? PE_OK : plan_for(dev, lt, &key, b, &p); /* K = 0: no cuBLASLt */
+    if (s != PE_OK)
         return s;
-    if (!p->fused) {
-        if (y_bf16 && !tmp && (s = lt_tmp(dev, lt, M * N, &tmp)) != PE_OK)
-            return s;
+    if (!p || !p->fused)
         return be_linear_unfused(be_cuda_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
                                  tmp);
-    }
-    float *d32 = tmp ? tmp : (float *)y; /* fp32 result when the epilogue cannot finish */
+    float *d32 = y_bf16 ? tmp : (float *)y; /* the fp32 result when the epilogue cannot
+                                              * finish: GELU follows, then the rounding */
     void *d = out_bf16 ? y : (void *)d32;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (b)

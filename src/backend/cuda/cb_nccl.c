@@ -4,16 +4,20 @@
  * Ordering: NCCL kernels block until their peers arrive, and one stream per worker runs
  * them in issue order, so the ranks of every communicator must issue their NCCL calls in
  * the same global order (docs/cuda.md says why that suffices); the engine does.
- * Abort: ncclCommRevoke (NCCL >= 2.28) stops in-flight operations without freeing the
- * communicators, so a rank racing with the abort never touches freed memory; comm_destroy
- * then frees them with ncclCommAbort. Older NCCL: ncclCommAbort at once.
+ * Abort (cb_comm_abort_all): the groups' flags first, so no call starts; then a wait for
+ * the calls in flight to leave NCCL; then ncclCommRevoke (NCCL >= 2.28) of every
+ * communicator in one group call, which stops in-flight operations without freeing the
+ * communicators; comm_destroy frees them with ncclCommAbort. Older NCCL: ncclCommAbort at
+ * once, after the wait.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <nccl.h>
 
 #include "backend/cuda/cb_comm.h"
+#include "runtime/clock.h"
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
 #define CB_HAVE_REVOKE 1
@@ -129,19 +133,45 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
     return PE_OK;
 }
 
-void cb_nccl_abort(cb_group *g)
+/* Waits until no thread of g's ranks is inside an NCCL call (bounded: a call blocked on a
+ * dead peer must not hold the abort forever; the revoke that follows wakes it). */
+static void drain_calls(cb_group *g, uint64_t deadline_ns)
 {
-    struct cb_nccl *x = g->nccl;
-    for (int k = 0; x && k < g->n; k++) {
-        if (!x->comms[k])
-            continue;
+    for (int k = 0; k < g->n; k++)
+        while (atomic_load(&g->ranks[k].in_call) && rt_now_ns() < deadline_ns) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+}
+
+void cb_nccl_abort(cb_group *const *gs, int n)
+{
+    /* The flags are set, so no NCCL call starts any more: once the calls in flight left
+     * NCCL, nothing enqueues behind the revokes (a revoked communicator runs new work
+     * normally again once it is quiescent). */
+    uint64_t deadline = rt_now_ns() + 2000000000ull;
+    for (int i = 0; i < n; i++)
+        drain_calls(gs[i], deadline);
 #if CB_HAVE_REVOKE
-        if (ncclCommRevoke(x->comms[k], NCCL_REVOKE_DEFAULT) == ncclSuccess)
-            continue;
+    /* One group call: each revoke sets its communicator's abort flags at once and waits
+     * for its streams only at ncclGroupEnd, when every flag is set. */
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < n && r == ncclSuccess; i++)
+        for (int k = 0; k < gs[i]->n && r == ncclSuccess; k++)
+            if (gs[i]->nccl->comms[k])
+                r = ncclCommRevoke(gs[i]->nccl->comms[k], NCCL_REVOKE_DEFAULT);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess && r2 == ncclSuccess)
+        return;
 #endif
-        (void)ncclCommAbort(x->comms[k]); /* frees it: comm_destroy skips NULL */
-        x->comms[k] = NULL;
-    }
+    /* No revoke (NCCL < 2.28) or it failed: abort and free them now; the calls drained,
+     * and comm_destroy skips NULL. */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < gs[i]->n; k++) {
+            if (gs[i]->nccl->comms[k])
+                (void)ncclCommAbort(gs[i]->nccl->comms[k]);
+            gs[i]->nccl->comms[k] = NULL;
+        }
 }
 
 void cb_nccl_destroy(cb_group *g)
@@ -180,42 +210,56 @@ void cb_nccl_destroy(cb_group *g)
 
 #define COMM(c) ((c)->g->nccl->comms[(c)->rank])
 
+/* One NCCL call on rank c, with c->in_call raised around it: an abort sets the group's
+ * flag, then waits for in_call to drop, so no call enqueues after its revoke. */
+#define NCCL_CALL(c, name, call)                                                              \
+    do {                                                                                      \
+        atomic_fetch_add(&(c)->in_call, 1);                                                   \
+        pe_status s_ = PE_OK;                                                                 \
+        if (atomic_load(&(c)->g->aborted)) {                                                  \
+            s_ = cb_comm_aborted((c), (name));                                                \
+        } else {                                                                              \
+            ncclResult_t r_ = (call);                                                         \
+            if (r_ != ncclSuccess)                                                            \
+                s_ = rank_fail((c), r_, (name));                                              \
+        }                                                                                     \
+        atomic_fetch_sub(&(c)->in_call, 1);                                                   \
+        return s_;                                                                            \
+    } while (0)
+
 pe_status cb_nccl_allreduce(be_comm *c, const float *send, float *recv, size_t count)
 {
-    ncclResult_t r = ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, COMM(c),
-                                   c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclAllReduce");
+    NCCL_CALL(c, "ncclAllReduce",
+              ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, COMM(c), c->dev->stream));
 }
 
 pe_status cb_nccl_allgather(be_comm *c, const float *send, float *recv, size_t count)
 {
-    ncclResult_t r = ncclAllGather(send, recv, count, ncclFloat32, COMM(c), c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclAllGather");
+    NCCL_CALL(c, "ncclAllGather",
+              ncclAllGather(send, recv, count, ncclFloat32, COMM(c), c->dev->stream));
 }
 
 pe_status cb_nccl_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count)
 {
-    ncclResult_t r = ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, COMM(c),
-                                       c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclReduceScatter");
+    NCCL_CALL(c, "ncclReduceScatter",
+              ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, COMM(c),
+                                c->dev->stream));
 }
 
 pe_status cb_nccl_broadcast(be_comm *c, float *buf, size_t count, int root)
 {
-    ncclResult_t r = ncclBroadcast(buf, buf, count, ncclFloat32, root, COMM(c), c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclBroadcast");
+    NCCL_CALL(c, "ncclBroadcast",
+              ncclBroadcast(buf, buf, count, ncclFloat32, root, COMM(c), c->dev->stream));
 }
 
 pe_status cb_nccl_send(be_comm *c, const float *buf, size_t count, int peer)
 {
-    ncclResult_t r = ncclSend(buf, count, ncclFloat32, peer, COMM(c), c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclSend");
+    NCCL_CALL(c, "ncclSend", ncclSend(buf, count, ncclFloat32, peer, COMM(c), c->dev->stream));
 }
 
 pe_status cb_nccl_recv(be_comm *c, float *buf, size_t count, int peer)
 {
-    ncclResult_t r = ncclRecv(buf, count, ncclFloat32, peer, COMM(c), c->dev->stream);
-    return r == ncclSuccess ? PE_OK : rank_fail(c, r, "ncclRecv");
+    NCCL_CALL(c, "ncclRecv", ncclRecv(buf, count, ncclFloat32, peer, COMM(c), c->dev->stream));
 }
 
 /* The ranks are threads of this process: a host-side meeting, as on the host backend and

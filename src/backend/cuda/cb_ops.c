@@ -30,6 +30,7 @@ static const be_ops cuda_ops = {
     .embedding = cb_embedding,
     .comm_create = cb_comm_create,
     .comm_abort = cb_comm_abort,
+    .comm_abort_all = cb_comm_abort_all,
     .comm_split = cb_comm_split,
     .comm_destroy = cb_comm_destroy,
     .allreduce_sum = cb_allreduce_sum,

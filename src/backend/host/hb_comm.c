@@ -137,6 +137,12 @@ static void world_destroy(be_comm **comms, int n, int i)
     world_free(w, w->n * w->n, 1);
 }
 
+void hb_comm_abort_all(be_comm *const *comms, int n)
+{
+    for (int i = 0; comms && i < n; i++)
+        hb_comm_abort(comms[i]); /* idempotent per world; nothing waits on a device */
+}
+
 void hb_comm_destroy(be_comm **comms, int n)
 {
     for (int i = 0; comms && i < n; i++)

@@ -130,7 +130,6 @@ static void hb_close(be_device *dev)
     if (!dev)
         return;
     hb_pending_release(dev->pend);
-    free(dev->linear_tmp);
     free(dev->widened);
     free(dev);
 }
@@ -255,6 +254,7 @@ static const be_ops hb_ops = {
     .embedding = hb_embedding,
     .comm_create = hb_comm_create,
     .comm_abort = hb_comm_abort,
+    .comm_abort_all = hb_comm_abort_all,
     .comm_split = hb_comm_split,
     .comm_destroy = hb_comm_destroy,
     .allreduce_sum = hb_allreduce_sum,

@@ -181,19 +181,10 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
-                    int y_bf16)
+                    int y_bf16, float *tmp)
 {
-    if (y_bf16 && dtype != PE_DTYPE_BF16)
-        return hb_fail(dev, PE_EINVAL, "linear: a bf16 output needs dtype bf16");
-    if (N && M > SIZE_MAX / sizeof(float) / N)
-        return hb_fail(dev, PE_EINVAL, "linear: M=%zu x N=%zu overflows", M, N);
-    if (y_bf16 && M * N > dev->linear_cap) {
-        float *p = realloc(dev->linear_tmp, M * N * sizeof *p);
-        if (!p)
-            return hb_fail(dev, PE_ENOMEM, "linear %zux%zu: out of host memory", M, N);
-        dev->linear_tmp = p;
-        dev->linear_cap = M * N;
-    }
-    return be_linear_unfused(be_host_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
-                             dev->linear_tmp);
+    if (y_bf16 && (dtype != PE_DTYPE_BF16 || !tmp))
+        return hb_fail(dev, PE_EINVAL, "linear: a bf16 output needs dtype bf16 and a tmp "
+                                       "buffer of M x N floats");
+    return be_linear_unfused(be_host_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16, tmp);
 }

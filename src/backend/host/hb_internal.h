@@ -41,8 +41,6 @@ struct be_device {
     hb_pending *pend;  /* this device's sends in flight */
     float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
     size_t widened_cap;
-    float *linear_tmp; /* (linear_cap) linear's fp32 result before it is rounded to bf16 */
-    size_t linear_cap;
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
@@ -68,7 +66,7 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 /* gemm, bias, activation and rounding as separate loops (be_linear_unfused). */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
-                    int y_bf16);
+                    int y_bf16, float *tmp);
 
 /* ---- kernels (hb_kernels.c) ---- */
 pe_status hb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
@@ -85,6 +83,7 @@ pe_status hb_embedding(be_device *dev, float *out, const float *table, const int
 /* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c) ---- */
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void hb_comm_abort(be_comm *comm);
+void hb_comm_abort_all(be_comm *const *comms, int n);
 void hb_comm_destroy(be_comm **comms, int n);
 pe_status hb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
                         pe_err *err);
