@@ -104,9 +104,8 @@ typedef struct run_spec {
     int m;
 } run_spec;
 
-/* NREQ requests submitted at once; the outputs concatenated (TOTAL_ROWS, out). The
- * collective path the engine chose goes to `collectives` (if not NULL). */
-static float *run(const run_spec *rs, char *collectives, size_t clen)
+/* An engine for rs with the current model loaded. */
+static pe_engine *open_engine(const run_spec *rs)
 {
     pe_config cfg;
     pe_config_init(&cfg);
@@ -124,6 +123,14 @@ static float *run(const run_spec *rs, char *collectives, size_t clen)
         fail_msg("create dp%d pp%d tp%d: %s", rs->dp, rs->pp, rs->tp, pe_last_error());
     if (pe_engine_load(e, model_path) != PE_OK)
         fail_msg("load on dp%d pp%d tp%d: %s", rs->dp, rs->pp, rs->tp, pe_last_error());
+    return e;
+}
+
+/* NREQ requests submitted at once; the outputs concatenated (TOTAL_ROWS, out). The
+ * collective path the engine chose goes to `collectives` (if not NULL). */
+static float *run(const run_spec *rs, char *collectives, size_t clen)
+{
+    pe_engine *e = open_engine(rs);
     if (collectives) {
         pe_engine_info info;
         assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
@@ -260,19 +267,8 @@ static void grids_on_distinct_gpus_use_nccl_and_match_the_host(void **state)
  * returns (the NCCL path revokes its communicators, the peer path wakes its waiters). */
 static void fail_mid_run(const int *devices, int dp, int pp, int tp, int rank)
 {
-    pe_config cfg;
-    pe_config_init(&cfg);
-    cfg.backend = PE_BACKEND_CUDA;
-    cfg.ndevices = dp * pp * tp;
-    cfg.devices = devices;
-    cfg.dp = dp;
-    cfg.pp = pp;
-    cfg.tp = tp;
-    cfg.schedule = PE_SCHED_STREAM;
-    cfg.microbatches = 2;
-    pe_engine *e = NULL;
-    if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, model_path) != PE_OK)
-        fail_msg("create/load: %s", pe_last_error());
+    run_spec rs = {PE_BACKEND_CUDA, PE_DTYPE_FP32, dp, pp, tp, devices, PE_SCHED_STREAM, 2};
+    pe_engine *e = open_engine(&rs);
     en_inject_failure(e, rank, 3);
     enum { N = 24, ROWS = 4 };
     float *x = malloc(N * ROWS * model->in * sizeof(float));
