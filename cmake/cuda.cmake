@@ -46,7 +46,8 @@ function(pe_add_cuda_logic_test)
   add_executable(test_cuda_peer_logic test_cuda_peer_logic.c cuda_fake_runtime.c
     cuda_fake_no_nccl.c test_util.c
     ${src}/common/error.c ${src}/backend/backend.c ${src}/backend/cuda/cb_comm.c
-    ${src}/backend/cuda/cb_peer.c ${src}/backend/cuda/cb_device.c ${src}/backend/cuda/cb_error.c)
+    ${src}/backend/cuda/cb_peer.c ${src}/backend/cuda/cb_device.c ${src}/backend/cuda/cb_error.c
+    ${src}/runtime/barrier.c ${src}/runtime/park.c)
   # No PE_HAVE_CUDA: backend.c then gives be_cuda_ops() = NULL instead of cb_ops.c's table.
   target_compile_definitions(test_cuda_peer_logic PRIVATE _GNU_SOURCE
     PE_VERSION_STRING="${PROJECT_VERSION}")
@@ -79,4 +80,17 @@ function(pe_add_cuda_fake_engine_test name source)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit" TIMEOUT 600
     ENVIRONMENT "PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
+  # memcheck, helgrind and DRD on the CUDA backend's host side, as pe_test(... VALGRIND)
+  if(VALGRIND)
+    set(vg ${VALGRIND} --error-exitcode=99 --quiet)
+    add_test(NAME ${name}_memcheck COMMAND ${vg} --tool=memcheck --leak-check=full
+      --num-callers=30 --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/valgrind/third_party.supp
+      --errors-for-leak-kinds=definite,indirect $<TARGET_FILE:${name}>)
+    add_test(NAME ${name}_helgrind COMMAND ${vg} --tool=helgrind $<TARGET_FILE:${name}>)
+    add_test(NAME ${name}_drd COMMAND ${vg} --tool=drd $<TARGET_FILE:${name}>)
+    foreach(tool memcheck helgrind drd)
+      set_tests_properties(${name}_${tool} PROPERTIES LABELS "valgrind;${tool}" TIMEOUT 1800
+        ENVIRONMENT "PE_TEST_SMALL=1;PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
+    endforeach()
+  endif()
 endfunction()
