@@ -14,14 +14,9 @@
 
 #include "engine/engine_internal.h"
 
-/* out[r] = rank r's handle in the group of color colors[r] split from the world. */
-static pe_status split(pe_engine *e, const int *colors, be_comm ***out, pe_err *err)
-{
-    *out = calloc((size_t)e->world, sizeof **out);
-    if (!*out)
-        return pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
-    return e->ops->comm_split(e->world_comms, e->world, colors, *out, err);
-}
+enum { EN_TP = 0, EN_DP = 1, EN_WORLD = 2 }; /* rows of e->comms */
+
+static be_comm **comms_row(pe_engine *e, int row) { return e->comms + (size_t)row * e->world; }
 
 pe_status en_comms_create(pe_engine *e, pe_err *err)
 {
@@ -39,37 +34,30 @@ pe_status en_comms_create(pe_engine *e, pe_err *err)
         return PE_OK;
     be_device **devs = calloc((size_t)e->world, sizeof *devs);
     int *colors = calloc((size_t)e->world, sizeof *colors);
-    e->world_comms = calloc((size_t)e->world, sizeof *e->world_comms);
-    pe_status s = devs && colors && e->world_comms
+    e->comms = calloc(3 * (size_t)e->world, sizeof *e->comms);
+    pe_status s = devs && colors && e->comms
                       ? PE_OK
                       : pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
+    be_comm **world = s == PE_OK ? comms_row(e, EN_WORLD) : NULL;
     for (int r = 0; s == PE_OK && r < e->world; r++)
         devs[r] = e->workers[r].dev;
     if (s == PE_OK)
-        s = e->ops->comm_create(devs, e->world, e->world_comms, err);
+        s = e->ops->comm_create(devs, e->world, world, err);
     if (s == PE_OK && e->tp > 1) {
         for (int r = 0; r < e->world; r++)
             colors[r] = r / e->tp; /* d * pp + p */
-        s = split(e, colors, &e->tp_comms, err);
+        s = e->ops->comm_split(world, e->world, colors, comms_row(e, EN_TP), err);
     }
     if (s == PE_OK && e->dp > 1) {
         for (int r = 0; r < e->world; r++)
             colors[r] = r % (e->pp * e->tp); /* p * tp + t */
-        s = split(e, colors, &e->dp_comms, err);
-    }
-    e->all_comms = s == PE_OK ? calloc(3 * (size_t)e->world, sizeof *e->all_comms) : NULL;
-    if (s == PE_OK && !e->all_comms)
-        s = pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
-    for (int r = 0; s == PE_OK && r < e->world; r++) {
-        e->all_comms[r] = e->tp_comms ? e->tp_comms[r] : NULL;
-        e->all_comms[e->world + r] = e->dp_comms ? e->dp_comms[r] : NULL;
-        e->all_comms[2 * e->world + r] = e->world_comms[r];
+        s = e->ops->comm_split(world, e->world, colors, comms_row(e, EN_DP), err);
     }
     for (int r = 0; s == PE_OK && r < e->world; r++) {
         en_worker *w = &e->workers[r];
-        w->world_comm = e->world_comms[r];
-        w->tp_comm = e->tp_comms ? e->tp_comms[r] : NULL;
-        w->dp_comm = e->dp_comms ? e->dp_comms[r] : NULL;
+        w->world_comm = world[r];
+        w->tp_comm = comms_row(e, EN_TP)[r];
+        w->dp_comm = comms_row(e, EN_DP)[r];
     }
     free(devs);
     free(colors);
@@ -78,27 +66,18 @@ pe_status en_comms_create(pe_engine *e, pe_err *err)
 
 void en_comms_abort(pe_engine *e)
 {
-    if (e->all_comms) /* one call: the CUDA backend revokes every NCCL communicator at once */
-        e->ops->comm_abort_all(e->all_comms, 3 * e->world);
+    if (e->comms) /* one call: the CUDA backend revokes every NCCL communicator at once */
+        e->ops->comm_abort_all(e->comms, 3 * e->world);
     for (int d = 0; d < e->nclocks; d++)
         rt_barrier_abort(&e->clocks[d]);
 }
 
-static void destroy_all(pe_engine *e, be_comm ***comms)
-{
-    if (*comms)
-        e->ops->comm_destroy(*comms, e->world);
-    free(*comms);
-    *comms = NULL;
-}
-
 void en_comms_destroy(pe_engine *e)
 {
-    free(e->all_comms);
-    e->all_comms = NULL;
-    destroy_all(e, &e->tp_comms);
-    destroy_all(e, &e->dp_comms);
-    destroy_all(e, &e->world_comms);
+    if (e->comms) /* each group once; the groups split from the world before the world */
+        e->ops->comm_destroy(e->comms, 3 * e->world);
+    free(e->comms);
+    e->comms = NULL;
     for (int d = 0; d < e->nclocks; d++)
         rt_barrier_destroy(&e->clocks[d]);
     free(e->clocks);

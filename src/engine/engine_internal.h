@@ -99,10 +99,9 @@ struct pe_engine {
     rt_topology *topo;
 
     en_worker *workers; /* (world), rank = (d * pp + p) * tp + t */
-    be_comm **world_comms; /* (world) by rank; NULL when world is 1 (comms.c) */
-    be_comm **tp_comms;    /* (world): dp * pp groups of tp ranks split from the world */
-    be_comm **dp_comms;    /* (world): pp * tp groups of dp ranks split from the world */
-    be_comm **all_comms;   /* (3 * world): tp, dp and world handles, for one abort call */
+    be_comm **comms;       /* (3, world) by rank: the TP groups' handles, the DP groups',
+                            * the world's (comms.c); NULL entries where a group is not
+                            * made; NULL when world is 1 */
     rt_barrier *clocks;    /* (dp): replica d's gpipe clock, pp * tp threads */
     int nclocks;           /* clocks initialized */
 
