@@ -153,7 +153,7 @@ static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bi
     LT_SET(cublasLtMatrixLayoutCreate(&p->d, out, p->N, p->M, (int64_t)p->N));
     cublasLtMatmulPreference_t pref = NULL;
     LT_SET(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = CB_LT_WORKSPACE;
+    const uint64_t ws = CB_LT_WORKSPACE; /* the attribute is a uint64_t */
     const uint32_t al = p->align;
     LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &ws, sizeof ws));
