@@ -80,17 +80,7 @@ function(pe_add_cuda_fake_engine_test name source)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit" TIMEOUT 600
     ENVIRONMENT "PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
-  # memcheck, helgrind and DRD on the CUDA backend's host side, as pe_test(... VALGRIND)
-  if(VALGRIND)
-    set(vg ${VALGRIND} --error-exitcode=99 --quiet)
-    add_test(NAME ${name}_memcheck COMMAND ${vg} --tool=memcheck --leak-check=full
-      --num-callers=30 --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/valgrind/third_party.supp
-      --errors-for-leak-kinds=definite,indirect $<TARGET_FILE:${name}>)
-    add_test(NAME ${name}_helgrind COMMAND ${vg} --tool=helgrind $<TARGET_FILE:${name}>)
-    add_test(NAME ${name}_drd COMMAND ${vg} --tool=drd $<TARGET_FILE:${name}>)
-    foreach(tool memcheck helgrind drd)
-      set_tests_properties(${name}_${tool} PROPERTIES LABELS "valgrind;${tool}" TIMEOUT 1800
-        ENVIRONMENT "PE_TEST_SMALL=1;PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
-    endforeach()
+  if(VALGRIND) # memcheck, helgrind and DRD on the CUDA backend's host side
+    pe_valgrind_tests(${name})
   endif()
 endfunction()
