@@ -5,12 +5,14 @@
 #   PE_DEPS_ROOT=$PWD/.deps . bench/deps_env.sh
 #   cmake -S . -B build && cmake --build build
 #
-# It unpacks $PE_DEPS_ROOT/debs/*.deb into $PE_DEPS_ROOT/root if that is missing (dpkg-deb,
-# or python3 where dpkg is absent), then exports:
+# It unpacks $PE_DEPS_ROOT/debs/*.deb into $PE_DEPS_ROOT/root if that is missing or was
+# unpacked elsewhere (dpkg-deb, or python3 where dpkg is absent), points the unpacked .pc
+# files' /usr paths into the folder, then exports:
 #   PKG_CONFIG              the unpacked pkgconf (CMake's FindPkgConfig honours it)
+#   PATH                    + its folder, so `pkg-config` exists where the machine has none
 #   PKG_CONFIG_LIBDIR       only the unpacked .pc files
-#   PKG_CONFIG_SYSROOT_DIR  $PE_DEPS_ROOT/root, so their /usr paths land in the folder
 #   CMAKE_PREFIX_PATH       $PE_DEPS_ROOT/root/usr first
+#   CPATH                   the unpacked multiarch headers (usr/include/<arch>)
 #   LD_LIBRARY_PATH         the unpacked libraries (and fallbacks the machine lacks)
 # Built binaries also carry the library folders in their RUNPATH (CMake's build tree).
 
@@ -52,8 +54,10 @@ pe_deps_setup() {
     return 1
   fi
   root=$(cd "$root" && pwd)
-  if [ ! -d "$root/root" ]; then
-    local deb name dest
+  # Unpacked once per location: the .pc files name the folder they were unpacked into.
+  if [ "$(cat "$root/root/.unpacked_at" 2>/dev/null)" != "$root/root" ]; then
+    local deb name dest pc
+    rm -rf "$root/root" "$root/fallback"
     for deb in "$root"/debs/*.deb; do
       [ -e "$deb" ] || { echo "deps_env.sh: no .deb files in $root/debs" >&2; return 1; }
       name=$(basename "$deb")
@@ -65,6 +69,13 @@ pe_deps_setup() {
       mkdir -p "$dest"
       pe_deps_unpack "$deb" "$dest" || return 1
     done
+    # Their /usr paths (prefix=/usr, libdir=/usr/..., -I/usr/...) point into the folder.
+    # (Not PKG_CONFIG_SYSROOT_DIR: that would also move .pc files outside it, as an
+    # installed pengine.pc.)
+    while IFS= read -r pc; do
+      sed -i -E "s#(=|-L|-I)/usr([/ ]|\$)#\1$root/root/usr\2#g" "$pc" || return 1
+    done < <(find "$root/root" -name '*.pc')
+    echo "$root/root" >"$root/root/.unpacked_at"
   fi
   local r=$root/root arch libdir
   arch=$(cd "$r/usr/lib" && ls -d ./*-linux-gnu 2>/dev/null | head -n1)
@@ -72,10 +83,13 @@ pe_deps_setup() {
   [ -n "$arch" ] || { echo "deps_env.sh: $r/usr/lib/<arch>-linux-gnu not found" >&2; return 1; }
   libdir=$r/usr/lib/$arch
   export PKG_CONFIG=$r/usr/bin/pkgconf
+  export PATH=$PATH:$r/usr/bin # pkg-config, where the machine has none
   export PKG_CONFIG_LIBDIR=$libdir/pkgconfig:$libdir/openblas-pthread/pkgconfig:$r/usr/share/pkgconfig
-  export PKG_CONFIG_SYSROOT_DIR=$r
   export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
   export CMAKE_PREFIX_PATH=$r/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  # Debian puts some headers in the multiarch folder (hwloc.h includes
+  # hwloc/autogen/config.h from /usr/include/<arch>), which gcc searches only under /usr.
+  export CPATH=$r/usr/include/$arch${CPATH:+:$CPATH}
   local libs=$libdir:$libdir/openblas-pthread soname pkg
   for pair in libgfortran.so.5:libgfortran5 libquadmath.so.0:libquadmath0 libudev.so.1:libudev1; do
     soname=${pair%%:*}

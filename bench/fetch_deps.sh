@@ -5,7 +5,7 @@
 #   bench/fetch_deps.sh [DIR]          (default DIR: .deps in the repository root)
 #
 # On a Debian 12 (bookworm) machine with apt: `apt-get download` puts the .deb files into
-# DIR/debs (about 10 MB; carry this folder), then they are unpacked into DIR/root with
+# DIR/debs (about 13 MB; carry this folder), then they are unpacked into DIR/root with
 # `dpkg-deb -x` (nothing is installed; no root needed for the unpacking). On the GPU
 # machine, bench/deps_env.sh unpacks DIR/debs again if DIR/root is missing and points the
 # build at it:  PE_DEPS_ROOT=DIR . bench/deps_env.sh

@@ -190,7 +190,14 @@ if built pengine; then
         if [ $rc_p -eq 0 ]; then
           step "$name" ok "$secs" "verified against the host backend" "$raw"
         else
-          step "$name" failed "$secs" "exit $rc_p (1: verification failed)" "$raw"
+          case $rc_p in
+            1) why="a request or the verification failed (see the log)" ;;
+            2) why="configuration refused (see the log)" ;;
+            124) why="timed out (120 s)" ;;
+            126 | 127) why="could not start (see the log)" ;;
+            *) why="run failed" ;;
+          esac
+          step "$name" failed "$secs" "exit $rc_p: $why" "$raw"
         fi
       done
     done
@@ -215,7 +222,7 @@ fi
 # ---- 5. compute-sanitizer ----
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$san" ] && built tests/test_cuda; then
-  run_step compute-sanitizer 240 - "$san" --tool memcheck --error-exitcode 86 \
+  run_step compute-sanitizer 240 - "$san" --tool memcheck --error-exitcode 86 --report-api-errors no \
     --leak-check full "$build/tests/test_cuda"
   rc_s=$rc
   errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -n1)

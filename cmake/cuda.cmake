@@ -7,20 +7,40 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
   set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures (default: 80-real;90)")
 endif()
 enable_language(CUDA)
+# CMake 3.25.0 and 3.25.1 (Debian 12's) fail in FindCUDAToolkit ("set_property could not
+# find TARGET CUDA::nvToolsExt") when the toolkit has no libnvToolsExt, as CUDA 13 has
+# not, and the project requires >= 3.25. 3.25.2 fixed it. The failing step only marks that
+# target deprecated, so it is skipped by showing the module an older minimum.
+set(pe_required_version ${CMAKE_MINIMUM_REQUIRED_VERSION})
+if(CMAKE_VERSION VERSION_LESS 3.25.2)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+endif()
 find_package(CUDAToolkit REQUIRED)
+set(CMAKE_MINIMUM_REQUIRED_VERSION ${pe_required_version})
 
 # NCCL ships with the toolkit here (include/nccl.h, lib64/libnccl.so); NCCL_HOME or
-# -DNCCL_ROOT point elsewhere.
+# -DNCCL_ROOT point elsewhere, e.g. at a pip wheel's folder, whose lib/ holds only
+# libnccl.so.2.
 find_path(PE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME ${NCCL_ROOT}
   PATH_SUFFIXES include)
-find_library(PE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ${NCCL_ROOT}
+find_library(PE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ${NCCL_ROOT}
   PATH_SUFFIXES lib lib64)
 if(NOT PE_NCCL_INCLUDE_DIR OR NOT PE_NCCL_LIBRARY)
   message(FATAL_ERROR "CUDA found but NCCL is missing (nccl.h / libnccl); set NCCL_HOME or -DPE_WITH_CUDA=OFF")
 endif()
+message(STATUS "NCCL: ${PE_NCCL_LIBRARY} (headers ${PE_NCCL_INCLUDE_DIR})")
 get_filename_component(PE_NCCL_LIBDIR ${PE_NCCL_LIBRARY} DIRECTORY)
+# The build tree's programs find the toolkit and NCCL without ld.so.conf or LD_LIBRARY_PATH
+# (CMake leaves the toolkit's folder out of RUNPATH, as an implicit link directory of nvcc).
+list(APPEND CMAKE_BUILD_RPATH ${CUDAToolkit_LIBRARY_DIR} ${PE_NCCL_LIBDIR})
+list(REMOVE_DUPLICATES CMAKE_BUILD_RPATH)
+get_filename_component(PE_NCCL_FILE ${PE_NCCL_LIBRARY} NAME)
+set(PE_NCCL_LINK_FLAG -lnccl)
+if(PE_NCCL_FILE STREQUAL "libnccl.so.2")
+  set(PE_NCCL_LINK_FLAG -l:libnccl.so.2)
+endif()
 # For pengine.pc (cmake/install.cmake): what a static link of libpengine.a needs.
-set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart -lnccl -lstdc++")
+set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart ${PE_NCCL_LINK_FLAG} -lstdc++")
 
 # pe_add_cuda_backend(<object library>): adds src/backend/cuda/*.c and *.cu to it.
 function(pe_add_cuda_backend target)
@@ -31,7 +51,10 @@ function(pe_add_cuda_backend target)
   target_include_directories(${target} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
     ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt ${PE_NCCL_LIBRARY})
-  set(cuda_flags -Xcompiler=-Wall,-Wextra,-Wshadow)
+  # -fmad=false: nvcc would fuse a * b + c into one FMA (one rounding instead of two) where
+  # the host's x86-64 build does not; without it the kernels compute the host's bits for
+  # the same order of operations. They are memory-bound, so the FMA would save nothing.
+  set(cuda_flags -Xcompiler=-Wall,-Wextra,-Wshadow -fmad=false)
   if(PE_WERROR)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()

@@ -6,7 +6,7 @@
  * definitions (C = alpha op(A) op(B) + beta C; beta = 0 never reads C), so a wrong
  * transpose, leading dimension or type in our calls shows as a wrong result. The fake
  * cuBLASLt checks what the real one checks before it runs: attribute sizes, that op(A) is
- * (m, k), op(B) (k, n) and D (m, n), a bias type of fp32 or D's type, and the epilogues
+ * (m, k), op(B) (k, n) and D (m, n), a bias of D's type (as cublasLt.h says), the epilogues
  * we use; cuda_fake_lt_refuse(1) makes its heuristic find no algorithm, as the real one
  * may for a shape. The launchers loop over the same src/kernels/ functions as the grids.
  * Streams run work at once (cuda_fake_runtime.c), so every call computes when made.
@@ -247,8 +247,9 @@ static cublasStatus_t lt_check(const fake_desc *f, const fake_layout *A, const f
     if (!bias && f->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
         f->epilogue != CUBLASLT_EPILOGUE_RELU)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (bias && f->bias_type != -1 && f->bias_type != CUDA_R_32F &&
-        f->bias_type != (int32_t)D->type)
+    /* cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the bias has D's type (the
+     * exceptions are int8 and fp8 kernels, which we do not use) */
+    if (bias && f->bias_type != -1 && f->bias_type != (int32_t)D->type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
 }

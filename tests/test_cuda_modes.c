@@ -34,6 +34,7 @@
 
 #ifdef PE_CUDA_FAKE
 #include "backend/cuda/cb_internal.h" /* cb_linear_plans */
+#include "kernels/bf16.h"
 void cuda_fake_lt_refuse(int on);     /* cuda_fake_libs.c */
 #define TOL_FP32 1e-5
 #define TOL_BF16 1e-3
@@ -324,33 +325,63 @@ static void a_failing_worker_on_nccl_answers_every_request(void **state)
 
 #ifdef PE_CUDA_FAKE
 /* Where cuBLASLt finds no algorithm, linear runs as separate ops with the same bits (the
- * fake computes both the same way); the plan counts show which path ran. */
+ * fake computes both the same way); where it refuses a bf16 output with the fp32 bias (as
+ * cublasLt.h says it does), the epilogue writes fp32 and to_bf16 rounds it, with the same
+ * bits again. The plan counts show which path ran. */
 static void linear_without_a_cublaslt_algorithm_gives_the_same_bits(void **state)
 {
     (void)state;
     const be_ops *cuda = be_cuda_ops();
     be_device *d = NULL;
     assert_int_equal(cuda->open(0, &d, NULL), PE_OK);
-    float x[3 * 4], w[5 * 4], b[5], y1[15], y2[15];
+    float x[3 * 4], w[5 * 4], b[5], y1[15], y2[15], tmp[15];
+    uint16_t x16[3 * 4], w16[5 * 4], y16[15], ref16[15];
     tu_fill_random(x, 12, 1);
     tu_fill_random(w, 20, 2);
     tu_fill_random(b, 5, 3);
-    long fused, unfused;
+    cb_linear_counts n;
     assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y1, 0, NULL),
                      PE_OK);
-    cb_linear_plans(d, &fused, &unfused);
-    assert_int_equal(fused, 1);
-    assert_int_equal(unfused, 0);
+    cb_linear_plans(d, &n);
+    assert_int_equal(n.fused, 1);
+    assert_int_equal(n.rounded + n.unfused, 0);
     cuda_fake_lt_refuse(1);
     assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, b, BE_ACT_RELU, y2, 0, NULL),
                      PE_OK);
-    cb_linear_plans(d, &fused, &unfused);
-    assert_int_equal(fused, 1); /* the cached plan: same key */
+    cb_linear_plans(d, &n);
+    assert_int_equal(n.fused, 1); /* the cached plan: same key */
+    assert_memory_equal(y1, y2, sizeof y1);
     assert_int_equal(cuda->linear(d, PE_DTYPE_FP32, 3, 5, 4, x, w, NULL, BE_ACT_RELU, y2, 0,
                                   NULL),
                      PE_OK);
-    cb_linear_plans(d, &fused, &unfused);
-    assert_int_equal(unfused, 1); /* a new key: no algorithm, separate ops */
+    cb_linear_plans(d, &n);
+    assert_int_equal(n.unfused, 1); /* a new key: no algorithm, separate ops */
+    cuda_fake_lt_refuse(0);
+
+    /* bf16 in and out with a bias: the fp32-output retry, against the separate ops */
+    for (int i = 0; i < 12; i++)
+        x16[i] = pe_k_to_bf16(x[i]);
+    for (int i = 0; i < 20; i++)
+        w16[i] = pe_k_to_bf16(w[i]);
+    assert_int_equal(cuda->linear(d, PE_DTYPE_BF16, 3, 5, 4, x16, w16, b, BE_ACT_RELU, y16, 1,
+                                  tmp),
+                     PE_OK);
+    cb_linear_plans(d, &n);
+    assert_int_equal(n.rounded, 1);
+    assert_int_equal(be_linear_unfused(cuda, d, PE_DTYPE_BF16, 3, 5, 4, x16, w16, b,
+                                       BE_ACT_RELU, ref16, 1, tmp),
+                     PE_OK);
+    assert_memory_equal(y16, ref16, sizeof y16);
+    /* without a bias the epilogue writes bf16 itself */
+    assert_int_equal(cuda->linear(d, PE_DTYPE_BF16, 3, 5, 4, x16, w16, NULL, BE_ACT_RELU, y16,
+                                  1, tmp),
+                     PE_OK);
+    cb_linear_plans(d, &n);
+    assert_int_equal(n.fused, 2);
+    assert_int_equal(be_linear_unfused(cuda, d, PE_DTYPE_BF16, 3, 5, 4, x16, w16, NULL,
+                                       BE_ACT_RELU, ref16, 1, tmp),
+                     PE_OK);
+    assert_memory_equal(y16, ref16, sizeof y16);
     cuda->close(d);
 
     static const grid g[] = {{1, 1, 2}, {1, 2, 1}};

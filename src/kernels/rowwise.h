@@ -17,6 +17,16 @@
  * rough mean m0 (its float sum loses digits when |mean| >> std); the second sums the
  * deviations d = x - m0, which are small and exact enough, and corrects both moments:
  *   mean = m0 + sum(d) / n,  var = (sum(d^2) - sum(d)^2 / n) / n. */
+/* The correction, given m0 and the sums c = sum(d), v = sum(d^2) of the second pass (the
+ * GPU's row grid sums them with block reductions, then calls this too). */
+PE_KFN void pe_k_moments_finish(float m0, float c, float v, size_t n, float eps, float *mean,
+                                float *rstd)
+{
+    float var = (v - c * c / (float)n) / (float)n;
+    *mean = m0 + c / (float)n;
+    *rstd = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
+}
+
 PE_KFN void pe_k_moments(const float *x, size_t n, float eps, float *mean, float *rstd)
 {
     float s = 0.0f;
@@ -29,9 +39,7 @@ PE_KFN void pe_k_moments(const float *x, size_t n, float eps, float *mean, float
         c += d;
         v += d * d;
     }
-    float var = (v - c * c / (float)n) / (float)n;
-    *mean = m0 + c / (float)n;
-    *rstd = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
+    pe_k_moments_finish(m0, c, v, n, eps, mean, rstd);
 }
 
 /* One normalized element: (x - mean) * rstd * gamma + beta. */

@@ -60,7 +60,10 @@ static void describe_locality(int id, be_device_desc *out)
         return;
     }
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    if (set && hwloc_cudart_get_device_cpuset(topo, id, set) == 0 && !hwloc_bitmap_iszero(set)) {
+    /* only the cores this process may use (a container's cpuset, taskset) */
+    if (set && hwloc_cudart_get_device_cpuset(topo, id, set) == 0)
+        hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
+    if (set && !hwloc_bitmap_iszero(set)) {
         hwloc_bitmap_list_snprintf(out->cpulist, sizeof out->cpulist, set);
         /* The NUMA node whose cores hold the GPU's cores; with no locality information
          * the cpuset is the whole machine, and a single-node machine still answers. */

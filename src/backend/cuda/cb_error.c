@@ -31,6 +31,9 @@ static const char *cuda_hint(cudaError_t e)
 
 pe_status cb_cuda_fail(pe_err *err, cudaError_t e, const char *call, int dev)
 {
+    /* The error is reported here: clear it, or the next cudaGetLastError (a kernel launch's
+     * check) would answer with it again. Sticky errors stay, as they must. */
+    (void)cudaGetLastError();
     return pe_fail(err, cb_cuda_status(e), "%s on CUDA device %d failed: %s (%s)%s", call, dev,
                    cudaGetErrorString(e), cudaGetErrorName(e), cuda_hint(e));
 }

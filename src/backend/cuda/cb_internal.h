@@ -96,9 +96,14 @@ pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
 pe_status cb_linear_prepare(be_device *dev, pe_err *err);
 /* Frees what linear made on dev (cb_close calls it). */
 void cb_linear_release(be_device *dev);
-/* How many linear plans of dev run as one cuBLASLt matmul with an epilogue (fused), and
- * how many as separate ops because cuBLASLt had no algorithm (unfused). */
-void cb_linear_plans(const be_device *dev, long *fused, long *unfused);
+/* The linear plans dev made, by how their layers run. */
+typedef struct cb_linear_counts {
+    long fused;   /* one cuBLASLt matmul, its epilogue writes the output (GELU: + our kernel) */
+    long rounded; /* the same, but the epilogue writes fp32 and to_bf16 rounds it: cuBLASLt
+                   * refused a bf16 output with the fp32 bias */
+    long unfused; /* separate ops: cuBLASLt had no algorithm */
+} cb_linear_counts;
+void cb_linear_plans(const be_device *dev, cb_linear_counts *out);
 
 pe_status cb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);
 pe_status cb_relu(be_device *dev, float *x, size_t n);

@@ -52,6 +52,8 @@ template <class F> __global__ void map1(float *x, size_t n, F f)
 
 template <class F> cudaError_t launch_map(cudaStream_t s, float *x, size_t n, F f)
 {
+    if (n == 0) /* nothing launched: cudaGetLastError would answer for an earlier call */
+        return cudaSuccess;
     size_t n4 = aligned16(x) ? n / 4 : 0;
     if (n4)
         map4<<<grid_for(n4, kThreads), kThreads, 0, s>>>(reinterpret_cast<float4 *>(x), n4, f);
@@ -98,8 +100,9 @@ __global__ void bias1(float *x, const float *bias, size_t n, size_t cols)
         x[i] = pe_k_add(x[i], bias[i % cols]);
 }
 
-/* One block per row: out(rows, cols) = layernorm(x) * gamma + beta, two-pass moments
- * as pe_k_moments. VEC: cols % 4 == 0 and every pointer 16-byte aligned. */
+/* One block per row: out(rows, cols) = layernorm(x) * gamma + beta, with the corrected
+ * two-pass moments of pe_k_moments (the sums in block order, then the same
+ * pe_k_moments_finish). VEC: cols % 4 == 0 and every pointer 16-byte aligned. */
 template <bool VEC>
 __global__ void layernorm_rows(float *out, const float *x, const float *gamma,
                                const float *beta, size_t rows, size_t cols, float eps)
@@ -118,22 +121,26 @@ __global__ void layernorm_rows(float *out, const float *x, const float *gamma,
             for (size_t i = threadIdx.x; i < cols; i += blockDim.x)
                 s += xr[i];
         }
-        float mean = cb::block_sum(s, red) / (float)cols;
-        float v = 0.0f;
+        const float m0 = cb::block_sum(s, red) / (float)cols; /* the rough mean */
+        float c = 0.0f, v = 0.0f; /* sums of the deviations from m0 and of their squares */
         if (VEC) {
             for (size_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
                 float4 q = reinterpret_cast<const float4 *>(xr)[i];
-                float a = q.x - mean, b = q.y - mean, c = q.z - mean, d = q.w - mean;
-                v += (a * a + b * b) + (c * c + d * d);
+                float a = q.x - m0, b = q.y - m0, e = q.z - m0, d = q.w - m0;
+                c += (a + b) + (e + d);
+                v += (a * a + b * b) + (e * e + d * d);
             }
         } else {
             for (size_t i = threadIdx.x; i < cols; i += blockDim.x) {
-                float d = xr[i] - mean;
+                float d = xr[i] - m0;
+                c += d;
                 v += d * d;
             }
         }
-        float var = cb::block_sum(v, red);
-        float rstd = 1.0f / sqrtf(var / (float)cols + eps);
+        const float csum = cb::block_sum(c, red);
+        const float vsum = cb::block_sum(v, red);
+        float mean, rstd;
+        pe_k_moments_finish(m0, csum, vsum, cols, eps, &mean, &rstd);
         if (VEC) {
             for (size_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
                 float4 q = reinterpret_cast<const float4 *>(xr)[i];
@@ -260,6 +267,8 @@ extern "C" cudaError_t cb_launch_gelu(cudaStream_t s, float *x, size_t n)
 
 extern "C" cudaError_t cb_launch_residual_add(cudaStream_t s, float *x, const float *r, size_t n)
 {
+    if (n == 0)
+        return cudaSuccess;
     size_t n4 = (aligned16(x) && aligned16(r)) ? n / 4 : 0;
     if (n4)
         add4<<<grid_for(n4, kThreads), kThreads, 0, s>>>(
@@ -336,6 +345,8 @@ extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const flo
 extern "C" cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in,
                                          size_t n)
 {
+    if (n == 0)
+        return cudaSuccess;
     size_t n4 = aligned16(in) && reinterpret_cast<uintptr_t>(out) % 8 == 0 ? n / 4 : 0;
     if (n4)
         to_bf16_4<<<grid_for(n4, kThreads), kThreads, 0, s>>>(

@@ -11,15 +11,21 @@
  * host tests check only our math. A GELU layer gets the bias in the epilogue, then our
  * gelu kernel and, for a bf16 output, to_bf16. ReLU is max(x, 0) everywhere.
  *
+ * The bias is fp32 (the model's), and cublasLt.h (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
+ * says a bf16 kernel's bias has D's type. When the heuristic refuses a bf16 D with our
+ * bias, the plan is made again with an fp32 D written into tmp, and to_bf16 rounds it:
+ * bias and ReLU still in the epilogue, one rounding pass more (cb_linear_counts.rounded).
+ *
  * Plans (descriptors and the algorithm cuBLASLt's heuristic picked) are cached per device
  * by shape, types, epilogue and pointer alignment; a decode step calls the same few shapes
  * again and again, and the heuristic query costs tens of microseconds. Where cuBLASLt has
- * no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none returned) the plan is marked unfused
- * and the layer runs as separate ops (be_linear_unfused): same results, more passes;
- * cb_linear_plans counts both kinds so the benchmark can say which ran. The handle and the
- * workspace are made when the device opens, and the fp32 buffer a GELU layer with a bf16
- * output needs is the caller's: nothing is allocated on the device during a forward,
- * where a cudaMalloc/cudaFree could wait behind NCCL kernels of other workers.
+ * no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none returned), or the matmul itself
+ * refuses, the plan is marked unfused and the layer runs as separate ops
+ * (be_linear_unfused): same results, more passes; cb_linear_plans counts each kind so the
+ * benchmark can say which ran. The handle and the workspace are made when the device
+ * opens, and the fp32 buffer a bf16 output may pass through is the caller's: nothing is
+ * allocated on the device during a forward, where a cudaMalloc/cudaFree could wait behind
+ * NCCL kernels of other workers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +46,7 @@ typedef struct cb_lt_plan {
     unsigned bias_align; /* bytes, of b: the heuristic reads the bias pointer's too */
     /* the plan */
     int used, fused;
+    int d_fp32; /* out_bf16, but D is fp32 (into tmp) and to_bf16 follows: see the top */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -49,8 +56,8 @@ struct cb_lt {
     cublasLtHandle_t handle;
     void *workspace; /* (CB_LT_WORKSPACE) bytes on the device */
     cb_lt_plan plans[CB_LT_PLANS];
-    int next;         /* the slot the next new plan replaces */
-    long fused, unfused; /* plans made of each kind */
+    int next;                /* the slot the next new plan replaces */
+    cb_linear_counts counts; /* plans made of each kind */
 };
 
 static unsigned alignment(const void *p)
@@ -62,7 +69,7 @@ static unsigned alignment(const void *p)
     return a;
 }
 
-static void plan_free(cb_lt_plan *p)
+static void plan_free_descriptors(cb_lt_plan *p)
 {
     if (p->d)
         (void)cublasLtMatrixLayoutDestroy(p->d);
@@ -72,6 +79,13 @@ static void plan_free(cb_lt_plan *p)
         (void)cublasLtMatrixLayoutDestroy(p->a);
     if (p->op)
         (void)cublasLtMatmulDescDestroy(p->op);
+    p->d = p->b = p->a = NULL;
+    p->op = NULL;
+}
+
+static void plan_free(cb_lt_plan *p)
+{
+    plan_free_descriptors(p);
     memset(p, 0, sizeof *p);
 }
 
@@ -90,10 +104,9 @@ void cb_linear_release(be_device *dev)
     dev->lt = NULL;
 }
 
-void cb_linear_plans(const be_device *dev, long *fused, long *unfused)
+void cb_linear_plans(const be_device *dev, cb_linear_counts *out)
 {
-    *fused = dev->lt ? dev->lt->fused : 0;
-    *unfused = dev->lt ? dev->lt->unfused : 0;
+    *out = dev->lt ? dev->lt->counts : (cb_linear_counts){0, 0, 0};
 }
 
 pe_status cb_linear_prepare(be_device *dev, pe_err *err)
@@ -124,13 +137,14 @@ pe_status cb_linear_prepare(be_device *dev, pe_err *err)
             b = (call);                                                                       \
     } while (0)
 
-/* Fills p's descriptors and asks the heuristic for an algorithm; p->fused says whether
- * it gave one. Returns the status of the first descriptor call that failed for another
- * reason than "not supported" (those are our bugs, not the shape's). */
-static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bias)
+/* Fills p's descriptors, D of type `out`, and asks the heuristic for an algorithm;
+ * p->fused says whether it gave one. Returns the status of the first descriptor call that
+ * failed for another reason than "not supported" (those are our bugs, not the shape's). */
+static cublasStatus_t plan_try(struct cb_lt *lt, cb_lt_plan *p, const float *bias,
+                               cudaDataType_t out)
 {
     const cudaDataType_t in = p->dtype == PE_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType_t out = p->out_bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
+    const cudaDataType_t bias_type = CUDA_R_32F;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epi = p->has_bias ? (p->relu ? CUBLASLT_EPILOGUE_RELU_BIAS
                                                     : CUBLASLT_EPILOGUE_BIAS)
@@ -181,6 +195,19 @@ static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bi
     return b == CUBLAS_STATUS_NOT_SUPPORTED ? CUBLAS_STATUS_SUCCESS : b;
 }
 
+/* p's descriptors and algorithm: D in the layer's output type, else (a bf16 output with a
+ * bias, which cuBLASLt may want in bf16) an fp32 D that to_bf16 rounds afterwards. */
+static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bias)
+{
+    cublasStatus_t b = plan_try(lt, p, bias, p->out_bf16 ? CUDA_R_16BF : CUDA_R_32F);
+    if (b == CUBLAS_STATUS_SUCCESS && !p->fused && p->out_bf16 && p->has_bias) {
+        plan_free_descriptors(p);
+        b = plan_try(lt, p, bias, CUDA_R_32F);
+        p->d_fp32 = p->fused;
+    }
+    return b;
+}
+
 /* The cached plan for this call, made on first use (host-side descriptors only). */
 static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *key,
                           const float *bias, cb_lt_plan **out)
@@ -205,10 +232,12 @@ static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *ke
         return cb_blas_fail(&dev->err, b, "cuBLASLt plan for linear", dev->id);
     }
     p->used = 1;
-    if (p->fused)
-        lt->fused++;
+    if (!p->fused)
+        lt->counts.unfused++;
+    else if (p->d_fp32)
+        lt->counts.rounded++;
     else
-        lt->unfused++;
+        lt->counts.fused++;
     *out = p;
     return PE_OK;
 }
@@ -236,7 +265,7 @@ pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
         key.align = alignment(W);
     if (alignment(y) < key.align)
         key.align = alignment(y);
-    if (out_bf16 == 0 && y_bf16 && alignment(tmp) < key.align)
+    if (y_bf16 && alignment(tmp) < key.align) /* D is tmp for GELU and for d_fp32 plans */
         key.align = alignment(tmp);
     cb_lt_plan *p = NULL;
     pe_status s = K == 0 ? PE_OK : plan_for(dev, lt, &key, b, &p); /* K = 0: no cuBLASLt */
@@ -245,9 +274,10 @@ pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
     if (!p || !p->fused)
         return be_linear_unfused(be_cuda_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
                                  tmp);
+    const int d_bf16 = out_bf16 && !p->d_fp32;
     float *d32 = y_bf16 ? tmp : (float *)y; /* the fp32 result when the epilogue cannot
-                                              * finish: GELU follows, then the rounding */
-    void *d = out_bf16 ? y : (void *)d32;
+                                              * finish: GELU and/or the rounding follow */
+    void *d = d_bf16 ? y : (void *)d32;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (b)
         st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
@@ -256,11 +286,21 @@ pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmul(lt->handle, p->op, &one, W, p->a, x, p->b, &zero, d, p->d, d, p->d,
                             &p->algo, lt->workspace, CB_LT_WORKSPACE, dev->stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* the algorithm refused these pointers */
+        p->fused = 0;
+        if (p->d_fp32)
+            lt->counts.rounded--;
+        else
+            lt->counts.fused--;
+        lt->counts.unfused++;
+        return be_linear_unfused(be_cuda_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
+                                 tmp);
+    }
     if (st != CUBLAS_STATUS_SUCCESS)
         return cb_blas_fail(&dev->err, st, "cublasLtMatmul (linear)", dev->id);
     if (gelu && (s = cb_gelu(dev, d32, M * N)) != PE_OK)
         return s;
-    if (y_bf16 && !out_bf16)
+    if (y_bf16 && !d_bf16)
         s = cb_to_bf16(dev, y, d32, M * N);
     return s;
 }

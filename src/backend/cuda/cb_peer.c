@@ -248,9 +248,18 @@ static int any_remote(const be_comm *c)
     return 0;
 }
 
-/* Chunk r of count elements split over n ranks: [count * r / n, count * (r + 1) / n). */
-static size_t chunk_off(size_t count, int n, int r) { return count / (size_t)n * (size_t)r +
-                                                             count % (size_t)n * (size_t)r / (size_t)n; }
+/* Where chunk r of count elements split over n ranks starts. The split is in groups of 4
+ * elements, [g * r / n, g * (r + 1) / n) of the g = ceil(count / 4) groups, so that every
+ * chunk starts 16-byte aligned and the reduce and gather grids take their float4 path. */
+static size_t chunk_off(size_t count, int n, int r)
+{
+    size_t g = (count + 3) / 4;
+    size_t groups = g / (size_t)n * (size_t)r + g % (size_t)n * (size_t)r / (size_t)n;
+    return groups * 4 < count ? groups * 4 : count;
+}
+
+/* Elements of the longest chunk at most. */
+static size_t chunk_most(size_t count, int n) { return ((count + 3) / 4 / (size_t)n + 1) * 4; }
 
 pe_status cb_peer_allreduce(be_comm *c, const float *send, float *recv, size_t count)
 {
@@ -261,7 +270,7 @@ pe_status cb_peer_allreduce(be_comm *c, const float *send, float *recv, size_t c
         return s;
     const cb_args *all = p->args[par];
     size_t off = chunk_off(count, n, r), len = chunk_off(count, n, r + 1) - off;
-    size_t most = count / (size_t)n + 1;
+    size_t most = chunk_most(count, n);
     float *scratch;
     /* scratch: (most) this rank's chunk of the sum, then (n, most) staged inputs */
     s = scratch_reserve(c, most * (any_remote(c) ? 1 + (size_t)n : 1), &scratch);
