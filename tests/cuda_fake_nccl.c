@@ -46,8 +46,8 @@ typedef struct fake_world {
     int revoked;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int arrived, departed;
-    unsigned gen_in, gen_out;
+    int arrived, computed, departed;
+    unsigned gen_in, gen_mid, gen_out;
     fake_slot *slots;             /* (n) */
     fake_msg **head, **tail;      /* (n * n): [from * n + to] */
 } fake_world;
@@ -237,7 +237,10 @@ ncclResult_t ncclGroupEnd(void)
         if (first_of_world)
             res = split_world(pending[i].parent->w, i);
     }
-    npending = 0;
+    /* the list is per thread: freed here, or a thread that splits and exits leaks it */
+    free(pending);
+    pending = NULL;
+    npending = cap_pending = 0;
     return res;
 }
 
@@ -320,7 +323,11 @@ static int wait_gen(fake_world *w, const unsigned *gen, unsigned g0)
     return *gen != g0;
 }
 
-static void compute(fake_world *w, int me)
+/* Rank me's result of the collective in the slots, into out (count elements, n * count for
+ * an all-gather); reads the other ranks' buffers only, so in-place calls (send == recv, or
+ * an all-gather's send inside recv) see every input before anyone writes. 0: no result
+ * (the root of a broadcast in place). */
+static int compute(fake_world *w, int me, float *out)
 {
     const fake_slot *s = &w->slots[me];
     size_t c = s->count;
@@ -332,19 +339,34 @@ static void compute(fake_world *w, int me)
             float v = w->slots[0].send[off + i];
             for (int r = 1; r < w->n; r++)
                 v += w->slots[r].send[off + i];
-            s->recv[i] = v;
+            out[i] = v;
         }
-        break;
+        return 1;
     }
     case OP_ALLGATHER:
         for (int r = 0; r < w->n; r++)
-            memmove(s->recv + (size_t)r * c, w->slots[r].send, c * sizeof(float));
-        break;
+            memcpy(out + (size_t)r * c, w->slots[r].send, c * sizeof(float));
+        return 1;
     case OP_BROADCAST:
-        if (me != s->root)
-            memmove(s->recv, w->slots[s->root].send, c * sizeof(float));
-        break;
+        if (me == s->root && s->send == s->recv)
+            return 0;
+        memcpy(out, w->slots[s->root].send, c * sizeof(float));
+        return 1;
     }
+    return 0;
+}
+
+/* Waits (w->mu held) until all n ranks have come to this point; the last one wakes them. */
+static int rendezvous(fake_world *w, int *count, unsigned *gen)
+{
+    unsigned g0 = *gen;
+    if (++*count == w->n) {
+        *count = 0;
+        (*gen)++;
+        pthread_cond_broadcast(&w->cv);
+        return 1;
+    }
+    return wait_gen(w, gen, g0);
 }
 
 static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, void *recv,
@@ -369,7 +391,16 @@ static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, vo
     pthread_mutex_unlock(&w->mu);
     if (!ok)
         return fail(ncclRemoteError, "the communicator was revoked");
-    compute(w, comm->rank);
+    size_t elems = op == OP_ALLGATHER ? count * (size_t)w->n : count;
+    float *result = malloc((elems ? elems : 1) * sizeof *result);
+    int have = result && compute(w, comm->rank, result);
+    pthread_mutex_lock(&w->mu); /* every rank has read its inputs: now the writes */
+    ok = rendezvous(w, &w->computed, &w->gen_mid);
+    pthread_mutex_unlock(&w->mu);
+    if (ok && have)
+        memcpy(recv, result, elems * sizeof *result);
+    const int nomem = !result; /* still through the last rendezvous, or the others wait */
+    free(result);
     pthread_mutex_lock(&w->mu);
     unsigned g_out = w->gen_out;
     if (++w->departed == w->n) {
@@ -381,6 +412,8 @@ static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, vo
         ok = wait_gen(w, &w->gen_out, g_out);
     }
     pthread_mutex_unlock(&w->mu);
+    if (nomem)
+        return fail(ncclSystemError, "fake NCCL: out of host memory");
     return ok ? ncclSuccess : fail(ncclRemoteError, "the communicator was revoked");
 }
 

@@ -1,5 +1,7 @@
 /* test_cuda.c: the CUDA backend against the host math, on a GPU; every test skips where
- * no CUDA device answers (CI has none).
+ * no CUDA device answers (CI has none). CI also builds this file as test_cuda_fake,
+ * against the fake CUDA runtime, libraries and NCCL (tests/cuda_fake_*.c, 4 fake GPUs), so
+ * that every check here runs, and is known to pass on correct code, before a GPU sees it.
  *
  * - kernels: every kernel against the src/kernels/ functions run serially on the host,
  *   on float4-friendly and unaligned shapes (both code paths of each grid);
@@ -16,8 +18,9 @@
  *   errs by about sqrt(K) * 2^-24 ~ 1e-6 relative, so 1e-4 leaves 100x margin while still
  *   catching a wrong transpose, stride or a TF32 (10-bit mantissa, ~1e-3) math mode;
  * - collectives on the peer path with 2 and 4 ranks on GPU 0 (sums bit-exact against the
- *   host's rank-order float sum), on NCCL when two distinct GPUs exist, and the peer path
- *   across distinct GPUs (PE_CUDA_COMM=peer);
+ *   host's rank-order float sum), on NCCL with one rank on GPU 0 (with a split and an
+ *   abort: the NCCL a one-GPU machine can run) and when two distinct GPUs exist, and the
+ *   peer path across distinct GPUs (PE_CUDA_COMM=peer);
  * - errors name the call and the device; abort wakes a blocked rank.
  */
 #include "test_util.h"
@@ -986,6 +989,61 @@ static void peer_path_across_two_gpus(void **state)
     unsetenv("PE_CUDA_COMM");
 }
 
+/* A split of the world into one group, an all-reduce on it, then an abort of the world:
+ * later calls on it are refused. */
+static void split_then_abort_body(harness *h, int r)
+{
+    be_device *d = h->devs[r];
+    const int color = 0;
+    be_comm *sub[1] = {NULL};
+    pe_err err = {{0}};
+    pe_status s = ops->comm_split(&h->comms[r], 1, &color, sub, &err);
+    if (s != PE_OK) {
+        h->st[r] = s;
+        snprintf(h->msg[r], sizeof h->msg[r], "comm_split: %.480s", err.msg);
+        return;
+    }
+    float *x = rank_data(77, r, 20), got[77];
+    void *buf = NULL;
+    record(h, r, ops->alloc(d, sizeof got, &buf));
+    if (h->st[r] == PE_OK) {
+        record(h, r, ops->copy_h2d(d, buf, x, sizeof got));
+        record(h, r, ops->allreduce_sum(sub[0], buf, buf, 77));
+        record(h, r, ops->synchronize(d));
+        record(h, r, ops->copy_d2h(d, got, buf, sizeof got));
+        if (h->st[r] == PE_OK && memcmp(got, x, sizeof got) != 0)
+            record(h, r, PE_EINTERNAL); /* one rank: the sum is the input */
+        ops->comm_abort(h->comms[r]);
+        s = ops->allreduce_sum(h->comms[r], buf, buf, 77);
+        if (s != PE_ECOMM) { /* refused after the abort; the split group is not aborted */
+            h->st[r] = PE_EINTERNAL;
+            snprintf(h->msg[r], sizeof h->msg[r], "allreduce after abort: %s",
+                     pe_status_str(s));
+        }
+        record(h, r, ops->allreduce_sum(sub[0], buf, buf, 77));
+        record(h, r, ops->synchronize(d));
+    }
+    ops->comm_destroy(sub, 1);
+    ops->free(d, buf);
+    free(x);
+}
+
+/* The NCCL path on one GPU: a world of one rank (NCCL refuses a GPU twice in one
+ * communicator, so this is all of NCCL a one-GPU machine can run). Every collective is
+ * then a copy, exact; ncclCommInitAll, ncclCommSplit, the group calls, the revoke and the
+ * destroy all go through the real library. */
+static void nccl_with_one_rank_on_one_gpu(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    static const int gpu0[] = {0};
+    assert_int_equal(be_comm_path_for(PE_BACKEND_CUDA, gpu0, 1, 0, 0, NULL), BE_COMM_NCCL);
+    check_collectives(gpu0, 1, 1);
+    harness h;
+    run_ranks(&h, gpu0, 1, split_then_abort_body);
+    assert_all_ok(&h);
+}
+
 static void nccl_collectives_on_distinct_gpus(void **state)
 {
     (void)state;
@@ -1016,6 +1074,7 @@ int main(void)
         cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
         cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),
         cmocka_unit_test(peer_path_across_two_gpus),
+        cmocka_unit_test(nccl_with_one_rank_on_one_gpu),
         cmocka_unit_test(nccl_collectives_on_distinct_gpus),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
