@@ -13,12 +13,8 @@
 
 #include "kernels/kernel_defs.h"
 
-/* mean and 1/sqrt(var + eps) of x(n), corrected two-pass (Bjorck): the first pass gives a
- * rough mean m0 (its float sum loses digits when |mean| >> std); the second sums the
- * deviations d = x - m0, which are small and exact enough, and corrects both moments:
- *   mean = m0 + sum(d) / n,  var = (sum(d^2) - sum(d)^2 / n) / n. */
-/* The correction, given m0 and the sums c = sum(d), v = sum(d^2) of the second pass (the
- * GPU's row grid sums them with block reductions, then calls this too). */
+/* The correction of pe_k_moments (below), given m0 and the second pass's sums c = sum(d)
+ * and v = sum(d^2); the GPU's row grid sums them with block reductions, then calls this. */
 PE_KFN void pe_k_moments_finish(float m0, float c, float v, size_t n, float eps, float *mean,
                                 float *rstd)
 {
@@ -27,6 +23,10 @@ PE_KFN void pe_k_moments_finish(float m0, float c, float v, size_t n, float eps,
     *rstd = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
 }
 
+/* mean and 1/sqrt(var + eps) of x(n), corrected two-pass (Bjorck): the first pass gives a
+ * rough mean m0 (its float sum loses digits when |mean| >> std); the second sums the
+ * deviations d = x - m0, which are small and exact enough, and corrects both moments:
+ *   mean = m0 + sum(d) / n,  var = (sum(d^2) - sum(d)^2 / n) / n. */
 PE_KFN void pe_k_moments(const float *x, size_t n, float eps, float *mean, float *rstd)
 {
     float s = 0.0f;
