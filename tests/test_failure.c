@@ -52,12 +52,16 @@ static pe_engine *make(int dp, int pp, int tp, pe_schedule sched, int m)
     return e;
 }
 
-/* Fails worker `rank` at its 3rd task while requests stream through; checks that every
- * request is answered once, some with the error, and that later calls fail fast. */
-static void fail_mid_run(int dp, int pp, int tp, pe_schedule sched, int m, int rank)
+/* Fails worker `rank` at its task number at_task while requests stream through; checks
+ * that every request is answered once, some with the error, and that later calls fail
+ * fast. The failing worker must be sure to get that many tasks: with dp > 1 the router
+ * sends each request to the least-loaded replica (ties to replica 0), so a worker of
+ * replica 0 gets the first request, but no worker is sure to get a third. */
+static void fail_mid_run(int dp, int pp, int tp, pe_schedule sched, int m, int rank,
+                         long at_task)
 {
     pe_engine *e = make(dp, pp, tp, sched, m);
-    en_inject_failure(e, rank, 3);
+    en_inject_failure(e, rank, at_task);
     enum { N = 40, ROWS = 8 };
     size_t in = spec.in, out = spec.out;
     float *x = malloc(N * ROWS * in * sizeof(float));
@@ -105,27 +109,27 @@ static void fail_mid_run(int dp, int pp, int tp, pe_schedule sched, int m, int r
 static void test_pp_stage_failure_answers_every_request(void **state)
 {
     (void)state;
-    fail_mid_run(1, 2, 1, PE_SCHED_STREAM, 4, 1);
-    fail_mid_run(1, 4, 1, PE_SCHED_STREAM, 2, 2);
+    fail_mid_run(1, 2, 1, PE_SCHED_STREAM, 4, 1, 3);
+    fail_mid_run(1, 4, 1, PE_SCHED_STREAM, 2, 2, 3);
 }
 
 static void test_gpipe_failure_wakes_the_clock_barrier(void **state)
 {
     (void)state;
-    fail_mid_run(1, 2, 1, PE_SCHED_GPIPE, 4, 0);
+    fail_mid_run(1, 2, 1, PE_SCHED_GPIPE, 4, 0, 3);
 }
 
 static void test_tp_rank_failure_wakes_its_peer_in_allreduce(void **state)
 {
     (void)state;
-    fail_mid_run(1, 1, 2, PE_SCHED_NAIVE, 1, 1);
-    fail_mid_run(2, 2, 2, PE_SCHED_STREAM, 2, 5);
+    fail_mid_run(1, 1, 2, PE_SCHED_NAIVE, 1, 1, 3);
+    fail_mid_run(2, 2, 2, PE_SCHED_STREAM, 2, 1, 1); /* replica 0, stage 0, lane 1 */
 }
 
 static void test_dp_replica_failure_stops_the_engine(void **state)
 {
     (void)state;
-    fail_mid_run(2, 1, 1, PE_SCHED_NAIVE, 1, 1);
+    fail_mid_run(2, 1, 1, PE_SCHED_NAIVE, 1, 0, 1); /* replica 0 takes the first request */
 }
 
 static void expect_create_error(pe_config *cfg, pe_status want, const char *substr)
