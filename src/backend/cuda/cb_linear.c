@@ -208,6 +208,14 @@ static cublasStatus_t plan_make(struct cb_lt *lt, cb_lt_plan *p, const float *bi
     return b;
 }
 
+/* The counter of p's kind in lt->counts. */
+static long *plan_kind(struct cb_lt *lt, const cb_lt_plan *p)
+{
+    if (!p->fused)
+        return &lt->counts.unfused;
+    return p->d_fp32 ? &lt->counts.rounded : &lt->counts.fused;
+}
+
 /* The cached plan for this call, made on first use (host-side descriptors only). */
 static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *key,
                           const float *bias, cb_lt_plan **out)
@@ -232,12 +240,7 @@ static pe_status plan_for(be_device *dev, struct cb_lt *lt, const cb_lt_plan *ke
         return cb_blas_fail(&dev->err, b, "cuBLASLt plan for linear", dev->id);
     }
     p->used = 1;
-    if (!p->fused)
-        lt->counts.unfused++;
-    else if (p->d_fp32)
-        lt->counts.rounded++;
-    else
-        lt->counts.fused++;
+    (*plan_kind(lt, p))++;
     *out = p;
     return PE_OK;
 }
@@ -287,12 +290,9 @@ pe_status cb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
         st = cublasLtMatmul(lt->handle, p->op, &one, W, p->a, x, p->b, &zero, d, p->d, d, p->d,
                             &p->algo, lt->workspace, CB_LT_WORKSPACE, dev->stream);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* the algorithm refused these pointers */
+        (*plan_kind(lt, p))--;
         p->fused = 0;
-        if (p->d_fp32)
-            lt->counts.rounded--;
-        else
-            lt->counts.fused--;
-        lt->counts.unfused++;
+        (*plan_kind(lt, p))++;
         return be_linear_unfused(be_cuda_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16,
                                  tmp);
     }
