@@ -375,14 +375,7 @@ static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, vo
     fake_world *w = comm->w;
     pthread_mutex_lock(&w->mu);
     w->slots[comm->rank] = (fake_slot){op, send, recv, count, root};
-    unsigned g_in = w->gen_in;
-    int ok = 1;
-    if (++w->arrived == w->n) {
-        w->gen_in++;
-        pthread_cond_broadcast(&w->cv);
-    } else {
-        ok = wait_gen(w, &w->gen_in, g_in);
-    }
+    int ok = rendezvous(w, &w->arrived, &w->gen_in); /* every slot is filled */
     for (int r = 0; ok && r < w->n; r++)
         if (w->slots[r].op != op || w->slots[r].count != count || w->slots[r].root != root) {
             pthread_mutex_unlock(&w->mu);
@@ -401,16 +394,8 @@ static ncclResult_t collective(ncclComm_t comm, fake_op op, const void *send, vo
         memcpy(recv, result, elems * sizeof *result);
     const int nomem = !result; /* still through the last rendezvous, or the others wait */
     free(result);
-    pthread_mutex_lock(&w->mu);
-    unsigned g_out = w->gen_out;
-    if (++w->departed == w->n) {
-        w->departed = 0;
-        w->arrived = 0;
-        w->gen_out++;
-        pthread_cond_broadcast(&w->cv);
-    } else {
-        ok = wait_gen(w, &w->gen_out, g_out);
-    }
+    pthread_mutex_lock(&w->mu); /* every rank has written: the slots may be reused */
+    ok = rendezvous(w, &w->departed, &w->gen_out) && ok;
     pthread_mutex_unlock(&w->mu);
     if (nomem)
         return fail(ncclSystemError, "fake NCCL: out of host memory");
