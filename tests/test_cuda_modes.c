@@ -21,6 +21,7 @@
  * The bf16 output must also differ from fp32 by more than fp32 noise (bf16 is in effect).
  */
 #include "test_util.h"
+#include "test_requests.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -279,22 +280,7 @@ static void fail_mid_run(const int *devices, int dp, int pp, int tp, int rank)
     float *x = malloc(N * ROWS * model->in * sizeof(float));
     float *y = malloc(N * ROWS * model->out * sizeof(float));
     tu_fill_random(x, N * ROWS * model->in, 8);
-    for (int i = 0; i < N; i++) {
-        pe_request q = {.id = (uint64_t)i, .rows = ROWS, .input = x + i * ROWS * model->in,
-                        .output = y + i * ROWS * model->out};
-        assert_int_equal(pe_submit(e, &q), PE_OK);
-    }
-    int seen[N] = {0}, errors = 0;
-    for (int i = 0; i < N; i++) {
-        pe_result res;
-        assert_int_equal(pe_wait(e, &res), PE_OK);
-        assert_true(res.id < N);
-        seen[res.id]++;
-        errors += res.status != PE_OK;
-    }
-    for (int i = 0; i < N; i++)
-        assert_int_equal(seen[i], 1);
-    assert_true(errors > 0);
+    assert_true(tu_submit_all_and_collect(e, x, y, N, ROWS, model->in, model->out) > 0);
     float one[64 * 4];
     tu_fill_random(one, model->in * 4, 9);
     float out[32 * 4];

@@ -10,6 +10,7 @@
 #include "model/mlp.h"
 #include "pengine/pengine.h"
 #include "test_util.h"
+#include "test_requests.h"
 
 static char model_path[256];
 static const md_mlp_spec spec = {.in = 16, .hidden = 16, .out = 16, .layers = 4,
@@ -67,26 +68,7 @@ static void fail_mid_run(int dp, int pp, int tp, pe_schedule sched, int m, int r
     float *x = malloc(N * ROWS * in * sizeof(float));
     float *y = malloc(N * ROWS * out * sizeof(float));
     tu_fill_random(x, N * ROWS * in, 3);
-    for (int i = 0; i < N; i++) {
-        pe_request q = {.id = (uint64_t)i, .rows = ROWS, .input = x + i * ROWS * in,
-                        .output = y + i * ROWS * out};
-        assert_int_equal(pe_submit(e, &q), PE_OK);
-    }
-    int seen[N] = {0}, errors = 0;
-    for (int i = 0; i < N; i++) {
-        pe_result res;
-        assert_int_equal(pe_wait(e, &res), PE_OK);
-        assert_true(res.id < N);
-        seen[res.id]++;
-        if (res.status != PE_OK) {
-            errors++;
-            assert_true(res.status == PE_EDEVICE || res.status == PE_ECOMM ||
-                        res.status == PE_ECLOSED);
-        }
-    }
-    for (int i = 0; i < N; i++)
-        assert_int_equal(seen[i], 1);
-    assert_true(errors >= 1);
+    assert_true(tu_submit_all_and_collect(e, x, y, N, ROWS, in, out) >= 1);
     pe_result none;
     assert_int_equal(pe_poll(e, &none), PE_EAGAIN);
 
