@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "args.h"
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 
 static int gen_usage_error(const char *msg)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 
 #define DEMO_WIDTH 256
 

@@ -33,9 +33,9 @@
 #include "backend/backend.h"
 #include "backend/cuda/cb_internal.h" /* the device's stream, for event timing */
 #include "bench_util.h"
-#include "model/forward.h"
-#include "model/mlp.h"
-#include "model/shard.h"
+#include "model/mlp/forward.h"
+#include "model/mlp/mlp.h"
+#include "model/mlp/shard.h"
 #include "runtime/clock.h"
 
 #define MAXREPS 9

@@ -24,9 +24,9 @@
 
 #include "backend/backend.h"
 #include "bench_util.h"
-#include "model/forward.h"
-#include "model/mlp.h"
-#include "model/shard.h"
+#include "model/mlp/forward.h"
+#include "model/mlp/mlp.h"
+#include "model/mlp/shard.h"
 #include "pengine/pengine.h"
 #include "runtime/clock.h"
 #include "runtime/topology.h"

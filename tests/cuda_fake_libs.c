@@ -377,14 +377,14 @@ cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, size_t cols
     return cudaSuccess;
 }
 
-cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const float *table,
+cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table, int bf16,
                                 const int32_t *ids, size_t n, size_t dim, size_t vocab,
                                 int32_t *bad)
 {
     (void)s;
     for (size_t r = 0; r < n; r++) {
         if (pe_k_id_in_range(ids[r], vocab)) {
-            pe_k_embedding_row(out + r * dim, table, (size_t)ids[r], dim);
+            pe_k_embedding_row(out + r * dim, table, bf16, (size_t)ids[r], dim);
         } else {
             memset(out + r * dim, 0, dim * sizeof *out);
             if ((int32_t)r < *bad)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 #include "pengine/pengine.h"
 #include "test_util.h"
 

@@ -328,19 +328,19 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         void *dout = NULL;
         assert_int_equal(ops->alloc(d, n * dim * sizeof(float), &dout), PE_OK);
-        assert_int_equal(ops->embedding(d, dout, dt, did, n, dim, vocab), PE_OK);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_OK);
         float *got = malloc(n * dim * sizeof *got), *ref = malloc(n * dim * sizeof *ref);
         download(d, got, dout, n * dim);
         for (size_t i = 0; i < n; i++) {
             assert_true(pe_k_id_in_range(ids[i], vocab));
-            pe_k_embedding_row(ref + i * dim, table, (size_t)ids[i], dim);
+            pe_k_embedding_row(ref + i * dim, table, 0, (size_t)ids[i], dim);
         }
         assert_memory_equal(got, ref, n * dim * sizeof(float));
         /* An id outside [0, vocab) is PE_EINVAL naming it. */
         ids[5] = (int32_t)vocab;
         ids[9] = -3;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
-        assert_int_equal(ops->embedding(d, dout, dt, did, n, dim, vocab), PE_EINVAL);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
         ops->free(d, dt);
         ops->free(d, did);

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 #include "pengine/pengine.h"
 
 #ifdef PE_CUDA_FAKE

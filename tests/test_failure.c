@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_testing.h"
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 #include "pengine/pengine.h"
 #include "test_util.h"
 #include "test_requests.h"

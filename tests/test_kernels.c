@@ -283,7 +283,7 @@ static void test_embedding_copies_rows_and_checks_ids(void **state)
     size_t vocab = 50, dim = 12, n = 9;
     float *table = fvec(vocab * dim, 10, 1.0f), *out = malloc(n * dim * sizeof *out);
     int32_t ids[9] = {0, 49, 7, 7, 3, 0, 25, 48, 1};
-    assert_int_equal(ops->embedding(dev, out, table, ids, n, dim, vocab), PE_OK);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, ids, n, dim, vocab), PE_OK);
     for (size_t i = 0; i < n; i++)
         assert_memory_equal(out + i * dim, table + (size_t)ids[i] * dim, dim * sizeof *out);
 
@@ -293,15 +293,15 @@ static void test_embedding_copies_rows_and_checks_ids(void **state)
     for (int k = 0; k < 3; k++) {
         for (size_t i = 0; i < 2 * dim; i++)
             out[i] = 7.0f;
-        assert_int_equal(ops->embedding(dev, out, table, bad[k], 2, dim, vocab), PE_EINVAL);
+        assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, bad[k], 2, dim, vocab), PE_EINVAL);
         char want[32];
         snprintf(want, sizeof want, "token id %d", (int)culprit[k]);
         assert_non_null(strstr(ops->last_error(dev), want));
         for (size_t i = 0; i < 2 * dim; i++)
             assert_true(out[i] == 7.0f);
     }
-    assert_int_equal(ops->embedding(dev, out, table, NULL, 0, dim, vocab), PE_OK);
-    assert_int_equal(ops->embedding(dev, out, table, NULL, 2, dim, vocab), PE_EINVAL);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 0, dim, vocab), PE_OK);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 2, dim, vocab), PE_EINVAL);
     free(table);
     free(out);
 }

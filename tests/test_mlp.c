@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/mlp.h"
-#include "model/safetensors.h"
+#include "model/mlp/mlp.h"
+#include "model/format/safetensors.h"
 
 static unsigned char *read_all(const char *path, size_t *n)
 {

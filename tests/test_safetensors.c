@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 static void write_bytes(const char *path, const void *p, size_t n)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/shard.h"
+#include "model/mlp/shard.h"
 
 /* An in-memory MLP whose layer l is (widths[l + 1], widths[l]), with random weights. */
 static md_mlp make_model(int L, const size_t *widths, uint64_t seed)

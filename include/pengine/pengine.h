@@ -3,6 +3,10 @@
  * One worker thread per device; data (DP), tensor (TP) and pipeline (PP) parallelism
  * are role assignments of the same workers on a grid world = dp x pp x tp.
  *
+ * Models: decoders (GPT-2, Llama, Mistral, Qwen2) from a Hugging Face directory, run as
+ * sequences (pe_seq_*: prompt in, token events out); and MLPs from one safetensors file,
+ * run as batches of rows (pe_submit, pe_infer).
+ *
  * Every function returns a pe_status. On failure, pe_last_error() (this thread) and
  * pe_engine_last_error() (that engine) hold a message saying what went wrong and what
  * to do. The library never exits or aborts the process.
@@ -61,8 +65,15 @@ typedef enum pe_schedule {
 } pe_schedule;
 
 /* Precision of the forward pass. BF16: weights stored in bf16, every GEMM input rounded to
- * bf16, fp32 accumulation and fp32 everywhere else (requests stay fp32). */
+ * bf16, fp32 accumulation and fp32 everywhere else (requests stay fp32); a decoder's KV
+ * cache is bf16 too. */
 typedef enum pe_dtype { PE_DTYPE_FP32 = 0, PE_DTYPE_BF16 } pe_dtype;
+
+/* What a new sequence does when the KV blocks it needs are not free. */
+typedef enum pe_kv_full {
+    PE_KV_WAIT = 0, /* wait in the replica's queue until enough blocks are free */
+    PE_KV_REFUSE    /* end at once with PE_EAGAIN (finish PE_FINISH_ERROR) */
+} pe_kv_full;
 
 typedef struct pe_config {
     pe_backend_kind backend;
@@ -76,6 +87,15 @@ typedef struct pe_config {
     pe_dtype dtype;          /* fp32 (default) or bf16; both backends */
     int bind_threads;        /* 1 = bind each worker to its cores with hwloc (default) */
     size_t trace_capacity;   /* trace events kept per worker; 0 = tracing off */
+    int threads;             /* host backend: cores per device; 0 = an even share */
+
+    /* Decoders: the paged KV cache and the scheduler of each replica. */
+    size_t kv_tokens;        /* KV pool of a replica in tokens; 0 = from kv_bytes */
+    size_t kv_bytes;         /* ... or in bytes per worker; both 0 = max(8192, context) tokens */
+    int kv_block_tokens;     /* positions per KV block; 0 = 16 */
+    pe_kv_full kv_full;      /* a new sequence whose blocks are not free: wait or refuse */
+    int max_seqs;            /* sequences running at once per replica; 0 = 256 */
+    int max_step_tokens;     /* tokens per step, decodes plus prefill chunks; 0 = 512 */
 } pe_config;
 
 /* Fills cfg with the defaults: auto backend, 0 devices, m = 1, naive, binding on. */
@@ -89,8 +109,9 @@ typedef struct pe_engine pe_engine;
  * On failure *out is NULL and pe_last_error() says why. */
 pe_status pe_engine_create(const pe_config *cfg, pe_engine **out);
 
-/* Loads a safetensors model, shards it over the grid and uploads every worker's part.
- * Call once, before any submit. */
+/* Loads a model, shards it over the grid and uploads every worker's part. model_path is a
+ * Hugging Face directory (config.json + model.safetensors, or an index and its shards) for
+ * a decoder, or a safetensors file for an MLP. Call once, before any submit. */
 pe_status pe_engine_load(pe_engine *e, const char *model_path);
 
 /* Runs the requests already submitted to the end (results not taken are discarded),
@@ -100,11 +121,20 @@ void pe_engine_destroy(pe_engine *e);
 /* The message of this engine's last error ("" if none). Valid until the next call. */
 const char *pe_engine_last_error(const pe_engine *e);
 
+typedef enum pe_model_family { PE_FAMILY_MLP = 0, PE_FAMILY_GPT2, PE_FAMILY_LLAMA } pe_model_family;
+
 typedef struct pe_model_info {
-    size_t in_features;  /* columns of a request's input */
-    size_t out_features; /* columns of a request's output */
+    pe_model_family family;
+    char architecture[64]; /* "GPT2LMHeadModel", "LlamaForCausalLM", ..., or "mlp" */
+    size_t in_features;  /* MLP: columns of a request's input (decoders: 0) */
+    size_t out_features; /* MLP: columns of a request's output (decoders: 0) */
     int nlayers;
     size_t nparams;
+    /* decoders (0 for an MLP) */
+    int vocab;           /* logits per position */
+    int context;         /* most positions a sequence may hold */
+    int hidden, heads, kv_heads, head_dim;
+    int32_t bos_token_id, eos_token_id; /* -1 when the config names none (the first eos) */
 } pe_model_info;
 pe_status pe_engine_model_info(const pe_engine *e, pe_model_info *out);
 
@@ -117,6 +147,12 @@ typedef struct pe_engine_info {
     int stage_first_layer[64]; /* stage p owns layers [first[p], first[p+1]); pp + 1 entries */
     char notice[256];          /* e.g. the auto-fallback notice; "" if none */
     char collectives[256];     /* how the ranks talk, one line ("nccl", the peer path, ...) */
+    int threads[64];           /* cores each worker computes with (host), by world rank */
+    /* memory of each worker, by world rank (after load) */
+    size_t weight_bytes[64];   /* its weights on its device */
+    size_t kv_bytes[64];       /* its KV pool (decoders) */
+    size_t kv_blocks;          /* blocks in every worker's pool (a replica shares block ids) */
+    int kv_block_tokens;       /* positions per block */
 } pe_engine_info;
 pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
 
@@ -150,6 +186,112 @@ pe_status pe_wait(pe_engine *e, pe_result *out);
 /* Synchronous forward: in (rows, in_features) -> out (rows, out_features). Its result does
  * not appear in pe_poll/pe_wait. */
 pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out);
+
+/* ---- sequences (decoders) ------------------------------------------------------------- */
+
+#define PE_MAX_LOGPROBS 20
+#define PE_MAX_STOP 16
+
+typedef struct pe_sampling {
+    float temperature; /* 0 = greedy (the default) */
+    int top_k;         /* keep the k most likely tokens; 0 = off */
+    float top_p;       /* keep the smallest set holding this much probability; (0, 1], 1 = off */
+    uint64_t seed;     /* the sequence's random draws: the same seed gives the same tokens */
+} pe_sampling;
+
+typedef struct pe_seq_params {
+    const int32_t *prompt;  /* token ids (copied by pe_seq_submit) */
+    size_t prompt_len;      /* >= 1, and < the context */
+    int max_tokens;         /* tokens to generate, >= 1 (the context also ends a sequence) */
+    pe_sampling sampling;
+    const int32_t *stop;    /* more tokens that end the sequence (copied); may be NULL */
+    size_t nstop;           /* <= PE_MAX_STOP */
+    int ignore_eos;         /* 1: the model's eos_token_id does not end the sequence */
+    int logprobs;           /* top log-probabilities per token, 0..PE_MAX_LOGPROBS */
+    void *user;             /* handed back in every event */
+} pe_seq_params;
+
+/* Fills p with the defaults: no prompt, max_tokens 16, greedy, top_p 1, seed 0. */
+void pe_seq_params_init(pe_seq_params *p);
+
+typedef enum pe_finish {
+    PE_FINISH_NONE = 0,  /* more events follow */
+    PE_FINISH_EOS,       /* token is the model's end-of-sequence token */
+    PE_FINISH_STOP,      /* token is one of the stop tokens */
+    PE_FINISH_LENGTH,    /* max_tokens were generated, or the context is full */
+    PE_FINISH_CANCELLED, /* pe_seq_cancel (no token) */
+    PE_FINISH_ERROR      /* status says why (no token) */
+} pe_finish;
+
+typedef struct pe_token_event {
+    uint64_t seq;       /* the id pe_seq_submit gave */
+    int32_t token;      /* the generated token, -1 for CANCELLED and ERROR */
+    int index;          /* its index among the sequence's generated tokens, from 0 */
+    pe_finish finish;   /* NONE, or this is the sequence's final event */
+    pe_status status;   /* PE_OK, or the error (finish ERROR) */
+    float logprob;      /* log-probability of token under the model (logprobs > 0) */
+    int nlogprobs;      /* entries of top_tokens and top_logprobs, most likely first */
+    int32_t top_tokens[PE_MAX_LOGPROBS];
+    float top_logprobs[PE_MAX_LOGPROBS];
+    void *user;
+} pe_token_event;
+
+/* Queues a sequence on the replica with the most free KV blocks (and then the fewest
+ * sequences); thread-safe. Once it returns PE_OK with *id, the sequence gets its tokens as
+ * events, and exactly one final event (finish != NONE). Bad parameters (an empty prompt,
+ * one longer than the context, a token id >= vocab, top_p outside (0, 1], a negative
+ * temperature, ...) are PE_EINVAL here. A sequence that can never fit the KV pool is
+ * PE_EINVAL too; one that must wait for blocks waits or ends as cfg.kv_full says. */
+pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id);
+
+/* Asks sequence id to stop. It ends with one final event: CANCELLED, or whatever ended it
+ * first. PE_EINVAL for an id that was never given; PE_OK for one that already ended. */
+pe_status pe_seq_cancel(pe_engine *e, uint64_t id);
+
+/* Takes one token event. pe_seq_poll returns PE_EAGAIN when none is ready; pe_seq_wait
+ * blocks until one is, and returns PE_EAGAIN at once when no sequence is outstanding (every
+ * submitted one delivered its final event). */
+pe_status pe_seq_poll(pe_engine *e, pe_token_event *ev);
+pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev);
+
+/* Scores a prompt: logits (vocab) at its last position, or with all_positions, logits
+ * (n, vocab) at every position. Synchronous, thread-safe; runs beside the sequences. */
+pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
+                   float *logits);
+
+/* ---- tokenizers ------------------------------------------------------------------------ */
+
+/* A tokenizer from Hugging Face's tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2;
+ * SentencePiece-style BPE: Llama 2, Mistral), or GPT-2's vocab.json + merges.txt. */
+typedef struct pe_tokenizer pe_tokenizer;
+
+/* path: a tokenizer.json, or a directory holding tokenizer.json (or vocab.json and
+ * merges.txt). PE_EIO / PE_EFORMAT with a message naming the file and the part at fault. */
+pe_status pe_tokenizer_load(const char *path, pe_tokenizer **out);
+void pe_tokenizer_free(pe_tokenizer *t);
+
+/* text (len bytes; invalid UTF-8 is encoded by its bytes) -> *ids (malloc'ed: free() it),
+ * *n of them. add_special: add the post-processor's BOS/EOS. Thread-safe. */
+pe_status pe_tokenizer_encode(const pe_tokenizer *t, const char *text, size_t len,
+                              int add_special, int32_t **ids, size_t *n);
+/* ids -> *text (malloc'ed, NUL-terminated: free() it), *len bytes. skip_special: leave
+ * special tokens out. An id >= vocab is PE_EINVAL. */
+pe_status pe_tokenizer_decode(const pe_tokenizer *t, const int32_t *ids, size_t n,
+                              int skip_special, char **text, size_t *len);
+/* Ids in the vocabulary, added tokens included. */
+size_t pe_tokenizer_vocab_size(const pe_tokenizer *t);
+/* The id of a token's string (as in the vocabulary, e.g. "<|endoftext|>"), or -1. */
+int32_t pe_tokenizer_token_id(const pe_tokenizer *t, const char *token);
+
+/* Streaming decode: text of a growing list of ids, released in whole characters only. */
+typedef struct pe_detokenizer pe_detokenizer;
+pe_status pe_detokenizer_create(const pe_tokenizer *t, int skip_special, pe_detokenizer **out);
+/* Adds one id; *text (*len bytes, not NUL-terminated, valid until the next call) is the new
+ * complete text; an incomplete character waits for the ids that complete it. */
+pe_status pe_detokenizer_push(pe_detokenizer *d, int32_t id, const char **text, size_t *len);
+/* The rest: bytes of a character that never completed, as U+FFFD (as Hugging Face). */
+pe_status pe_detokenizer_flush(pe_detokenizer *d, const char **text, size_t *len);
+void pe_detokenizer_free(pe_detokenizer *d);
 
 /* ---- tracing --------------------------------------------------------------------------- */
 

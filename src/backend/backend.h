@@ -23,6 +23,8 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "kernels/attention.h"
+#include "kernels/sample.h"
 #include "pengine/pengine.h"
 
 typedef struct be_device be_device; /* one device, as owned by one worker (opaque) */
@@ -39,6 +41,33 @@ typedef struct be_device_desc {
 
 /* The activation of a Linear layer (linear), applied in fp32 after the bias. */
 typedef enum be_act { BE_ACT_NONE = 0, BE_ACT_RELU, BE_ACT_GELU } be_act;
+
+/* A worker's paged KV pool: nblocks blocks laid out as kernels/attention.h says, for the
+ * layers and KV heads of shape, in dtype (fp32, or bf16: values rounded when stored). */
+typedef struct be_kv {
+    void *base;          /* device: nblocks * pe_k_kv_block_elems(shape) elements */
+    pe_dtype dtype;
+    size_t nblocks;
+    pe_k_kv_shape shape;
+} be_kv;
+
+/* One layer's attention over a step (kernels/attention.h: chunks, positions, visibility).
+ * Query head h of row r is q + r * q_stride + h * head_dim, and reads KV head
+ * h / (heads / kv_heads); its output goes to out + r * out_stride + h * head_dim. */
+typedef struct be_attn {
+    size_t rows;                  /* the step's tokens */
+    const float *q;               /* device (rows, q_stride) */
+    size_t q_stride;
+    float *out;                   /* device (rows, out_stride), out_stride >= heads * hd */
+    size_t out_stride;
+    int heads;                    /* query heads, a multiple of the pool's kv_heads */
+    float scale;                  /* score scale, usually 1 / sqrt(head_dim) */
+    int32_t window;               /* sliding window in positions, 0 = none */
+    size_t nchunks;
+    const int32_t *chunks;        /* device (nchunks, PE_K_CHUNK_FIELDS) */
+    const int32_t *block_tables;  /* device, the chunks' block tables end to end */
+    int32_t max_keys;             /* most keys any query of the step sees (max pos + 1) */
+} be_attn;
 
 typedef struct be_ops {
     const char *name;     /* "host", "cuda" */
@@ -115,10 +144,42 @@ typedef struct be_ops {
     pe_status (*softmax)(be_device *dev, float *x, size_t rows, size_t cols);
     /* x(n) += r(n) */
     pe_status (*residual_add)(be_device *dev, float *x, const float *r, size_t n);
-    /* out(n, dim) = table(vocab, dim)[ids(n)]; ids is a device pointer; an id outside
-     * [0, vocab) is PE_EINVAL */
-    pe_status (*embedding)(be_device *dev, float *out, const float *table, const int32_t *ids,
-                           size_t n, size_t dim, size_t vocab);
+    /* out(n, dim) = table(vocab, dim)[ids(n)], the table fp32 or bf16 (dtype), out fp32;
+     * ids is a device pointer; an id outside [0, vocab) is PE_EINVAL (out untouched) */
+    pe_status (*embedding)(be_device *dev, pe_dtype dtype, float *out, const void *table,
+                           const int32_t *ids, size_t n, size_t dim, size_t vocab);
+
+    /* ---- decoder operations (element math from src/kernels/: rowwise.h, rope.h,
+     * elementwise.h, attention.h, sample.h); every pointer is a device pointer ---- */
+    /* out(rows, cols) = x / sqrt(mean(x^2) + eps) * w(cols), per row; out may be x */
+    pe_status (*rmsnorm)(be_device *dev, float *out, const float *x, const float *w,
+                         size_t rows, size_t cols, float eps);
+    /* Rotary embedding (rope.h), in place: heads [0, nheads) of each row of x(rows, stride),
+     * head h at x + r * stride + h * head_dim, row r at position pos(r); inv_freq
+     * (head_dim / 2). Query and key heads are adjacent in a fused qkv row: one call. */
+    pe_status (*rope)(be_device *dev, float *x, size_t rows, size_t stride, size_t nheads,
+                      size_t head_dim, const int32_t *pos, const float *inv_freq);
+    /* out(rows, n) = silu(gate) * up, where gate_up(rows, 2n) holds gate in its first n
+     * columns and up in the last n */
+    pe_status (*silu_mul)(be_device *dev, float *out, const float *gate_up, size_t rows,
+                          size_t n);
+    /* Stores the keys and values of rows tokens into layer `layer` of the pool: row r's
+     * KV head h is k + r * stride + h * head_dim (v likewise) and goes to slot slots(r) =
+     * block * block_tokens + row in the block. */
+    pe_status (*kv_append)(be_device *dev, const be_kv *kv, int layer, const float *k,
+                           const float *v, size_t stride, const int32_t *slots, size_t rows);
+    /* a->out = attention of a->q over the keys and values of layer `layer` in kv */
+    pe_status (*attention)(be_device *dev, const be_kv *kv, int layer, const be_attn *a);
+    /* idx(rows) = the first index of the largest value of each row of x(rows, n) */
+    pe_status (*argmax)(be_device *dev, const float *x, size_t rows, size_t n, int32_t *idx);
+    /* The k largest values of each row of x(rows, n), largest first (equal values in index
+     * order): idx(rows, k), val(rows, k); lse(rows) = log(sum(exp(row))), or NULL. k <= n. */
+    pe_status (*topk)(be_device *dev, const float *x, size_t rows, size_t n, size_t k,
+                      int32_t *idx, float *val, float *lse);
+    /* tokens(rows): row r's token from x(rows, n) by params(r) (sample.h's rule);
+     * logit(rows), or NULL: the chosen token's value x(r, token) */
+    pe_status (*sample)(be_device *dev, const float *x, size_t rows, size_t n,
+                        const pe_k_sampling *params, int32_t *tokens, float *logit);
 
     /* ---- communicators (ncclCommInitAll-like) ----
      * One call makes n ranks, rank r on devs[r]; out[r] is rank r's handle. Any thread. */

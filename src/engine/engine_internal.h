@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "model/forward.h"
-#include "model/mlp.h"
+#include "model/mlp/forward.h"
+#include "model/mlp/mlp.h"
 #include "runtime/barrier.h"
 #include "runtime/queue.h"
 #include "runtime/topology.h"

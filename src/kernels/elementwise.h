@@ -1,4 +1,4 @@
-/* elementwise.h: one-element math: activations, bias, residual. */
+/* elementwise.h: one-element math: activations, bias, residual, SwiGLU. */
 #ifndef PE_KERNELS_ELEMENTWISE_H
 #define PE_KERNELS_ELEMENTWISE_H
 
@@ -18,5 +18,11 @@ PE_KFN float pe_k_gelu(float x)
 }
 
 PE_KFN float pe_k_add(float a, float b) { return a + b; }
+
+/* SiLU (swish): x * sigmoid(x), written x / (1 + e^-x) (e^-x = inf gives -0, not NaN). */
+PE_KFN float pe_k_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* SwiGLU's product: silu(gate) * up (Llama's MLP: down(silu(gate(x)) * up(x))). */
+PE_KFN float pe_k_silu_mul(float gate, float up) { return pe_k_silu(gate) * up; }
 
 #endif

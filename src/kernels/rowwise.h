@@ -1,4 +1,4 @@
-/* rowwise.h: one-row math: layernorm and softmax over a row of n elements.
+/* rowwise.h: one-row math: layernorm, RMSNorm and softmax over a row of n elements.
  *
  * The reductions run in a fixed left-to-right order in float, so a serial caller gets
  * the same bits every time. A parallel (CUDA) caller sums the row in a tree of partial
@@ -56,6 +56,26 @@ PE_KFN void pe_k_layernorm_row(float *out, const float *x, const float *gamma,
     pe_k_moments(x, n, eps, &mean, &rstd);
     for (size_t i = 0; i < n; i++)
         out[i] = pe_k_layernorm_elem(x[i], mean, rstd, gamma[i], beta[i]);
+}
+
+/* 1 / sqrt(mean(x^2) + eps) of x(n): the scale of RMSNorm (sum of squares left to right). */
+PE_KFN float pe_k_rms_rstd(const float *x, size_t n, float eps)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return 1.0f / sqrtf(s / (float)n + eps);
+}
+
+/* One RMSNorm element, in Hugging Face's order: w * (x * rstd). */
+PE_KFN float pe_k_rmsnorm_elem(float x, float rstd, float w) { return w * (x * rstd); }
+
+/* out(n) = x(n) / sqrt(mean(x^2) + eps) * w(n) */
+PE_KFN void pe_k_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    float rstd = pe_k_rms_rstd(x, n, eps);
+    for (size_t i = 0; i < n; i++)
+        out[i] = pe_k_rmsnorm_elem(x[i], rstd, w[i]);
 }
 
 /* One softmax element given the row max and the sum of exp(x - max). */

@@ -112,8 +112,8 @@ pe_status cb_layernorm(be_device *dev, float *out, const float *x, const float *
                        const float *beta, size_t rows, size_t cols, float eps);
 pe_status cb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n);
-pe_status cb_embedding(be_device *dev, float *out, const float *table, const int32_t *ids,
-                       size_t n, size_t dim, size_t vocab);
+pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab);
 
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void cb_comm_abort(be_comm *comm);

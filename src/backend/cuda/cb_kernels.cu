@@ -211,8 +211,8 @@ template <bool VEC> __global__ void softmax_rows(float *x, size_t rows, size_t c
 /* One block per row: out(n, dim) = table(vocab, dim)[ids(n)]. A row whose id is out of
  * range is zeroed and the smallest such row is kept in *bad. */
 template <bool VEC>
-__global__ void embedding_rows(float *out, const float *table, const int32_t *ids, size_t n,
-                               size_t dim, size_t vocab, int32_t *bad)
+__global__ void embedding_rows(float *out, const void *table, int bf16, const int32_t *ids,
+                               size_t n, size_t dim, size_t vocab, int32_t *bad)
 {
     for (size_t row = blockIdx.x; row < n; row += gridDim.x) {
         int32_t id = ids[row];
@@ -224,13 +224,13 @@ __global__ void embedding_rows(float *out, const float *table, const int32_t *id
                 o[i] = 0.0f;
             continue;
         }
-        const float *t = table + (size_t)id * dim;
-        if (VEC) {
+        if (VEC) { /* fp32 table */
+            const float *t = static_cast<const float *>(table) + (size_t)id * dim;
             for (size_t i = threadIdx.x; i < dim / 4; i += blockDim.x)
                 reinterpret_cast<float4 *>(o)[i] = reinterpret_cast<const float4 *>(t)[i];
         } else {
             for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
-                o[i] = t[i];
+                o[i] = pe_k_table_elem(table, bf16, (size_t)id * dim + i);
         }
     }
 }
@@ -325,20 +325,20 @@ extern "C" cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, 
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const float *table,
-                                           const int32_t *ids, size_t n, size_t dim,
+extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table,
+                                           int bf16, const int32_t *ids, size_t n, size_t dim,
                                            size_t vocab, int32_t *bad)
 {
     if (n == 0 || dim == 0)
         return cudaSuccess;
-    bool vec = dim % 4 == 0 && aligned16(out) && aligned16(table);
+    bool vec = !bf16 && dim % 4 == 0 && aligned16(out) && aligned16(table);
     int threads = cb::row_threads(vec ? dim / 4 : dim);
     if (vec)
-        embedding_rows<true><<<row_blocks(n), threads, 0, s>>>(out, table, ids, n, dim, vocab,
-                                                                bad);
+        embedding_rows<true><<<row_blocks(n), threads, 0, s>>>(out, table, bf16, ids, n, dim,
+                                                                vocab, bad);
     else
-        embedding_rows<false><<<row_blocks(n), threads, 0, s>>>(out, table, ids, n, dim,
-                                                                 vocab, bad);
+        embedding_rows<false><<<row_blocks(n), threads, 0, s>>>(out, table, bf16, ids, n,
+                                                                 dim, vocab, bad);
     return cudaGetLastError();
 }
 

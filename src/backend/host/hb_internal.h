@@ -77,8 +77,8 @@ pe_status hb_layernorm(be_device *dev, float *out, const float *x, const float *
 pe_status hb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n);
 pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
-pe_status hb_embedding(be_device *dev, float *out, const float *table, const int32_t *ids,
-                       size_t n, size_t dim, size_t vocab);
+pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab);
 
 /* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c) ---- */
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);

@@ -10,7 +10,7 @@
 #ifndef PE_MODEL_SHARD_H
 #define PE_MODEL_SHARD_H
 
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 
 typedef enum md_shard_kind {
     MD_SHARD_NONE = 0,   /* whole layer on every rank */

@@ -1,6 +1,6 @@
 /* shard.c: cuts an MLP over the grid: balanced PP stage ranges, Megatron TP pairing,
  * and each rank's weight slices. */
-#include "model/shard.h"
+#include "model/mlp/shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "model/mlp.h"
-#include "model/shard.h"
+#include "model/mlp/mlp.h"
+#include "model/mlp/shard.h"
 
 typedef struct md_stage_layer {
     md_shard_kind kind;

@@ -1,6 +1,6 @@
 /* mlp.c: loads an MLP from safetensors (checked layer by layer), sizes it, and runs a naive
  * reference forward pass. Writing random models is in mlp_write.c. */
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 typedef struct md_storage {
     st_file file;  /* the mapping: aligned F32 weights point into it */

@@ -5,14 +5,14 @@
  * spec gives the same bytes on every machine whose libm rounds log, sqrt, cos and sin
  * correctly (glibc does).
  */
-#include "model/mlp.h"
+#include "model/mlp/mlp.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 typedef struct md_rng {
     uint64_t s[4];

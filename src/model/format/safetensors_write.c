@@ -1,5 +1,5 @@
 /* safetensors_write.c: writes F32 safetensors files, streaming the data after the header. */
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* safetensors.c: maps a safetensors file and checks its header against the file. */
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* forward.c: one pipeline stage's forward pass on one worker (see forward.h). */
-#include "model/forward.h"
+#include "model/mlp/forward.h"
 
 #include <stdlib.h>
 #include <string.h>
