@@ -40,11 +40,13 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
     pthread_mutex_unlock(&e->err_mu);
     if (!first)
         return;
-    /* Wake everyone: peers blocked in a collective or recv, and idle workers. */
+    /* Wake everyone: peers blocked in a collective or recv, idle workers, and the decoder
+     * replicas (which end their sequences with the failure). */
     en_comms_abort(e);
     for (int r = 0; r < e->world; r++)
         if (e->workers[r].inq)
             rt_queue_close(e->workers[r].inq);
+    en_replicas_wake(e);
 }
 
 void en_inject_failure(pe_engine *e, int rank, long at_task)
@@ -60,6 +62,7 @@ void pe_engine_destroy(pe_engine *e)
         rt_queue_close(e->inq);
     if (e->router_started)
         pthread_join(e->router, NULL);
+    en_replicas_stop(e); /* their sequences end; their steps come back first */
     /* Stage by stage: a stage's queue closes once the stages before it are gone, so the
      * micro-batches they passed on are all run. */
     for (int p = 0; e->workers && p < e->pp; p++) {
@@ -88,8 +91,14 @@ void pe_engine_destroy(pe_engine *e)
     free(e->replica_load);
     free(e->workers);
     free(e->devices);
-    if (e->loaded)
+    if (e->loaded && !e->decoder)
         md_mlp_free(&e->model);
+    if (e->decoder)
+        md_decoder_close(&e->dec);
+    if (e->events_ready)
+        en_events_destroy(&e->events);
+    RT_UNIGNORE_WORD(e->next_seq);
+    RT_UNIGNORE_WORD(e->stopping);
     rt_topology_free(e->topo);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -202,11 +211,21 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     pthread_cond_init(&e->sync_cv, NULL);
     atomic_init(&e->failed, PE_OK);
     atomic_init(&e->outstanding, 0);
+    atomic_init(&e->next_seq, 0);
+    atomic_init(&e->stopping, 0);
+    RT_IGNORE_WORD(e->next_seq);
+    RT_IGNORE_WORD(e->stopping);
     RT_IGNORE_WORD(e->failed);
     RT_IGNORE_WORD(e->outstanding);
     e->t0_ns = rt_now_ns();
     e->cfg = *cfg;
     pe_status s = en_config_resolve(e, cfg, &err);
+    if (s == PE_OK) {
+        if (en_events_init(&e->events) == PE_OK)
+            e->events_ready = 1;
+        else
+            s = pe_fail(&err, PE_ENOMEM, "cannot create the engine's event queue");
+    }
     if (s == PE_OK)
         s = be_select(cfg->backend, &e->ops, e->notice, sizeof e->notice, &err);
     if (s == PE_OK)
@@ -279,36 +298,13 @@ static pe_status plan_model(pe_engine *e, pe_err *err)
     return s;
 }
 
-pe_status pe_engine_load(pe_engine *e, const char *model_path)
+/* Every worker runs its LOAD task (its shards, or its part of the decoder) and the caller
+ * waits for all of them. */
+static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *err)
 {
-    pe_err err = {{0}};
-    if (!e || !model_path) {
-        pe_set_last_error("pe_engine_load: engine and path must not be NULL");
-        return PE_EINVAL;
-    }
-    if (e->loaded) {
-        pe_fail(&err, PE_EINVAL, "a model is already loaded; create a new engine for another");
-        return en_error(e, PE_EINVAL, &err);
-    }
-    pe_status s = md_mlp_load(model_path, &e->model, &err);
-    if (s != PE_OK)
-        return en_error(e, s, &err);
-    s = plan_model(e, &err);
-    if (s != PE_OK) {
-        md_mlp_free(&e->model);
-        return en_error(e, s, &err);
-    }
-    e->loaded = 1;
-    e->info.in_features = e->model.layers[0].in;
-    e->info.out_features = e->model.layers[e->model.nlayers - 1].out;
-    e->info.nlayers = e->model.nlayers;
-    e->info.nparams = md_mlp_params(&e->model);
-
     en_task *tasks = calloc((size_t)e->world, sizeof *tasks);
-    if (!tasks) {
-        pe_fail(&err, PE_ENOMEM, "out of host memory for load tasks");
-        return en_error(e, PE_ENOMEM, &err);
-    }
+    if (!tasks)
+        return pe_fail(err, PE_ENOMEM, "out of host memory for load tasks");
     pthread_mutex_lock(&e->mu);
     e->load_done = 0;
     pthread_mutex_unlock(&e->mu);
@@ -326,12 +322,115 @@ pe_status pe_engine_load(pe_engine *e, const char *model_path)
     pe_status f = atomic_load(&e->failed);
     if (f != PE_OK || pushed < e->world) {
         pthread_mutex_lock(&e->err_mu);
-        pe_fail(&err, f != PE_OK ? f : PE_ECLOSED, "loading %s failed: %s", model_path,
+        pe_fail(err, f != PE_OK ? f : PE_ECLOSED, "loading %s failed: %s", model_path,
                 e->fail_err.msg);
         pthread_mutex_unlock(&e->err_mu);
-        return en_error(e, f != PE_OK ? f : PE_ECLOSED, &err);
+        return f != PE_OK ? f : PE_ECLOSED;
     }
     return PE_OK;
+}
+
+static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
+{
+    pe_status s = md_mlp_load(path, &e->model, err);
+    if (s != PE_OK)
+        return s;
+    s = plan_model(e, err);
+    if (s != PE_OK) {
+        md_mlp_free(&e->model);
+        return s;
+    }
+    e->loaded = 1;
+    e->info.family = PE_FAMILY_MLP;
+    snprintf(e->info.architecture, sizeof e->info.architecture, "mlp");
+    e->info.in_features = e->model.layers[0].in;
+    e->info.out_features = e->model.layers[e->model.nlayers - 1].out;
+    e->info.nlayers = e->model.nlayers;
+    e->info.nparams = md_mlp_params(&e->model);
+    e->info.bos_token_id = e->info.eos_token_id = -1;
+    return load_on_workers(e, path, err);
+}
+
+/* The replicas' scheduler settings and the KV pool's size, from the config and the model. */
+static pe_status plan_decoder(pe_engine *e, pe_err *err)
+{
+    const pe_config *c = &e->cfg;
+    const md_config *m = &e->dec.cfg;
+    en_sched_config *sc = &e->sched_cfg;
+    memset(sc, 0, sizeof *sc);
+    sc->block_tokens = c->kv_block_tokens ? c->kv_block_tokens : 16;
+    sc->max_seqs = c->max_seqs ? c->max_seqs : 256;
+    sc->max_step_tokens = c->max_step_tokens ? c->max_step_tokens : 512;
+    sc->context = m->maxT;
+    sc->vocab = m->V;
+    sc->kv_full = c->kv_full;
+    sc->neos = m->neos < 8 ? m->neos : 8;
+    memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
+    e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
+    sc->max_logit_rows = e->max_logit_rows;
+    const md_part whole = {0, m->L, 0, e->tp};
+    const md_shard sh = md_shard_of(m, &whole);
+    const size_t block_bytes = md_kv_block_bytes(m, m->L, sh.KVH, sc->block_tokens, c->dtype);
+    size_t blocks;
+    if (c->kv_tokens)
+        blocks = (c->kv_tokens + (size_t)sc->block_tokens - 1) / (size_t)sc->block_tokens;
+    else if (c->kv_bytes)
+        blocks = c->kv_bytes / block_bytes;
+    else {
+        size_t tokens = m->maxT > 8192 ? (size_t)m->maxT : 8192;
+        blocks = (tokens + (size_t)sc->block_tokens - 1) / (size_t)sc->block_tokens;
+    }
+    if (blocks < 1 || blocks > (size_t)INT32_MAX / (size_t)sc->block_tokens)
+        return pe_fail(err, PE_EINVAL, "a KV pool of %zu blocks of %d positions (%zu bytes "
+                       "each) cannot be made; give kv_tokens (--kv-tokens) of at least %d",
+                       blocks, sc->block_tokens, block_bytes, sc->block_tokens);
+    e->kv_blocks = blocks;
+    sc->nblocks = (int)blocks;
+    return PE_OK;
+}
+
+static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
+{
+    pe_status s = md_decoder_open(dir, &e->dec, err);
+    if (s != PE_OK)
+        return s;
+    e->decoder = 1;
+    if (e->pp > 1 || e->tp > 1)
+        s = pe_fail(err, PE_EINVAL, "decoders run with one device per replica in this version "
+                    "(dp=%d x pp=%d x tp=%d asked); tensor and pipeline parallel decoders are "
+                    "not implemented yet: use --mode dp or a single device", e->dp, e->pp,
+                    e->tp);
+    if (s == PE_OK)
+        s = plan_decoder(e, err);
+    if (s != PE_OK) {
+        md_decoder_close(&e->dec);
+        e->decoder = 0;
+        return s;
+    }
+    md_decoder_info(&e->dec, &e->info);
+    e->loaded = 1;
+    e->stage_first[0] = 0;
+    e->stage_first[1] = e->dec.cfg.L;
+    s = load_on_workers(e, dir, err);
+    if (s == PE_OK)
+        s = en_replicas_start(e, err);
+    return s;
+}
+
+pe_status pe_engine_load(pe_engine *e, const char *model_path)
+{
+    pe_err err = {{0}};
+    if (!e || !model_path) {
+        pe_set_last_error("pe_engine_load: engine and path must not be NULL");
+        return PE_EINVAL;
+    }
+    if (e->loaded) {
+        pe_fail(&err, PE_EINVAL, "a model is already loaded; create a new engine for another");
+        return en_error(e, PE_EINVAL, &err);
+    }
+    pe_status s = md_decoder_is_dir(model_path) ? load_decoder(e, model_path, &err)
+                                                 : load_mlp(e, model_path, &err);
+    return s == PE_OK ? PE_OK : en_error(e, s, &err);
 }
 
 pe_status pe_engine_model_info(const pe_engine *e, pe_model_info *out)
@@ -361,6 +460,18 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     out->dtype = e->cfg.dtype;
     if (e->loaded)
         memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
+    for (int r = 0; e->loaded && e->decoder && r < e->world && r < 64; r++) {
+        const en_worker *w = &e->workers[r];
+        out->weight_bytes[r] = w->weights.arena_bytes;
+        out->kv_bytes[r] = w->kv.nblocks * md_kv_block_bytes(&e->dec.cfg, w->kv.shape.nlayers,
+                                                             w->kv.shape.kv_heads,
+                                                             w->kv.shape.block_tokens,
+                                                             w->kv.dtype);
+    }
+    if (e->decoder) {
+        out->kv_blocks = e->kv_blocks;
+        out->kv_block_tokens = e->sched_cfg.block_tokens;
+    }
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
     snprintf(out->collectives, sizeof out->collectives, "%s", e->collectives);
     return PE_OK;

@@ -13,6 +13,10 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "engine/events.h"
+#include "engine/scheduler.h"
+#include "model/blocks.h"
+#include "model/decoder.h"
 #include "model/mlp/forward.h"
 #include "model/mlp/mlp.h"
 #include "runtime/barrier.h"
@@ -33,15 +37,17 @@ typedef struct en_sync {
 typedef enum en_task_kind {
     EN_TASK_MICROBATCH = 0, /* stream/naive: one micro-batch of one lane, moves stage to stage */
     EN_TASK_REQUEST,        /* gpipe: a whole request, every worker of the replica runs clocks */
-    EN_TASK_LOAD            /* upload this worker's shards */
+    EN_TASK_LOAD,           /* upload this worker's shards */
+    EN_TASK_STEP            /* a decoder step (en_step) of this worker's replica */
 } en_task_kind;
 
 typedef struct en_request en_request;
 
 typedef struct en_task {
     en_task_kind kind;
-    en_request *req; /* NULL for LOAD */
+    en_request *req; /* MICROBATCH, REQUEST */
     int mb;          /* micro-batch index (MICROBATCH) */
+    en_step *step;   /* STEP */
 } en_task;
 
 struct en_request {
@@ -81,10 +87,31 @@ typedef struct en_worker {
     int out_pending[EN_SEND_SLOTS]; /* a send from this slot may still be in flight */
     size_t rows_cap;
     int next_slot;
+    /* decoders */
+    md_weights weights;        /* this worker's part of the model */
+    md_acts acts;              /* activations for a step */
+    be_kv kv;                  /* its KV pool */
+    int32_t *meta_dev;         /* (meta_cap) a step's metadata on the device */
+    size_t meta_cap;
+    en_task step_task;         /* the task of the step it runs (one at a time) */
     en_trace_buf trace;
     long tasks_run;
     long fail_at_task; /* test hook: fail the Nth task (1-based); 0 = never */
 } en_worker;
+
+/* One DP replica of a decoder: its scheduler and the thread that drives it. */
+typedef struct en_replica {
+    pe_engine *e;
+    int d;
+    rt_queue *inbox;        /* en_msg*: sequences, cancels, steps back, wake-ups */
+    pthread_t thread;
+    int started;
+    en_sched sched;         /* owned by the thread */
+    en_step *step;          /* the step buffer (one in flight: pp = 1) */
+    int inflight;
+    atomic_int room;        /* published: blocks a new sequence could be promised */
+    atomic_int seqs;        /* published: sequences waiting or running */
+} en_replica;
 
 struct pe_engine {
     pe_config cfg;
@@ -107,6 +134,16 @@ struct pe_engine {
 
     md_mlp model;
     int loaded;
+    int decoder;          /* the loaded model is a decoder (dec), not an MLP (model) */
+    md_decoder dec;
+    en_sched_config sched_cfg;
+    size_t kv_blocks;     /* per worker (every worker of a replica: the same block ids) */
+    int max_logit_rows;
+    en_replica *replicas; /* (dp) */
+    en_events events;
+    int events_ready;
+    atomic_ullong next_seq; /* the next sequence id */
+    atomic_int stopping;  /* destroy: replicas end their sequences and stop */
     int stage_first[EN_MAX_STAGES + 1];
     pe_model_info info;
 
@@ -187,6 +224,20 @@ static inline int en_direct_dispatch(const pe_engine *e)
 void en_fail(pe_engine *e, pe_status s, const char *msg);
 /* Sets the engine's last error (and this thread's) and returns s. */
 pe_status en_error(pe_engine *e, pe_status s, const pe_err *err);
+
+/* ---- decoders: decoder_worker.c, replica.c ---- */
+/* Loads this worker's part of the decoder, its KV pool and its step buffers. */
+pe_status en_decoder_load(en_worker *w, pe_err *err);
+void en_decoder_unload(en_worker *w);
+/* Runs a step on this worker; the step goes back to its replica either way. */
+pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err);
+/* A step a worker will not run: back to the replica with why. */
+void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why);
+/* Starts every replica's thread (after load); stops them (destroy). */
+pe_status en_replicas_start(pe_engine *e, pe_err *err);
+void en_replicas_stop(pe_engine *e);
+/* Wakes every replica (after a failure) so it ends its sequences. */
+void en_replicas_wake(pe_engine *e);
 
 /* ---- trace.c ---- */
 void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,

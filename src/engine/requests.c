@@ -99,6 +99,9 @@ static pe_status check_request(pe_engine *e, const pe_request *q, pe_err *err)
                        (unsigned long long)q->id);
     if (!e->loaded)
         return pe_fail(err, PE_EINVAL, "no model loaded: call pe_engine_load before submitting");
+    if (e->decoder)
+        return pe_fail(err, PE_EINVAL, "the loaded model is a decoder, which runs sequences "
+                       "(pe_seq_submit, pe_score), not rows");
     return PE_OK;
 }
 

@@ -50,6 +50,7 @@ void en_worker_teardown(void *ctx)
     ops->synchronize(w->dev); /* sends still in flight read our buffers */
     free_buffers(w);
     md_stage_free(ops, w->dev, &w->stage);
+    en_decoder_unload(w);
     ops->close(w->dev);
     w->dev = NULL;
 }
@@ -158,7 +159,7 @@ static pe_status run_stage(en_worker *w, const en_request *r, int mb, pe_err *er
     if (w->out_pending[slot] && (s = drain_sends(w, err)) != PE_OK)
         return s;
     float *y = w->out_buf[slot];
-    md_hooks hooks = {collective_hook, w};
+    md_hooks hooks = {rt_now_ns, collective_hook, w};
     t0 = rt_now_ns();
     s = md_stage_forward(ops, w->dev, w->tp_comm, e->tp, &w->stage, &w->scratch, w->in_buf, y,
                          rows, &hooks);
@@ -230,7 +231,7 @@ pe_status en_worker_run(void *ctx, void *task, pe_err *err)
     pe_engine *e = w->e;
     en_task *t = task;
     if (t->kind == EN_TASK_LOAD) {
-        pe_status s = load_shards(w, err);
+        pe_status s = e->decoder ? en_decoder_load(w, err) : load_shards(w, err);
         count_done(e, &e->load_done);
         return s;
     }
@@ -240,9 +241,15 @@ pe_status en_worker_run(void *ctx, void *task, pe_err *err)
         return PE_OK;
     }
     pe_status s;
-    if (w->fail_at_task && ++w->tasks_run == w->fail_at_task)
+    if (w->fail_at_task && ++w->tasks_run == w->fail_at_task) {
         s = pe_fail(err, PE_EDEVICE, "worker %d: injected failure at task %ld (test hook)",
                     w->rank, w->fail_at_task);
+        if (t->kind == EN_TASK_STEP) {
+            en_decoder_step_dropped(w, t->step, s);
+            return s;
+        }
+    } else if (t->kind == EN_TASK_STEP)
+        return en_decoder_step(w, t->step, err);
     else if (t->kind == EN_TASK_REQUEST)
         s = run_clocks(w, t->req, err);
     else
@@ -264,6 +271,10 @@ void en_worker_cancel(void *ctx, void *task, pe_status why)
     en_task *t = task;
     if (t->kind == EN_TASK_LOAD) { /* the loader waits for every worker's answer */
         count_done(w->e, &w->e->load_done);
+        return;
+    }
+    if (t->kind == EN_TASK_STEP) {
+        en_decoder_step_dropped(w, t->step, why);
         return;
     }
     en_request_done(w->e, t->req, en_task_parts(w->e, w, t), why);

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
-#include "runtime/clock.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -211,8 +210,7 @@ static pe_status gemm_input(const be_ops *ops, be_device *dev, pe_dtype dtype,
 
 static pe_status timed_collective(const md_hooks *hooks, uint64_t start, pe_status s)
 {
-    if (hooks && hooks->collective)
-        hooks->collective(hooks->ctx, start, rt_now_ns());
+    md_collective_done(hooks, start);
     return s;
 }
 
@@ -237,7 +235,7 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
                         sc->partial, 0, NULL);
         if (s != PE_OK)
             return s;
-        uint64_t t0 = rt_now_ns();
+        uint64_t t0 = md_now(hooks);
         s = timed_collective(hooks, t0,
                              ops->allreduce_sum(tp_comm, sc->partial, y, rows * l->out));
         if (s == PE_OK)
@@ -251,7 +249,7 @@ static pe_status layer_forward(const be_ops *ops, be_device *dev, be_comm *tp_co
                         spare, 0, NULL);
         if (s != PE_OK)
             return s;
-        uint64_t t0 = rt_now_ns();
+        uint64_t t0 = md_now(hooks);
         s = timed_collective(hooks, t0,
                              ops->allgather(tp_comm, spare, sc->gather, rows * l->out_t));
         const size_t row_bytes = l->out_t * sizeof(float);

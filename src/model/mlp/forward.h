@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/hooks.h"
 #include "model/mlp/mlp.h"
 #include "model/mlp/shard.h"
 
@@ -59,11 +60,6 @@ typedef struct md_stage_scratch {
                      * for fp32 stages */
 } md_stage_scratch;
 
-/* Called around each collective, for tracing; may be NULL. */
-typedef struct md_hooks {
-    void (*collective)(void *ctx, uint64_t start_ns, uint64_t end_ns);
-    void *ctx;
-} md_hooks;
 
 /* Puts this rank's shards of layers [first, last) on dev, in dtype. kinds from md_plan_tp.
  * bcast NULL: uploaded from m. Otherwise every rank of bcast holds the same shards and

@@ -1,0 +1,192 @@
+/* decoder_worker.c: what a worker does for a decoder: load its part of the model, its KV
+ * pool and its step buffers; run a step (metadata to the device in one copy, the family's
+ * forward, the sampled tokens, top-k and scored logits back); send the step back to its
+ * replica.
+ *
+ * Runs on the worker's own thread; touches only its own device. The step belongs to the
+ * replica: the worker reads its inputs and writes its results, then hands it back through
+ * the replica's inbox, after which it touches it no more.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "runtime/clock.h"
+
+static md_part part_of(const en_worker *w)
+{
+    const pe_engine *e = w->e;
+    md_part p = {0, e->dec.cfg.L, w->t, e->tp};
+    return p;
+}
+
+pe_status en_decoder_load(en_worker *w, pe_err *err)
+{
+    pe_engine *e = w->e;
+    const be_ops *ops = e->ops;
+    const md_config *cfg = &e->dec.cfg;
+    const md_part part = part_of(w);
+    const md_shard sh = md_shard_of(cfg, &part);
+    pe_status s = md_weights_load(&e->dec, &part, e->cfg.dtype, ops, w->dev, &w->weights, err);
+    if (s != PE_OK)
+        return s;
+    w->kv.dtype = e->cfg.dtype;
+    w->kv.nblocks = e->kv_blocks;
+    w->kv.shape = (pe_k_kv_shape){part.last - part.first, sh.KVH, e->sched_cfg.block_tokens,
+                                  cfg->hd};
+    size_t kv_bytes = e->kv_blocks * md_kv_block_bytes(cfg, w->kv.shape.nlayers, sh.KVH,
+                                                       e->sched_cfg.block_tokens, e->cfg.dtype);
+    s = ops->alloc(w->dev, kv_bytes, &w->kv.base);
+    if (s != PE_OK)
+        return pe_fail(err, s, "worker %d (device %d): no memory for a KV pool of %zu blocks "
+                       "(%zu MiB): %s; lower kv_tokens / --kv-tokens", w->rank, w->device_id,
+                       e->kv_blocks, kv_bytes >> 20, ops->last_error(w->dev));
+    s = md_acts_reserve(ops, w->dev, cfg, &sh, e->cfg.dtype,
+                        (size_t)e->sched_cfg.max_step_tokens, (size_t)e->max_logit_rows,
+                        PE_MAX_LOGPROBS, &w->acts);
+    if (s != PE_OK)
+        return pe_fail(err, s, "worker %d (device %d): no memory for the activations of a "
+                       "%d-token step: %s; lower max_step_tokens", w->rank, w->device_id,
+                       e->sched_cfg.max_step_tokens, ops->last_error(w->dev));
+    return PE_OK;
+}
+
+void en_decoder_unload(en_worker *w)
+{
+    const be_ops *ops = w->e->ops;
+    md_acts_free(ops, w->dev, &w->acts);
+    if (w->kv.base)
+        ops->free(w->dev, w->kv.base);
+    memset(&w->kv, 0, sizeof w->kv);
+    if (w->meta_dev)
+        ops->free(w->dev, w->meta_dev);
+    w->meta_dev = NULL;
+    w->meta_cap = 0;
+    if (w->weights.family || w->weights.arena)
+        md_weights_free(&w->e->dec, ops, w->dev, &w->weights);
+}
+
+/* The step's metadata on the device: one copy of st->meta. */
+static pe_status upload_meta(en_worker *w, const en_step *st, pe_err *err)
+{
+    const be_ops *ops = w->e->ops;
+    pe_status s = PE_OK;
+    if (st->meta_words > w->meta_cap) {
+        if (w->meta_dev)
+            ops->free(w->dev, w->meta_dev);
+        w->meta_dev = NULL;
+        w->meta_cap = 0;
+        void *p = NULL;
+        s = ops->alloc(w->dev, st->meta_words * 2 * sizeof(int32_t), &p);
+        if (s != PE_OK)
+            return pe_fail(err, s, "worker %d: no device memory for a step's metadata: %s",
+                           w->rank, ops->last_error(w->dev));
+        w->meta_dev = p;
+        w->meta_cap = st->meta_words * 2;
+    }
+    s = ops->copy_h2d(w->dev, w->meta_dev, st->meta, st->meta_words * sizeof(int32_t));
+    if (s != PE_OK)
+        return pe_fail(err, s, "worker %d: copying a step's metadata to the device: %s",
+                       w->rank, ops->last_error(w->dev));
+    return PE_OK;
+}
+
+/* The logit rows' results, device -> the step's host arrays and the scored rows. */
+static pe_status download_results(en_worker *w, en_step *st, size_t V)
+{
+    const be_ops *ops = w->e->ops;
+    const md_acts *a = &w->acts;
+    const size_t R = (size_t)st->nlogits, K = (size_t)st->topk;
+    pe_status s = PE_OK;
+    if (st->sample) {
+        s = ops->copy_d2h(w->dev, st->out_tokens, a->tokens, R * sizeof(int32_t));
+        if (s == PE_OK)
+            s = ops->copy_d2h(w->dev, st->out_logit, a->token_logit, R * sizeof(float));
+    }
+    if (s == PE_OK && K) {
+        s = ops->copy_d2h(w->dev, st->out_top, a->top_idx, R * K * sizeof(int32_t));
+        if (s == PE_OK)
+            s = ops->copy_d2h(w->dev, st->out_topv, a->top_val, R * K * sizeof(float));
+        if (s == PE_OK)
+            s = ops->copy_d2h(w->dev, st->out_lse, a->lse, R * sizeof(float));
+    }
+    for (size_t i = 0; s == PE_OK && i < R; i++)
+        if (st->logit_dst[i])
+            s = ops->copy_d2h(w->dev, st->logit_dst[i], a->logits + i * V, V * sizeof(float));
+    if (s == PE_OK)
+        s = ops->synchronize(w->dev);
+    return s;
+}
+
+static uint64_t now_ns(void) { return rt_now_ns(); }
+
+pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
+{
+    pe_engine *e = w->e;
+    const be_ops *ops = e->ops;
+    const md_config *cfg = &e->dec.cfg;
+    const md_part part = part_of(w);
+    const md_shard sh = md_shard_of(cfg, &part);
+    pe_status s = upload_meta(w, st, err);
+    if (s == PE_OK)
+        s = md_acts_reserve(ops, w->dev, cfg, &sh, e->cfg.dtype, (size_t)st->ntok,
+                            (size_t)st->nlogits, (size_t)(st->topk ? st->topk : 1), &w->acts);
+    if (s != PE_OK) {
+        if (!err->msg[0])
+            pe_fail(err, s, "worker %d: no device memory for a %d-token step: %s", w->rank,
+                    st->ntok, ops->last_error(w->dev));
+    } else {
+        const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+        const int32_t *m = w->meta_dev;
+        md_step ms = {
+            .rows = (size_t)st->ntok,
+            .nchunks = (size_t)st->nchunks,
+            .nlogits = (size_t)st->nlogits,
+            .max_keys = st->max_keys,
+            .tokens = m + L.tokens,
+            .positions = m + L.positions,
+            .slots = m + L.slots,
+            .chunks = m + L.chunks,
+            .block_tables = m + L.block_tables,
+            .logit_rows = m + L.logit_rows,
+            .sampling = st->sample ? (const pe_k_sampling *)(const void *)(m + L.sampling) : NULL,
+            .topk = st->topk,
+        };
+        md_hooks hooks = {now_ns, NULL, w};
+        md_ctx c = {
+            .ops = ops,
+            .dev = w->dev,
+            .dtype = e->cfg.dtype,
+            .cfg = cfg,
+            .sh = sh,
+            .part = part,
+            .tp = e->tp > 1 ? w->tp_comm : NULL,
+            .step = &ms,
+            .a = &w->acts,
+            .kv = &w->kv,
+            .hooks = &hooks,
+        };
+        uint64_t t0 = rt_now_ns();
+        s = md_forward(&e->dec, &w->weights, &c);
+        if (s == PE_OK)
+            s = download_results(w, st, (size_t)sh.V);
+        en_trace_record(w, PE_TRACE_COMPUTE, NULL, -1, t0, rt_now_ns());
+        if (s != PE_OK)
+            pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
+                    w->rank, w->device_id, st->ntok,
+                    c.st != PE_OK ? c.err.msg : ops->last_error(w->dev));
+    }
+    if (s != PE_OK) {
+        st->status = s;
+        snprintf(st->err, sizeof st->err, "%s", err->msg);
+    }
+    rt_queue_push(e->replicas[w->d].inbox, st);
+    return s;
+}
+
+void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why)
+{
+    st->status = why;
+    rt_queue_push(w->e->replicas[w->d].inbox, st);
+}

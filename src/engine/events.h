@@ -1,0 +1,36 @@
+/* events.h: the engine's token events, from the replicas' threads to the clients.
+ *
+ * An unbounded FIFO (a growable ring under a mutex, a condition variable for waiters): a
+ * replica never blocks on a client that is slow to take its events, so generation and
+ * cancels always make progress. A client that never takes its events holds their memory.
+ * `outstanding` counts the sequences whose final event has not been taken yet.
+ */
+#ifndef PE_ENGINE_EVENTS_H
+#define PE_ENGINE_EVENTS_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "pengine/pengine.h"
+
+typedef struct en_events {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pe_token_event *ring; /* (cap) */
+    size_t head, n, cap;
+    long outstanding;     /* sequences submitted whose final event was not taken */
+} en_events;
+
+pe_status en_events_init(en_events *q);
+void en_events_destroy(en_events *q);
+
+/* One more sequence will deliver a final event. */
+void en_events_expect(en_events *q);
+/* A sequence that was counted will not deliver one after all (its submit failed). */
+void en_events_unexpect(en_events *q);
+/* Appends ev and wakes a waiter; PE_ENOMEM when the ring cannot grow. */
+pe_status en_events_push(en_events *q, const pe_token_event *ev);
+/* Takes the oldest event: PE_EAGAIN when none (block: 0), or when none is outstanding. */
+pe_status en_events_take(en_events *q, pe_token_event *ev, int block);
+
+#endif

@@ -1,0 +1,182 @@
+/* replica.c: a decoder replica's thread. It feeds the scheduler (new sequences, cancels,
+ * steps back from the workers), sends the next step to the replica's workers as soon as the
+ * last one is back, and hands token events to the clients.
+ *
+ * The thread blocks only on its inbox: workers push finished steps into it, clients push
+ * sequences and cancels. Events go to an unbounded FIFO, so a slow client never stalls it.
+ * A failed engine or a stopping one ends every sequence (with the failure, or PE_ECLOSED)
+ * once its step is back; a step's memory is the replica's and never freed while a worker
+ * may touch it.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_internal.h"
+#include "runtime/annotate.h"
+
+static const en_msg en_wake_msg = {EN_MSG_WAKE};
+
+/* The scheduler's events: to pe_score's waiter, or to the clients' FIFO. */
+static void emit(void *ctx, en_seq *seq, const pe_token_event *ev)
+{
+    en_replica *r = ctx;
+    pe_engine *e = r->e;
+    if (seq->score) {
+        pthread_mutex_lock(&e->sync_mu);
+        seq->sync->status = ev->finish == PE_FINISH_ERROR        ? ev->status
+                            : ev->finish == PE_FINISH_CANCELLED ? PE_ECLOSED
+                                                                : PE_OK;
+        RT_HAPPENS_BEFORE(&seq->sync->done);
+        atomic_store_explicit(&seq->sync->done, 1, memory_order_release);
+        pthread_cond_broadcast(&e->sync_cv);
+        pthread_mutex_unlock(&e->sync_mu);
+        return;
+    }
+    /* Out of memory for the FIFO: retry for a second rather than lose a final event. */
+    for (int tries = 0; en_events_push(&e->events, ev) != PE_OK && tries < 1000; tries++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void publish(en_replica *r)
+{
+    atomic_store_explicit(&r->room, en_sched_room(&r->sched), memory_order_relaxed);
+    atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
+}
+
+/* Sends the step to the replica's worker; a closed queue (the engine failed or is closing)
+ * brings it straight back with that status. */
+static void dispatch(en_replica *r, en_step *st)
+{
+    pe_engine *e = r->e;
+    en_worker *w = &e->workers[en_rank(e, r->d, 0, 0)];
+    atomic_store(&st->parts, 1);
+    w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
+    if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
+        r->inflight++;
+        return;
+    }
+    pe_status f = atomic_load(&e->failed);
+    st->status = f != PE_OK ? f : PE_ECLOSED;
+    en_sched_complete(&r->sched, st);
+}
+
+static void handle(en_replica *r, en_msg *m)
+{
+    switch (m->kind) {
+    case EN_MSG_SEQ:
+        en_sched_add(&r->sched, (en_seq *)m);
+        break;
+    case EN_MSG_CANCEL:
+        en_sched_cancel(&r->sched, ((en_cancel *)m)->id);
+        free(m);
+        break;
+    case EN_MSG_STEP:
+        r->inflight--;
+        en_sched_complete(&r->sched, (en_step *)m);
+        break;
+    case EN_MSG_WAKE:
+        break;
+    }
+}
+
+static void *replica_main(void *arg)
+{
+    en_replica *r = arg;
+    pe_engine *e = r->e;
+    for (;;) {
+        void *item = NULL;
+        while (rt_queue_try_pop(r->inbox, &item) == PE_OK)
+            handle(r, item);
+        pe_status failed = atomic_load(&e->failed);
+        int stop = atomic_load(&e->stopping);
+        if (failed != PE_OK || stop)
+            en_sched_end_all(&r->sched, failed != PE_OK ? failed : PE_ECLOSED);
+        publish(r);
+        if (stop && r->inflight == 0)
+            break;
+        if (failed == PE_OK && !stop && r->inflight == 0) {
+            int built = en_sched_build(&r->sched, r->step);
+            if (built > 0) {
+                dispatch(r, r->step);
+                continue;
+            }
+            if (built < 0)
+                en_fail(e, PE_ENOMEM, "out of host memory building a decoder step");
+        }
+        if (rt_queue_pop(r->inbox, &item) == PE_OK) /* wait for a step, a sequence, a wake */
+            handle(r, item);
+    }
+    return NULL;
+}
+
+pe_status en_replicas_start(pe_engine *e, pe_err *err)
+{
+    e->replicas = calloc((size_t)e->dp, sizeof *e->replicas);
+    if (!e->replicas)
+        return pe_fail(err, PE_ENOMEM, "out of host memory for %d replicas", e->dp);
+    size_t cap = e->cfg.queue_capacity ? e->cfg.queue_capacity : 1024;
+    for (int d = 0; d < e->dp; d++) {
+        en_replica *r = &e->replicas[d];
+        r->e = e;
+        r->d = d;
+        atomic_init(&r->room, 0);
+        atomic_init(&r->seqs, 0);
+        RT_IGNORE_WORD(r->room);
+        RT_IGNORE_WORD(r->seqs);
+        r->step = calloc(1, sizeof *r->step);
+        if (!r->step || en_sched_init(&r->sched, &e->sched_cfg, emit, r) != PE_OK ||
+            rt_queue_create(cap, &r->inbox) != PE_OK)
+            return pe_fail(err, PE_ENOMEM, "out of host memory for replica %d's scheduler", d);
+        r->step->hdr.kind = EN_MSG_STEP;
+        r->step->replica = d;
+        atomic_init(&r->step->parts, 0);
+        RT_IGNORE_WORD(r->step->parts);
+        publish(r);
+        if (pthread_create(&r->thread, NULL, replica_main, r) != 0)
+            return pe_fail(err, PE_ENOMEM, "cannot start replica %d's scheduler thread", d);
+        r->started = 1;
+    }
+    return PE_OK;
+}
+
+void en_replicas_wake(pe_engine *e)
+{
+    for (int d = 0; e->replicas && d < e->dp; d++)
+        if (e->replicas[d].inbox) /* a full inbox will be looked at anyway */
+            rt_queue_try_push(e->replicas[d].inbox, (void *)&en_wake_msg);
+}
+
+void en_replicas_stop(pe_engine *e)
+{
+    if (!e->replicas)
+        return;
+    atomic_store(&e->stopping, 1);
+    for (int d = 0; d < e->dp; d++) {
+        en_replica *r = &e->replicas[d];
+        if (!r->started)
+            continue;
+        rt_queue_push(r->inbox, (void *)&en_wake_msg);
+        pthread_join(r->thread, NULL);
+    }
+    for (int d = 0; d < e->dp; d++) {
+        en_replica *r = &e->replicas[d];
+        void *item;
+        while (r->inbox && rt_queue_try_pop(r->inbox, &item) == PE_OK) { /* after the stop */
+            en_msg *m = item;
+            if (m->kind == EN_MSG_SEQ)
+                en_seq_free((en_seq *)m);
+            else if (m->kind == EN_MSG_CANCEL)
+                free(m);
+        }
+        en_sched_free(&r->sched);
+        rt_queue_destroy(r->inbox);
+        if (r->step)
+            RT_UNIGNORE_WORD(r->step->parts);
+        en_step_free(r->step);
+        RT_UNIGNORE_WORD(r->room);
+        RT_UNIGNORE_WORD(r->seqs);
+    }
+    free(e->replicas);
+    e->replicas = NULL;
+}

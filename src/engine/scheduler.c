@@ -1,0 +1,493 @@
+/* scheduler.c: one replica's scheduler (scheduler.h): admission, KV blocks, steps. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits)
+{
+    en_meta_layout L;
+    L.tokens = 0;
+    L.positions = (size_t)ntok;
+    L.slots = 2 * (size_t)ntok;
+    L.chunks = 3 * (size_t)ntok;
+    L.block_tables = L.chunks + (size_t)nchunks * PE_K_CHUNK_FIELDS;
+    L.logit_rows = L.block_tables + (size_t)nbt;
+    L.sampling = L.logit_rows + (size_t)nlogits;
+    L.words = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
+    return L;
+}
+
+void en_step_free(en_step *st)
+{
+    if (!st)
+        return;
+    free(st->meta);
+    free(st->chunks);
+    free(st->logit_dst);
+    free(st->out_tokens);
+    free(st->out_logit);
+    free(st->out_top);
+    free(st->out_topv);
+    free(st->out_lse);
+    free(st);
+}
+
+void en_seq_free(en_seq *seq)
+{
+    if (!seq)
+        return;
+    free(seq->tokens);
+    free(seq->blocks);
+    free(seq);
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit, void *ctx)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->emit = emit;
+    s->emit_ctx = ctx;
+    s->free = malloc((size_t)(cfg->nblocks > 0 ? cfg->nblocks : 1) * sizeof *s->free);
+    s->running = malloc((size_t)(cfg->max_seqs > 0 ? cfg->max_seqs : 1) * sizeof *s->running);
+    if (!s->free || !s->running) {
+        en_sched_free(s);
+        return PE_ENOMEM;
+    }
+    for (int i = 0; i < cfg->nblocks; i++) /* a stack: block 0 comes out first */
+        s->free[i] = cfg->nblocks - 1 - i;
+    s->nfree = cfg->nblocks;
+    return PE_OK;
+}
+
+void en_sched_free(en_sched *s)
+{
+    free(s->free);
+    free(s->running);
+    free(s->waiting);
+    memset(s, 0, sizeof *s);
+}
+
+int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq)
+{
+    long positions = seq->score ? seq->ntok : (long)seq->prompt_len + seq->max_tokens;
+    if (positions > cfg->context)
+        positions = cfg->context;
+    return (int)((positions + cfg->block_tokens - 1) / cfg->block_tokens);
+}
+
+int en_sched_room(const en_sched *s) { return s->cfg.nblocks - s->promised; }
+
+int en_sched_sequences(const en_sched *s) { return s->nwaiting + s->nrunning; }
+
+/* ---- ending a sequence ------------------------------------------------------------------ */
+
+/* Returns seq's blocks and promise, takes it out of running, emits ev (its final event) and
+ * frees it. */
+static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
+{
+    for (int i = 0; i < seq->nblocks; i++)
+        s->free[s->nfree++] = seq->blocks[i];
+    seq->nblocks = 0;
+    s->promised -= seq->promised;
+    seq->promised = 0;
+    for (int i = 0; i < s->nrunning; i++)
+        if (s->running[i] == seq) {
+            memmove(&s->running[i], &s->running[i + 1],
+                    (size_t)(s->nrunning - i - 1) * sizeof *s->running);
+            s->nrunning--;
+            break;
+        }
+    seq->finished = 1;
+    s->emit(s->emit_ctx, seq, ev);
+    en_seq_free(seq);
+}
+
+static pe_token_event event_of(const en_seq *seq, pe_finish finish_reason, pe_status st)
+{
+    pe_token_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.seq = seq->id;
+    ev.token = -1;
+    ev.index = seq->generated;
+    ev.finish = finish_reason;
+    ev.status = st;
+    ev.user = seq->user;
+    return ev;
+}
+
+static void end_with(en_sched *s, en_seq *seq, pe_finish why, pe_status st)
+{
+    pe_token_event ev = event_of(seq, why, st);
+    finish(s, seq, &ev);
+}
+
+/* ---- the waiting queue -------------------------------------------------------------------- */
+
+static int waiting_push(en_sched *s, en_seq *seq)
+{
+    if (s->nwaiting == s->waiting_cap) {
+        int cap = s->waiting_cap ? 2 * s->waiting_cap : 16;
+        en_seq **v = malloc((size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        for (int i = 0; i < s->nwaiting; i++)
+            v[i] = s->waiting[(s->waiting_head + i) % s->waiting_cap];
+        free(s->waiting);
+        s->waiting = v;
+        s->waiting_cap = cap;
+        s->waiting_head = 0;
+    }
+    s->waiting[(s->waiting_head + s->nwaiting) % s->waiting_cap] = seq;
+    s->nwaiting++;
+    return 0;
+}
+
+static en_seq *waiting_front(const en_sched *s)
+{
+    return s->nwaiting ? s->waiting[s->waiting_head] : NULL;
+}
+
+static void waiting_pop(en_sched *s)
+{
+    s->waiting_head = (s->waiting_head + 1) % s->waiting_cap;
+    s->nwaiting--;
+}
+
+/* Blocks promised to the waiting sequences ahead, if they were all admitted. */
+static int waiting_need(const en_sched *s)
+{
+    int need = 0;
+    for (int i = 0; i < s->nwaiting; i++)
+        need += en_sched_blocks_needed(&s->cfg, s->waiting[(s->waiting_head + i) % s->waiting_cap]);
+    return need;
+}
+
+void en_sched_add(en_sched *s, en_seq *seq)
+{
+    if (s->cfg.kv_full == PE_KV_REFUSE &&
+        en_sched_blocks_needed(&s->cfg, seq) > en_sched_room(s) - waiting_need(s)) {
+        end_with(s, seq, PE_FINISH_ERROR, PE_EAGAIN);
+        return;
+    }
+    if (waiting_push(s, seq) != 0)
+        end_with(s, seq, PE_FINISH_ERROR, PE_ENOMEM);
+}
+
+void en_sched_cancel(en_sched *s, uint64_t id)
+{
+    for (int i = 0; i < s->nwaiting; i++) {
+        en_seq *seq = s->waiting[(s->waiting_head + i) % s->waiting_cap];
+        if (seq->id != id)
+            continue;
+        for (int j = i; j + 1 < s->nwaiting; j++) /* close the gap, order kept */
+            s->waiting[(s->waiting_head + j) % s->waiting_cap] =
+                s->waiting[(s->waiting_head + j + 1) % s->waiting_cap];
+        s->nwaiting--;
+        end_with(s, seq, PE_FINISH_CANCELLED, PE_OK);
+        return;
+    }
+    for (int i = 0; i < s->nrunning; i++) {
+        en_seq *seq = s->running[i];
+        if (seq->id != id)
+            continue;
+        seq->cancelled = 1;
+        if (!seq->busy)
+            end_with(s, seq, PE_FINISH_CANCELLED, PE_OK);
+        return;
+    }
+}
+
+void en_sched_end_all(en_sched *s, pe_status why)
+{
+    while (s->nwaiting) {
+        en_seq *seq = waiting_front(s);
+        waiting_pop(s);
+        end_with(s, seq, PE_FINISH_ERROR, why);
+    }
+    for (int i = s->nrunning - 1; i >= 0; i--)
+        if (!s->running[i]->busy)
+            end_with(s, s->running[i], PE_FINISH_ERROR, why);
+}
+
+/* Admits waiting sequences, first come first served, while their promise fits. */
+static void admit(en_sched *s)
+{
+    while (s->nwaiting && s->nrunning < s->cfg.max_seqs) {
+        en_seq *seq = waiting_front(s);
+        int need = en_sched_blocks_needed(&s->cfg, seq);
+        if (need > en_sched_room(s))
+            break;
+        waiting_pop(s);
+        seq->promised = need;
+        s->promised += need;
+        s->running[s->nrunning++] = seq;
+    }
+}
+
+int en_sched_has_work(const en_sched *s)
+{
+    for (int i = 0; i < s->nrunning; i++)
+        if (!s->running[i]->busy)
+            return 1;
+    return s->nwaiting > 0 && s->nrunning < s->cfg.max_seqs &&
+           en_sched_blocks_needed(&s->cfg, waiting_front(s)) <= en_sched_room(s);
+}
+
+/* ---- building a step ------------------------------------------------------------------------ */
+
+/* Grows a buffer of n elements of size sz to at least want. */
+static int grow(void **p, int *cap, int want, size_t sz)
+{
+    if (want <= *cap)
+        return 0;
+    int c = *cap ? *cap : 16;
+    while (c < want)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * sz);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Logit rows a chunk of n tokens of seq from its cached position needs. */
+static int chunk_logits(const en_seq *seq, int n)
+{
+    int reaches_end = seq->cached + n == seq->ntok;
+    if (seq->score)
+        return seq->all_positions ? n : reaches_end;
+    return reaches_end;
+}
+
+/* Plans the chunks of the step: decodes first, then prefill chunks in the budgets. */
+static int plan_chunks(en_sched *s, en_step *st)
+{
+    int tokens = s->cfg.max_step_tokens, logits = s->cfg.max_logit_rows;
+    st->nchunks = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < s->nrunning && tokens > 0; i++) {
+            en_seq *seq = s->running[i];
+            int rem = seq->ntok - seq->cached;
+            if (seq->busy || rem <= 0 || (pass == 0) != (rem == 1))
+                continue;
+            int n = rem < tokens ? rem : tokens;
+            if (seq->score && seq->all_positions && n > logits)
+                n = logits;
+            int nl = chunk_logits(seq, n);
+            if (nl > logits) { /* no logit row left: prefill all but the last token */
+                n = rem - 1 < n ? rem - 1 : n;
+                nl = 0;
+            }
+            if (n <= 0)
+                continue;
+            if (grow((void **)&st->chunks, &st->chunks_cap, st->nchunks + 1, sizeof(en_chunk)))
+                return -1;
+            en_chunk *c = &st->chunks[st->nchunks++];
+            *c = (en_chunk){seq, seq->cached, n, -1, nl, !seq->score && nl > 0};
+            tokens -= n;
+            logits -= nl;
+        }
+    }
+    return 0;
+}
+
+/* Takes free blocks until seq's table covers `positions` positions. */
+static void take_blocks(en_sched *s, en_seq *seq, int positions)
+{
+    int need = (positions + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+    while (seq->nblocks < need) /* the promise guarantees them */
+        seq->blocks[seq->nblocks++] = s->free[--s->nfree];
+}
+
+static int ensure_step_room(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk)
+{
+    en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits);
+    if (L.words > st->meta_cap) {
+        int32_t *m = realloc(st->meta, L.words * sizeof *m);
+        if (!m)
+            return -1;
+        st->meta = m;
+        st->meta_cap = L.words;
+    }
+    st->meta_words = L.words;
+    if (grow((void **)&st->logit_dst, &st->logit_cap, nlogits, sizeof(float *)))
+        return -1;
+    if (nlogits > st->out_cap || nlogits * topk > st->out_topk_cap) {
+        int cap = nlogits > st->out_cap ? nlogits : st->out_cap;
+        int tcap = nlogits * topk > st->out_topk_cap ? nlogits * topk : st->out_topk_cap;
+        int32_t *t = realloc(st->out_tokens, (size_t)cap * sizeof *t);
+        if (t) st->out_tokens = t;
+        float *l = t ? realloc(st->out_logit, (size_t)cap * sizeof *l) : NULL;
+        if (l) st->out_logit = l;
+        float *e = l ? realloc(st->out_lse, (size_t)cap * sizeof *e) : NULL;
+        if (e) st->out_lse = e;
+        int32_t *tp = e ? realloc(st->out_top, (size_t)(tcap ? tcap : 1) * sizeof *tp) : NULL;
+        if (tp) st->out_top = tp;
+        float *tv = tp ? realloc(st->out_topv, (size_t)(tcap ? tcap : 1) * sizeof *tv) : NULL;
+        if (tv) st->out_topv = tv;
+        if (!tv)
+            return -1;
+        st->out_cap = cap;
+        st->out_topk_cap = tcap;
+    }
+    return 0;
+}
+
+int en_sched_build(en_sched *s, en_step *st)
+{
+    admit(s);
+    if (plan_chunks(s, st) != 0)
+        return -1;
+    if (st->nchunks == 0)
+        return 0;
+    int ntok = 0, nbt = 0, nlogits = 0, topk = 0;
+    const int B = s->cfg.block_tokens;
+    for (int i = 0; i < st->nchunks; i++) {
+        en_chunk *c = &st->chunks[i];
+        en_seq *seq = c->seq;
+        int end = c->pos0 + c->n;
+        int need = (end + B - 1) / B;
+        if (grow((void **)&seq->blocks, &seq->blocks_cap, need, sizeof(int32_t)))
+            return -1;
+        take_blocks(s, seq, end);
+        c->logit0 = c->nlogits ? nlogits : -1;
+        ntok += c->n;
+        nbt += need;
+        nlogits += c->nlogits;
+        if (c->sample && seq->logprobs > topk)
+            topk = seq->logprobs;
+    }
+    if (ensure_step_room(st, ntok, st->nchunks, nbt, nlogits, topk) != 0)
+        return -1;
+    en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits);
+    int32_t *m = st->meta;
+    pe_k_sampling *samp = (pe_k_sampling *)(void *)(m + L.sampling);
+    int row = 0, bt = 0, lr = 0;
+    st->max_keys = 0;
+    st->sample = 0;
+    for (int i = 0; i < st->nchunks; i++) {
+        const en_chunk *c = &st->chunks[i];
+        en_seq *seq = c->seq;
+        int32_t *ch = m + L.chunks + (size_t)i * PE_K_CHUNK_FIELDS;
+        ch[PE_K_CHUNK_ROW0] = row;
+        ch[PE_K_CHUNK_N] = c->n;
+        ch[PE_K_CHUNK_POS0] = c->pos0;
+        ch[PE_K_CHUNK_BT] = bt;
+        int need = (c->pos0 + c->n + B - 1) / B;
+        memcpy(m + L.block_tables + bt, seq->blocks, (size_t)need * sizeof(int32_t));
+        bt += need;
+        for (int k = 0; k < c->n; k++, row++) {
+            int p = c->pos0 + k;
+            m[L.tokens + row] = seq->tokens[p];
+            m[L.positions + row] = p;
+            m[L.slots + row] = seq->blocks[p / B] * B + p % B;
+        }
+        if (c->pos0 + c->n > st->max_keys)
+            st->max_keys = c->pos0 + c->n;
+        for (int k = 0; k < c->nlogits; k++, lr++) {
+            int r = row - c->nlogits + k; /* the chunk's last nlogits rows */
+            int p = c->pos0 + c->n - c->nlogits + k;
+            m[L.logit_rows + lr] = r;
+            st->logit_dst[lr] = NULL;
+            if (seq->score)
+                st->logit_dst[lr] = seq->score_out +
+                                    (seq->all_positions ? (size_t)p * (size_t)s->cfg.vocab : 0);
+            pe_k_sampling sp = {0.0f, 0, 1.0f, 0.0f};
+            if (c->sample) {
+                sp.temperature = seq->sampling.temperature;
+                sp.top_k = seq->sampling.top_k;
+                sp.top_p = seq->sampling.top_p;
+                sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
+                st->sample = 1;
+            }
+            samp[lr] = sp;
+        }
+        seq->busy = 1;
+    }
+    st->ntok = ntok;
+    st->nbt = nbt;
+    st->nlogits = nlogits;
+    st->topk = topk;
+    st->status = PE_OK;
+    st->err[0] = '\0';
+    return 1;
+}
+
+/* ---- taking a step back ------------------------------------------------------------------- */
+
+static int is_eos(const en_sched *s, const en_seq *seq, int32_t t)
+{
+    if (seq->ignore_eos)
+        return 0;
+    for (int i = 0; i < s->cfg.neos; i++)
+        if (s->cfg.eos[i] == t)
+            return 1;
+    return 0;
+}
+
+static int is_stop(const en_seq *seq, int32_t t)
+{
+    for (int i = 0; i < seq->nstop; i++)
+        if (seq->stop[i] == t)
+            return 1;
+    return 0;
+}
+
+/* The token sampled for seq at logit row r: appended, its event emitted; the sequence ends
+ * when the token or its length says so. */
+static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
+{
+    int32_t t = st->out_tokens[r];
+    seq->tokens[seq->ntok++] = t;
+    pe_token_event ev = event_of(seq, PE_FINISH_NONE, PE_OK);
+    ev.token = t;
+    ev.index = seq->generated++;
+    if (seq->logprobs > 0 && st->topk > 0) {
+        float lse = st->out_lse[r];
+        ev.logprob = st->out_logit[r] - lse;
+        ev.nlogprobs = seq->logprobs < st->topk ? seq->logprobs : st->topk;
+        for (int j = 0; j < ev.nlogprobs; j++) {
+            ev.top_tokens[j] = st->out_top[(size_t)r * (size_t)st->topk + (size_t)j];
+            ev.top_logprobs[j] = st->out_topv[(size_t)r * (size_t)st->topk + (size_t)j] - lse;
+        }
+    }
+    if (is_eos(s, seq, t))
+        ev.finish = PE_FINISH_EOS;
+    else if (is_stop(seq, t))
+        ev.finish = PE_FINISH_STOP;
+    else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context)
+        ev.finish = PE_FINISH_LENGTH;
+    if (ev.finish != PE_FINISH_NONE)
+        finish(s, seq, &ev);
+    else
+        s->emit(s->emit_ctx, seq, &ev);
+}
+
+void en_sched_complete(en_sched *s, en_step *st)
+{
+    for (int i = 0; i < st->nchunks; i++) {
+        const en_chunk *c = &st->chunks[i];
+        en_seq *seq = c->seq;
+        seq->busy = 0;
+        if (st->status != PE_OK) {
+            end_with(s, seq, PE_FINISH_ERROR, st->status);
+            continue;
+        }
+        seq->cached += c->n;
+        if (seq->cancelled) {
+            end_with(s, seq, PE_FINISH_CANCELLED, PE_OK);
+        } else if (seq->score) {
+            if (seq->cached == seq->ntok)
+                end_with(s, seq, PE_FINISH_LENGTH, PE_OK);
+        } else if (c->sample) {
+            take_token(s, seq, st, c->logit0 + c->nlogits - 1);
+        }
+    }
+    st->nchunks = 0;
+}

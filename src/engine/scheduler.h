@@ -1,0 +1,187 @@
+/* scheduler.h: one replica's scheduler: which sequences run, which wait, which KV blocks
+ * each holds, and what the next step computes. Pure logic, no threads: the replica's
+ * thread (replica.c) drives it, and tests drive it directly.
+ *
+ * A sequence is a prompt plus the tokens generated so far; `cached` of them have their keys
+ * and values in the replica's KV cache. A step is a batch of chunks, each a run of a
+ * sequence's uncached tokens: decodes first (one token each), then prefill chunks up to the
+ * step's token budget (chunked prefill: a long prompt takes several steps, and never
+ * freezes the decodes of the others). A chunk that reaches the end of its sequence's known
+ * tokens yields a logit row, from which the device samples the next token.
+ *
+ * KV memory: a sequence is admitted (first come, first served) only when the replica can
+ * promise it every block it may need (prompt + max_tokens, capped by the context); blocks
+ * are then taken from the free list as its positions grow, and all return when it ends. So
+ * a running sequence never runs out of blocks and never touches another's. A sequence whose
+ * promise does not fit waits (PE_KV_WAIT) or ends with PE_EAGAIN (PE_KV_REFUSE).
+ */
+#ifndef PE_ENGINE_SCHEDULER_H
+#define PE_ENGINE_SCHEDULER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/sample.h"
+#include "pengine/pengine.h"
+
+/* What travels through a replica's inbox: each message starts with its kind. */
+typedef enum en_msg_kind {
+    EN_MSG_SEQ = 1, /* a new sequence (en_seq) */
+    EN_MSG_CANCEL,  /* a cancel request (en_cancel) */
+    EN_MSG_STEP,    /* a step back from the workers (en_step) */
+    EN_MSG_WAKE     /* look at the engine's state (failure, stop) */
+} en_msg_kind;
+
+typedef struct en_msg {
+    en_msg_kind kind;
+} en_msg;
+
+typedef struct en_cancel {
+    en_msg hdr;
+    uint64_t id;
+} en_cancel;
+
+/* pe_score's caller, waiting for its sequence (engine sync_mu / sync_cv). */
+typedef struct en_score_sync {
+    atomic_int done;
+    pe_status status;
+} en_score_sync;
+
+typedef struct en_seq {
+    en_msg hdr;
+    uint64_t id;
+    int32_t *tokens;     /* (cap) the prompt, then the generated tokens */
+    int ntok, cap;
+    int prompt_len;
+    int cached;          /* positions whose K and V are in the cache */
+    int generated;
+    int max_tokens;
+    pe_sampling sampling;
+    int logprobs;
+    int32_t stop[PE_MAX_STOP];
+    int nstop;
+    int ignore_eos;
+    void *user;
+    /* scoring (pe_score): logits instead of tokens */
+    int score;
+    int all_positions;
+    float *score_out;    /* (n or 1, vocab) the caller's */
+    en_score_sync *sync;
+    /* the scheduler's */
+    int32_t *blocks;     /* (nblocks) block table: position p is in blocks[p / block_tokens] */
+    int nblocks, blocks_cap;
+    int promised;        /* blocks promised at admission (held or still to take) */
+    int busy;            /* in a step that is not back */
+    int cancelled;
+    int finished;        /* its final event is out */
+} en_seq;
+
+/* One chunk of a step: n tokens of seq from position pos0. */
+typedef struct en_chunk {
+    en_seq *seq;
+    int pos0, n;
+    int logit0;          /* its first logit row, -1 when it has none */
+    int nlogits;         /* logit rows: 0, 1 (its last token) or n (scoring all positions) */
+    int sample;          /* 1: its last logit row samples the sequence's next token */
+} en_chunk;
+
+/* A step as the scheduler builds it and the workers read it; results come back in it.
+ * The int32 metadata the device needs is one array, copied in one call. */
+typedef struct en_step {
+    en_msg hdr;
+    int replica;
+    int ntok, nchunks, nlogits, nbt;
+    int32_t max_keys;
+    int topk;             /* largest logprobs of its rows (0: no top-k) */
+    int sample;           /* any row samples */
+    /* meta: tokens (ntok) | positions (ntok) | slots (ntok) | chunks (nchunks x
+     * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | sampling
+     * (nlogits x 4 words: pe_k_sampling) */
+    int32_t *meta;
+    size_t meta_words, meta_cap;
+    en_chunk *chunks;     /* (nchunks) */
+    int chunks_cap;
+    float **logit_dst;    /* (nlogits) host row for each logit row (scoring), or NULL */
+    int logit_cap;
+    /* results (nlogits) */
+    int32_t *out_tokens;
+    float *out_logit;     /* the sampled token's logit */
+    int32_t *out_top;     /* (nlogits, topk) */
+    float *out_topv;      /* (nlogits, topk) */
+    float *out_lse;       /* log-sum-exp of each logit row */
+    int out_cap, out_topk_cap;
+    pe_status status;     /* PE_OK, or why the step failed */
+    char err[256];
+    atomic_int parts;     /* workers still to finish it */
+} en_step;
+
+/* Offsets of the sections of en_step.meta, in int32 words. */
+typedef struct en_meta_layout {
+    size_t tokens, positions, slots, chunks, block_tables, logit_rows, sampling, words;
+} en_meta_layout;
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits);
+
+void en_step_free(en_step *st);
+
+typedef struct en_sched_config {
+    int block_tokens;     /* positions per KV block */
+    int nblocks;          /* blocks in the pool */
+    int max_seqs;         /* running at once */
+    int max_step_tokens;  /* token budget of a step */
+    int max_logit_rows;   /* logit rows of a step */
+    int context;          /* positions a sequence may hold */
+    int vocab;            /* logits per row (a scored sequence's rows) */
+    pe_kv_full kv_full;
+    int32_t eos[8];
+    int neos;
+} en_sched_config;
+
+/* A final or token event for the engine (the scheduler does not know where it goes). */
+typedef void (*en_emit_fn)(void *ctx, en_seq *seq, const pe_token_event *ev);
+
+typedef struct en_sched {
+    en_sched_config cfg;
+    int32_t *free;        /* (nblocks) free block ids, a stack */
+    int nfree;
+    int promised;         /* blocks promised to running sequences (held or to take) */
+    en_seq **waiting;     /* FIFO ring (waiting_cap) */
+    int waiting_head, nwaiting, waiting_cap;
+    en_seq **running;     /* (max_seqs) in admission order */
+    int nrunning;
+    en_emit_fn emit;
+    void *emit_ctx;
+} en_sched;
+
+pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit, void *ctx);
+/* Frees the scheduler's memory; every sequence must have ended (en_sched_end_all). */
+void en_sched_free(en_sched *s);
+
+/* Blocks a sequence with this prompt and max_tokens may need (for the fit check). */
+int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq);
+/* Blocks free and not promised: the room a new sequence sees. */
+int en_sched_room(const en_sched *s);
+int en_sched_sequences(const en_sched *s);
+
+/* Queues a new sequence. It may end at once (PE_KV_REFUSE and no room) with its event. */
+void en_sched_add(en_sched *s, en_seq *seq);
+/* Marks sequence id cancelled; one not in a step ends now with its CANCELLED event. */
+void en_sched_cancel(en_sched *s, uint64_t id);
+/* Ends every sequence not in a step with `why` (its ERROR event); the ones in a step end
+ * when it comes back. */
+void en_sched_end_all(en_sched *s, pe_status why);
+/* 1 when a step could be built now (something waits to run and is not busy). */
+int en_sched_has_work(const en_sched *s);
+
+/* Builds the next step into st (admitting waiting sequences first). Returns 0 when there
+ * is nothing to run, 1 when st holds a step, or -1 when out of host memory. */
+int en_sched_build(en_sched *s, en_step *st);
+/* Takes a step back: on success each chunk's sequence advances (cached positions, the
+ * sampled token and its event, finished sequences end and free their blocks); on failure
+ * its sequences end with the step's error. */
+void en_sched_complete(en_sched *s, en_step *st);
+
+/* Frees a sequence's memory (not its blocks: the scheduler returns those). */
+void en_seq_free(en_seq *seq);
+
+#endif

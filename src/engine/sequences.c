@@ -1,0 +1,284 @@
+/* sequences.c: the client side of decoders: pe_seq_submit, pe_seq_cancel, pe_seq_poll,
+ * pe_seq_wait and pe_score.
+ *
+ * A submitted sequence is checked here (so bad parameters fail at the call), given an id,
+ * and handed to the replica with the most room in its KV pool (then the fewest sequences);
+ * from then on its replica's thread owns it, and it ends with exactly one final event.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "runtime/annotate.h"
+
+void pe_seq_params_init(pe_seq_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->max_tokens = 16;
+    p->sampling.top_p = 1.0f;
+}
+
+static pe_status need_decoder(pe_engine *e, const char *call, pe_err *err)
+{
+    if (!e->loaded)
+        return pe_fail(err, PE_EINVAL, "%s: no model loaded; call pe_engine_load first", call);
+    if (!e->decoder)
+        return pe_fail(err, PE_EINVAL, "%s: the loaded model is an MLP, which runs rows "
+                       "(pe_submit, pe_infer); sequences need a decoder (a Hugging Face "
+                       "directory)", call);
+    if (atomic_load(&e->stopping))
+        return pe_fail(err, PE_ECLOSED, "%s: the engine is shutting down", call);
+    pe_status f = atomic_load(&e->failed);
+    if (f != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(err, f, "%s: the engine stopped after a failure: %s", call, e->fail_err.msg);
+        pthread_mutex_unlock(&e->err_mu);
+        return f;
+    }
+    return PE_OK;
+}
+
+/* Every id must name a row of the embedding. */
+static pe_status check_tokens(const pe_engine *e, const int32_t *t, size_t n, const char *what,
+                              pe_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= e->dec.cfg.V)
+            return pe_fail(err, PE_EINVAL, "%s: token %d at index %zu is outside the "
+                           "vocabulary [0, %d); check the tokenizer against the model", what,
+                           (int)t[i], i, e->dec.cfg.V);
+    return PE_OK;
+}
+
+static pe_status check_params(const pe_engine *e, const pe_seq_params *p, pe_err *err)
+{
+    const int ctx = e->dec.cfg.maxT;
+    if (!p->prompt || p->prompt_len == 0)
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: the prompt is empty; give at least "
+                       "one token (e.g. the model's BOS)");
+    if (p->prompt_len >= (size_t)ctx)
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: the prompt has %zu tokens but the "
+                       "model's context holds %d positions, so none is left to generate; "
+                       "shorten the prompt", p->prompt_len, ctx);
+    if (p->max_tokens < 1)
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: max_tokens is %d; ask for at least "
+                       "1 token", p->max_tokens);
+    const pe_sampling *s = &p->sampling;
+    if (!(s->temperature >= 0.0f) || isinf(s->temperature))
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: temperature %g must be a finite "
+                       "number >= 0 (0 is greedy)", (double)s->temperature);
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: top_p %g must be in (0, 1] (1 keeps "
+                       "every token)", (double)s->top_p);
+    if (s->top_k < 0)
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: top_k %d must be >= 0 (0 keeps every "
+                       "token)", s->top_k);
+    if (p->logprobs < 0 || p->logprobs > PE_MAX_LOGPROBS)
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: logprobs %d must be in 0..%d",
+                       p->logprobs, PE_MAX_LOGPROBS);
+    if (p->nstop > PE_MAX_STOP || (p->nstop && !p->stop))
+        return pe_fail(err, PE_EINVAL, "pe_seq_submit: %zu stop tokens; give at most %d, "
+                       "and a non-NULL list", p->nstop, PE_MAX_STOP);
+    pe_status st = check_tokens(e, p->prompt, p->prompt_len, "pe_seq_submit: the prompt", err);
+    if (st == PE_OK)
+        st = check_tokens(e, p->stop, p->nstop, "pe_seq_submit: the stop tokens", err);
+    return st;
+}
+
+/* The replica with the most room for promises, then the fewest sequences. */
+static en_replica *pick_replica(pe_engine *e)
+{
+    en_replica *best = &e->replicas[0];
+    for (int d = 1; d < e->dp; d++) {
+        en_replica *r = &e->replicas[d];
+        int room = atomic_load_explicit(&r->room, memory_order_relaxed);
+        int best_room = atomic_load_explicit(&best->room, memory_order_relaxed);
+        int seqs = atomic_load_explicit(&r->seqs, memory_order_relaxed);
+        int best_seqs = atomic_load_explicit(&best->seqs, memory_order_relaxed);
+        if (room > best_room || (room == best_room && seqs < best_seqs))
+            best = r;
+    }
+    return best;
+}
+
+/* A new sequence holding `n` tokens now and room for `cap`. */
+static en_seq *seq_new(pe_engine *e, const int32_t *tokens, size_t n, size_t cap)
+{
+    en_seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->tokens = malloc(cap * sizeof *q->tokens);
+    if (!q->tokens) {
+        free(q);
+        return NULL;
+    }
+    memcpy(q->tokens, tokens, n * sizeof *tokens);
+    q->hdr.kind = EN_MSG_SEQ;
+    q->id = atomic_fetch_add(&e->next_seq, 1);
+    q->ntok = (int)n;
+    q->cap = (int)cap;
+    q->prompt_len = (int)n;
+    return q;
+}
+
+/* The KV blocks q may need must fit a pool at all, or it would wait forever. */
+static pe_status check_fits(const pe_engine *e, const en_seq *q, const char *call, pe_err *err)
+{
+    int need = en_sched_blocks_needed(&e->sched_cfg, q);
+    if (need <= e->sched_cfg.nblocks)
+        return PE_OK;
+    return pe_fail(err, PE_EINVAL, "%s: the sequence may need %d KV blocks of %d positions, "
+                   "but a replica's pool has %d; raise kv_tokens (--kv-tokens), or lower "
+                   "max_tokens or the prompt", call, need, e->sched_cfg.block_tokens,
+                   e->sched_cfg.nblocks);
+}
+
+pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
+{
+    if (!e || !p || !id) {
+        pe_set_last_error("pe_seq_submit: engine, params and id must not be NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    pe_status s = need_decoder(e, "pe_seq_submit", &err);
+    if (s == PE_OK)
+        s = check_params(e, p, &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    size_t cap = p->prompt_len + (size_t)p->max_tokens;
+    if (cap > (size_t)e->dec.cfg.maxT)
+        cap = (size_t)e->dec.cfg.maxT;
+    en_seq *q = seq_new(e, p->prompt, p->prompt_len, cap);
+    if (!q) {
+        pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for a sequence");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    q->max_tokens = p->max_tokens;
+    q->sampling = p->sampling;
+    q->logprobs = p->logprobs;
+    q->nstop = (int)p->nstop;
+    if (p->nstop)
+        memcpy(q->stop, p->stop, p->nstop * sizeof *p->stop);
+    q->ignore_eos = p->ignore_eos;
+    q->user = p->user;
+    s = check_fits(e, q, "pe_seq_submit", &err);
+    if (s != PE_OK) {
+        en_seq_free(q);
+        return en_error(e, s, &err);
+    }
+    uint64_t qid = q->id;
+    en_events_expect(&e->events);
+    if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) { /* never closed while running */
+        en_events_unexpect(&e->events);
+        en_seq_free(q);
+        pe_fail(&err, PE_ECLOSED, "pe_seq_submit: the engine is shutting down");
+        return en_error(e, PE_ECLOSED, &err);
+    }
+    *id = qid;
+    return PE_OK;
+}
+
+pe_status pe_seq_cancel(pe_engine *e, uint64_t id)
+{
+    if (!e) {
+        pe_set_last_error("pe_seq_cancel: engine is NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    if (!e->decoder || id >= atomic_load(&e->next_seq)) {
+        pe_fail(&err, PE_EINVAL, "pe_seq_cancel: no sequence %llu was submitted to this engine",
+                (unsigned long long)id);
+        return en_error(e, PE_EINVAL, &err);
+    }
+    /* The sequence's replica is not recorded: every replica looks (dp is small). */
+    for (int d = 0; d < e->dp; d++) {
+        en_cancel *c = malloc(sizeof *c);
+        if (!c) {
+            pe_fail(&err, PE_ENOMEM, "pe_seq_cancel: out of host memory");
+            return en_error(e, PE_ENOMEM, &err);
+        }
+        c->hdr.kind = EN_MSG_CANCEL;
+        c->id = id;
+        if (rt_queue_push(e->replicas[d].inbox, c) != PE_OK)
+            free(c);
+    }
+    return PE_OK;
+}
+
+static pe_status take_event(pe_engine *e, pe_token_event *ev, int block, const char *call)
+{
+    if (!e || !ev) {
+        pe_set_last_error(block ? "pe_seq_wait: engine and ev must not be NULL"
+                                : "pe_seq_poll: engine and ev must not be NULL");
+        return PE_EINVAL;
+    }
+    (void)call;
+    if (!e->events_ready)
+        return PE_EAGAIN;
+    return en_events_take(&e->events, ev, block);
+}
+
+pe_status pe_seq_poll(pe_engine *e, pe_token_event *ev) { return take_event(e, ev, 0, "pe_seq_poll"); }
+pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev) { return take_event(e, ev, 1, "pe_seq_wait"); }
+
+pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
+                   float *logits)
+{
+    if (!e) {
+        pe_set_last_error("pe_score: engine is NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    pe_status s = need_decoder(e, "pe_score", &err);
+    if (s == PE_OK && (!tokens || n == 0 || !logits))
+        s = pe_fail(&err, PE_EINVAL, "pe_score: give at least one token and a logits buffer");
+    if (s == PE_OK && n > (size_t)e->dec.cfg.maxT)
+        s = pe_fail(&err, PE_EINVAL, "pe_score: %zu tokens are more than the model's %d "
+                    "positions", n, e->dec.cfg.maxT);
+    if (s == PE_OK)
+        s = check_tokens(e, tokens, n, "pe_score", &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    en_seq *q = seq_new(e, tokens, n, n);
+    if (!q) {
+        pe_fail(&err, PE_ENOMEM, "pe_score: out of host memory");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    en_score_sync sync;
+    atomic_init(&sync.done, 0);
+    sync.status = PE_OK;
+    RT_IGNORE_WORD(sync.done);
+    q->score = 1;
+    q->all_positions = all_positions != 0;
+    q->score_out = logits;
+    q->sync = &sync;
+    s = check_fits(e, q, "pe_score", &err);
+    if (s != PE_OK) {
+        en_seq_free(q);
+        RT_UNIGNORE_WORD(sync.done);
+        return en_error(e, s, &err);
+    }
+    if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) {
+        en_seq_free(q);
+        sync.status = PE_ECLOSED;
+    } else {
+        pthread_mutex_lock(&e->sync_mu);
+        while (!atomic_load_explicit(&sync.done, memory_order_acquire))
+            pthread_cond_wait(&e->sync_cv, &e->sync_mu);
+        pthread_mutex_unlock(&e->sync_mu);
+        RT_HAPPENS_AFTER(&sync.done);
+    }
+    RT_UNIGNORE_WORD(sync.done);
+    RT_HAPPENS_FORGET(&sync.done);
+    if (sync.status != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(&err, sync.status, "pe_score failed: %s",
+                e->fail_err.msg[0] ? e->fail_err.msg : "the engine is shutting down");
+        pthread_mutex_unlock(&e->err_mu);
+        return en_error(e, sync.status, &err);
+    }
+    return PE_OK;
+}

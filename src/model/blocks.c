@@ -1,0 +1,250 @@
+/* blocks.c: the blocks of a decoder's forward (blocks.h) over the backend's operations. */
+#include "model/blocks.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Records the first failure: its status and a message naming the block and the layer. */
+static void check(md_ctx *c, pe_status s, const char *what)
+{
+    if (s == PE_OK || c->st != PE_OK)
+        return;
+    c->st = s;
+    pe_fail(&c->err, s, "%s (layer %d): %s", what, c->layer, c->ops->last_error(c->dev));
+}
+
+static size_t rows_of(const md_ctx *c) { return c->step->rows; }
+
+pe_status md_forward(const md_decoder *m, const md_weights *w, md_ctx *c)
+{
+    c->st = PE_OK;
+    c->err.msg[0] = '\0';
+    c->layer = -1;
+    m->family->forward(c, &m->cfg, w->family);
+    return c->st;
+}
+
+void blk_embed(md_ctx *c, float *x, const md_table *table, const int32_t *ids)
+{
+    if (c->st)
+        return;
+    check(c, c->ops->embedding(c->dev, c->dtype, x, table->w, ids, rows_of(c), table->cols,
+                               table->rows),
+          "embedding");
+}
+
+void blk_embed_add(md_ctx *c, float *x, const md_table *table, const int32_t *ids, float *tmp)
+{
+    blk_embed(c, tmp, table, ids);
+    if (c->st)
+        return;
+    check(c, c->ops->residual_add(c->dev, x, tmp, rows_of(c) * table->cols), "embedding add");
+}
+
+void blk_layernorm(md_ctx *c, float *out, const float *x, const md_norm *n)
+{
+    if (c->st)
+        return;
+    check(c, c->ops->layernorm(c->dev, out, x, n->w, n->b, rows_of(c), (size_t)c->cfg->C,
+                               c->cfg->eps),
+          "layernorm");
+}
+
+void blk_rmsnorm(md_ctx *c, float *out, const float *x, const md_norm *n)
+{
+    if (c->st)
+        return;
+    check(c, c->ops->rmsnorm(c->dev, out, x, n->w, rows_of(c), (size_t)c->cfg->C, c->cfg->eps),
+          "rmsnorm");
+}
+
+/* x (rows, n) as the GEMM input of the model's dtype: itself, or rounded into a->xh. */
+static const void *gemm_input(md_ctx *c, const float *x, size_t rows, size_t n)
+{
+    if (c->dtype == PE_DTYPE_FP32 || c->st)
+        return x;
+    check(c, c->ops->to_bf16(c->dev, c->a->xh, x, rows * n), "rounding to bf16");
+    return c->a->xh;
+}
+
+/* y (rows, W->out) = act(x W^T + b), b skipped when with_bias is 0. */
+static void linear_rows(md_ctx *c, float *y, const float *x, size_t rows, const md_linear *W,
+                        int with_bias, be_act act)
+{
+    const void *in = gemm_input(c, x, rows, W->in);
+    if (c->st)
+        return;
+    check(c, c->ops->linear(c->dev, c->dtype, rows, W->out, W->in, in, W->w,
+                            with_bias ? W->b : NULL, act, y, 0, NULL),
+          "linear");
+}
+
+void blk_linear(md_ctx *c, float *y, const float *x, const md_linear *W, be_act act)
+{
+    linear_rows(c, y, x, rows_of(c), W, 1, act);
+}
+
+void blk_linear_residual(md_ctx *c, float *x, const float *in, const md_linear *W)
+{
+    const size_t rows = rows_of(c), n = W->out;
+    float *y = c->a->y;
+    if (!c->tp) { /* y = in W^T + b; x += y */
+        linear_rows(c, y, in, rows, W, 1, BE_ACT_NONE);
+        if (!c->st)
+            check(c, c->ops->residual_add(c->dev, x, y, rows * n), "residual add");
+        return;
+    }
+    /* TP: each rank holds some input columns; the partial sums meet in an all-reduce into
+     * h, which no block reads again before the next norm writes it, then b once. */
+    linear_rows(c, y, in, rows, W, 0, BE_ACT_NONE);
+    if (c->st)
+        return;
+    uint64_t t0 = md_now(c->hooks);
+    check(c, c->ops->allreduce_sum(c->tp, y, c->a->h, rows * n), "all-reduce");
+    md_collective_done(c->hooks, t0);
+    if (!c->st && W->b)
+        check(c, c->ops->bias_add(c->dev, c->a->h, W->b, rows, n), "bias");
+    if (!c->st)
+        check(c, c->ops->residual_add(c->dev, x, c->a->h, rows * n), "residual add");
+}
+
+static size_t qkv_width(const md_ctx *c)
+{
+    return (size_t)(c->sh.NH + 2 * c->sh.KVH) * (size_t)c->cfg->hd;
+}
+
+void blk_rope(md_ctx *c, float *qkv, const float *inv_freq)
+{
+    if (c->st)
+        return;
+    /* the q heads and then the k heads, adjacent in each row */
+    check(c, c->ops->rope(c->dev, qkv, rows_of(c), qkv_width(c), (size_t)(c->sh.NH + c->sh.KVH),
+                          (size_t)c->cfg->hd, c->step->positions, inv_freq),
+          "rope");
+}
+
+void blk_attention(md_ctx *c, float *out, const float *qkv, int layer)
+{
+    if (c->st)
+        return;
+    const md_step *s = c->step;
+    const size_t hd = (size_t)c->cfg->hd, stride = qkv_width(c);
+    const float *q = qkv, *k = qkv + (size_t)c->sh.NH * hd, *v = k + (size_t)c->sh.KVH * hd;
+    check(c, c->ops->kv_append(c->dev, c->kv, layer, k, v, stride, s->slots, s->rows),
+          "KV append");
+    if (c->st)
+        return;
+    be_attn at = {
+        .rows = s->rows,
+        .q = q,
+        .q_stride = stride,
+        .out = out,
+        .out_stride = (size_t)c->sh.NH * hd,
+        .heads = c->sh.NH,
+        .scale = 1.0f / sqrtf((float)hd),
+        .window = c->cfg->window,
+        .nchunks = s->nchunks,
+        .chunks = s->chunks,
+        .block_tables = s->block_tables,
+        .max_keys = s->max_keys,
+    };
+    check(c, c->ops->attention(c->dev, c->kv, layer, &at), "attention");
+}
+
+void blk_silu_mul(md_ctx *c, float *out, const float *gu)
+{
+    if (c->st)
+        return;
+    check(c, c->ops->silu_mul(c->dev, out, gu, rows_of(c), (size_t)c->sh.I), "silu_mul");
+}
+
+void blk_logits(md_ctx *c, const float *h, const md_linear *head)
+{
+    const md_step *s = c->step;
+    md_acts *a = c->a;
+    if (c->st || s->nlogits == 0)
+        return;
+    const size_t R = s->nlogits, C = (size_t)c->cfg->C;
+    /* hl (R, C) = the logit rows of h: a gather, which is an embedding over h's rows */
+    check(c, c->ops->embedding(c->dev, PE_DTYPE_FP32, a->hl, h, s->logit_rows, R, C, s->rows),
+          "gathering the logit rows");
+    linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE);
+    if (c->st)
+        return;
+    if (s->sampling)
+        check(c, c->ops->sample(c->dev, a->logits, R, head->out, s->sampling, a->tokens,
+                                a->token_logit),
+              "sampling");
+    if (!c->st && s->topk > 0)
+        check(c, c->ops->topk(c->dev, a->logits, R, head->out, (size_t)s->topk, a->top_idx,
+                              a->top_val, a->lse),
+              "top-k of the logits");
+}
+
+/* ---- scratch ---------------------------------------------------------------------------- */
+
+void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a)
+{
+    void *bufs[] = {a->x,      a->h,           a->qkv,     a->att,     a->ff,
+                    a->ffa,    a->y,           a->xh,      a->hl,      a->logits,
+                    a->tokens, a->token_logit, a->top_idx, a->top_val, a->lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            ops->free(dev, bufs[i]);
+    memset(a, 0, sizeof *a);
+}
+
+static size_t max3(size_t a, size_t b, size_t c)
+{
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cfg,
+                          const md_shard *sh, pe_dtype dtype, size_t T, size_t R, size_t K,
+                          md_acts *a)
+{
+    if (a->x && a->T >= T && a->R >= R && a->K >= K)
+        return PE_OK;
+    md_acts_free(ops, dev, a);
+    T = T ? T : 1;
+    R = R ? R : 1;
+    K = K ? K : 1;
+    const size_t C = (size_t)cfg->C, hd = (size_t)cfg->hd, I = (size_t)sh->I;
+    const size_t qkv = (size_t)(sh->NH + 2 * sh->KVH) * hd, att = (size_t)sh->NH * hd;
+    const size_t widest_in = max3(C, att, I), V = (size_t)sh->V;
+    struct {
+        void **p;
+        size_t bytes;
+    } want[] = {
+        {(void **)&a->x, T * C * sizeof(float)},
+        {(void **)&a->h, T * C * sizeof(float)},
+        {(void **)&a->qkv, T * qkv * sizeof(float)},
+        {(void **)&a->att, T * att * sizeof(float)},
+        {(void **)&a->ff, T * 2 * I * sizeof(float)},
+        {(void **)&a->ffa, T * I * sizeof(float)},
+        {(void **)&a->y, T * C * sizeof(float)},
+        {(void **)&a->xh, dtype == PE_DTYPE_BF16 ? T * widest_in * sizeof(uint16_t) : 0},
+        {(void **)&a->hl, R * C * sizeof(float)},
+        {(void **)&a->logits, R * V * sizeof(float)},
+        {(void **)&a->tokens, R * sizeof(int32_t)},
+        {(void **)&a->token_logit, R * sizeof(float)},
+        {(void **)&a->top_idx, R * K * sizeof(int32_t)},
+        {(void **)&a->top_val, R * K * sizeof(float)},
+        {(void **)&a->lse, R * sizeof(float)},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!want[i].bytes)
+            continue;
+        pe_status s = ops->alloc(dev, want[i].bytes, want[i].p);
+        if (s != PE_OK) {
+            md_acts_free(ops, dev, a);
+            return s;
+        }
+    }
+    a->T = T;
+    a->R = R;
+    a->K = K;
+    return PE_OK;
+}
