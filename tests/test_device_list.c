@@ -351,6 +351,14 @@ static void real_cuda_backend_answers_without_crashing(void **state)
     X(softmax) \
     X(residual_add) \
     X(embedding) \
+    X(rmsnorm) \
+    X(rope) \
+    X(silu_mul) \
+    X(kv_append) \
+    X(attention) \
+    X(argmax) \
+    X(topk) \
+    X(sample) \
     X(comm_create) \
     X(comm_abort) \
     X(comm_abort_all) \

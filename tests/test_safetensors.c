@@ -1,5 +1,5 @@
 /* test_safetensors.c: the safetensors reader and writer: round trips, F16/BF16 decoding,
- * and corrupt files that must be refused with a message naming the fault. */
+ * BF16/F16 writing, and corrupt files that must be refused with a message naming the fault. */
 #include "test_util.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/bf16.h"
 #include "model/format/safetensors.h"
 
 static void write_bytes(const char *path, const void *p, size_t n)
@@ -407,6 +408,85 @@ static void test_writer_counts_elements(void **state)
     assert_int_equal(access(path, F_OK), -1);
 }
 
+/* Float to binary16: every half survives the round trip; a value between two neighbouring
+ * halves goes to the nearer one, a tie to the one with an even mantissa; past 65504 + half
+ * a step is inf. */
+static void test_f32_to_f16_rounding(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = st_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            assert_true(isnan(st_f16_to_f32(st_f32_to_f16(f))));
+            continue;
+        }
+        assert_int_equal(st_f32_to_f16(f), h);
+    }
+    for (uint32_t h = 0; h < 0x7bffu; h++) { /* positive finite neighbours h, h + 1 */
+        float lo = st_f16_to_f32((uint16_t)h), hi = st_f16_to_f32((uint16_t)(h + 1));
+        float mid = (lo + hi) / 2; /* exact: 12 significant bits */
+        assert_int_equal(st_f32_to_f16(mid), (h & 1u) ? h + 1 : h);
+        assert_int_equal(st_f32_to_f16(nextafterf(mid, 0.0f)), h);
+        assert_int_equal(st_f32_to_f16(nextafterf(mid, INFINITY)), h + 1);
+        assert_int_equal(st_f32_to_f16(-nextafterf(mid, INFINITY)), (h + 1) | 0x8000u);
+    }
+    assert_int_equal(st_f32_to_f16(nextafterf(65520.0f, 0.0f)), 0x7bff);
+    assert_int_equal(st_f32_to_f16(65520.0f), 0x7c00);
+    assert_int_equal(st_f32_to_f16(-1e30f), 0xfc00);
+    assert_int_equal(st_f32_to_f16(1e-30f), 0x0000);
+    assert_int_equal(st_f32_to_f16(0x1p-25f), 0x0000);                 /* tie to even: 0 */
+    assert_int_equal(st_f32_to_f16(nextafterf(0x1p-25f, 1.0f)), 0x0001); /* above the tie */
+}
+
+/* BF16 and F16 files: the header says the dtype, the data is the rounded floats. */
+static void test_write_bf16_f16(void **state)
+{
+    (void)state;
+    size_t n = tu_size(1000, 100);
+    float *x = malloc(n * sizeof *x), *got = malloc(n * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(got);
+    tu_fill_random(x, n, 11);
+    for (size_t i = 0; i < n; i++)
+        x[i] *= 100.0f;
+    const st_dtype dts[] = {ST_BF16, ST_F16};
+    for (int k = 0; k < 2; k++) {
+        char path[512];
+        tu_temp_path(path, sizeof path, k ? "st_f16.safetensors" : "st_bf16.safetensors");
+        st_out_tensor ts[] = {{"x", 2, {n / 10, 10}, x}, {"y", 1, {3}, x + 5}};
+        pe_err err = {{0}};
+        assert_int_equal(st_write_as(path, dts[k], NULL, 0, ts, 2, &err), PE_OK);
+        st_file f;
+        assert_int_equal(st_open(path, &f, &err), PE_OK);
+        assert_int_equal(f.data_bytes, 2 * (n + 3)); /* 2 bytes an element */
+        for (int t = 0; t < 2; t++) {
+            const st_tensor *tt = &f.tensors[t];
+            assert_int_equal(tt->dtype, dts[k]);
+            const float *src = t ? x + 5 : x;
+            const uint16_t *bits = tt->data;
+            for (size_t i = 0; i < tt->nelem; i++) {
+                uint16_t want = dts[k] == ST_BF16 ? pe_k_to_bf16(src[i]) : st_f32_to_f16(src[i]);
+                assert_int_equal(bits[i], want);
+            }
+            assert_int_equal(st_read_f32(&f, tt, got, &err), PE_OK);
+            double step = dts[k] == ST_BF16 ? 0x1p-8 : 0x1p-11; /* half an ulp, relative */
+            for (size_t i = 0; i < tt->nelem; i++)
+                assert_true(fabs(got[i] - src[i]) <= step * fabs(src[i]));
+        }
+        st_close(&f);
+        unlink(path);
+    }
+    char path[512];
+    tu_temp_path(path, sizeof path, "st_i32.safetensors");
+    st_out_tensor t1[] = {{"x", 1, {3}, x}};
+    pe_err err = {{0}};
+    assert_int_equal(st_write_as(path, ST_I32, NULL, 0, t1, 1, &err), PE_EINVAL);
+    assert_non_null(strstr(err.msg, "cannot write dtype I32"));
+    assert_int_equal(access(path, F_OK), -1);
+    free(x);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +499,8 @@ int main(void)
         cmocka_unit_test(test_missing_file_and_tensor),
         cmocka_unit_test(test_unreadable_dtype),
         cmocka_unit_test(test_writer_counts_elements),
+        cmocka_unit_test(test_f32_to_f16_rounding),
+        cmocka_unit_test(test_write_bf16_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,14 @@ typedef struct be_ops {
     pe_status (*open)(int id, be_device **out, pe_err *err);
     void (*close)(be_device *dev);
     const char *(*last_error)(const be_device *dev);
+    /* Compute threads, host only (NULL on CUDA, where they do not apply). A host device
+     * computes with a pool: the owning worker thread and one helper per further core of
+     * the set that thread was bound to when it opened the device (every core it may use
+     * when unbound). set_compute_threads restarts the pool with n >= 1 threads (the engine:
+     * pe_config.threads for an unbound worker; tests); compute_threads reports the count
+     * (pe_engine_info.threads). */
+    pe_status (*set_compute_threads)(be_device *dev, int n);
+    int (*compute_threads)(const be_device *dev);
 
     /* ---- memory; sizes in bytes ---- */
     pe_status (*alloc)(be_device *dev, size_t bytes, void **out); /* 64-byte aligned at least */

@@ -120,6 +120,13 @@ static pe_status hb_open(int id, be_device **out, pe_err *err)
     }
     dev->id = id;
     hb_gemm_init();
+    if (hb_threads_open(dev) != PE_OK) {
+        pe_fail(err, PE_ENOMEM, "%s", dev->err.msg);
+        hb_threads_close(dev);
+        hb_pending_release(dev->pend);
+        free(dev);
+        return PE_ENOMEM;
+    }
     *out = dev;
     return PE_OK;
 }
@@ -129,6 +136,7 @@ static void hb_close(be_device *dev)
 {
     if (!dev)
         return;
+    hb_threads_close(dev);
     hb_pending_release(dev->pend);
     free(dev->widened);
     free(dev);
@@ -252,6 +260,14 @@ static const be_ops hb_ops = {
     .softmax = hb_softmax,
     .residual_add = hb_residual_add,
     .embedding = hb_embedding,
+    .rmsnorm = hb_rmsnorm,
+    .rope = hb_rope,
+    .silu_mul = hb_silu_mul,
+    .kv_append = hb_kv_append,
+    .attention = hb_attention,
+    .argmax = hb_argmax,
+    .topk = hb_topk,
+    .sample = hb_sample,
     .comm_create = hb_comm_create,
     .comm_abort = hb_comm_abort,
     .comm_abort_all = hb_comm_abort_all,

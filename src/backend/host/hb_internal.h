@@ -35,17 +35,55 @@ void hb_pending_post(hb_pending *p);
 /* One posted send is finished: consumed (failed = 0) or dropped (failed = 1). */
 void hb_pending_done(hb_pending *p, int failed);
 
+/* Per-thread scratch of a device's compute threads: one buffer per thread, grown by the
+ * owning thread before a parallel region, never inside one. */
+typedef struct hb_scratch {
+    void *p;
+    size_t bytes;
+} hb_scratch;
+
+#define HB_MAX_THREADS 256 /* compute threads of one host device */
+
 struct be_device {
     int id;
     pe_err err;        /* the last failure on this device */
     hb_pending *pend;  /* this device's sends in flight */
     float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
     size_t widened_cap;
+    int nthreads;      /* compute threads (1 until the pool exists) */
+    hb_scratch *tls;   /* (nthreads) per-thread scratch */
+    hb_scratch call;   /* scratch of the owning thread for one call (unit tables, ...) */
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
 pe_status hb_fail(be_device *dev, pe_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A NULL pointer is allowed only for an empty operand. */
+#define HB_NEED(dev, p, n, op)                                                          \
+    do {                                                                                \
+        if ((n) != 0 && !(p))                                                           \
+            return hb_fail((dev), PE_EINVAL, "%s on host device %d: " #p " is NULL",    \
+                           (op), (dev)->id);                                            \
+    } while (0)
+
+/* ---- parallel regions (hb_parallel.c) ---- */
+/* fn runs items [begin, end) on compute thread `thread` (0 = the device's worker). */
+typedef void (*hb_range_fn)(void *arg, size_t begin, size_t end, int thread);
+/* Runs fn over [0, n) on the device's compute threads, in pieces of at least grain items
+ * (n <= grain: one call on the calling thread); returns when every piece is done. */
+void hb_for(be_device *dev, size_t n, size_t grain, hb_range_fn fn, void *arg);
+/* Makes every compute thread's scratch at least bytes (64-byte aligned). */
+pe_status hb_scratch_reserve(be_device *dev, size_t bytes, const char *op);
+static inline void *hb_tls(be_device *dev, int thread) { return dev->tls[thread].p; }
+/* The owning thread's scratch of at least bytes for one call, or NULL (the failure is
+ * recorded, PE_ENOMEM). */
+void *hb_call_scratch(be_device *dev, size_t bytes, const char *op);
+/* Rows per piece of a row-wise op with cols elements a row: enough work to pay for a
+ * region (hb_norm.c). */
+size_t hb_row_grain(size_t cols);
+pe_status hb_threads_open(be_device *dev);
+void hb_threads_close(be_device *dev);
 
 /* ---- GEMM (hb_gemm.c) ---- */
 /* Makes OpenBLAS compute on the calling thread (once per process). */
@@ -79,6 +117,23 @@ pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n);
 pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
 pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
                        const int32_t *ids, size_t n, size_t dim, size_t vocab);
+
+/* ---- decoder operations (hb_norm.c, hb_rope.c, hb_kv.c, hb_attention.c, hb_sample.c) */
+pe_status hb_rmsnorm(be_device *dev, float *out, const float *x, const float *w, size_t rows,
+                     size_t cols, float eps);
+pe_status hb_rope(be_device *dev, float *x, size_t rows, size_t stride, size_t nheads,
+                  size_t head_dim, const int32_t *pos, const float *inv_freq);
+pe_status hb_silu_mul(be_device *dev, float *out, const float *gate_up, size_t rows, size_t n);
+pe_status hb_kv_append(be_device *dev, const be_kv *kv, int layer, const float *k,
+                       const float *v, size_t stride, const int32_t *slots, size_t rows);
+/* Checks a KV pool and a layer for op; PE_OK or PE_EINVAL with a message. */
+pe_status hb_kv_check(be_device *dev, const be_kv *kv, int layer, const char *op);
+pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn *a);
+pe_status hb_argmax(be_device *dev, const float *x, size_t rows, size_t n, int32_t *idx);
+pe_status hb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t k,
+                  int32_t *idx, float *val, float *lse);
+pe_status hb_sample(be_device *dev, const float *x, size_t rows, size_t n,
+                    const pe_k_sampling *params, int32_t *tokens, float *logit);
 
 /* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c) ---- */
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);

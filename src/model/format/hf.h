@@ -54,7 +54,7 @@ pe_status md_hf_str_or(const md_hf *h, const char *key, const char *dflt, const 
 /* A boolean, or dflt when missing or null. */
 pe_status md_hf_bool_or(const md_hf *h, const char *key, int dflt, int *out, pe_err *err);
 /* An integer or a list of integers (eos_token_id is either): up to max values in out, the
- * count in *n (0 when the key is missing or null). */
+ * count in *n (0 when the key is missing or null; a longer list keeps its first max). */
 pe_status md_hf_int_list(const md_hf *h, const char *key, int32_t *out, int max, int *n,
                          pe_err *err);
 /* The first entry of the "architectures" list; PE_EFORMAT when there is none. */

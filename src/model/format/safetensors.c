@@ -63,6 +63,26 @@ float st_f16_to_f32(uint16_t h)
     return f;
 }
 
+uint16_t st_f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: quiet, keeping the payload's top bits */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* >= 65520 (halfway above 65504, the largest half): inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal (or zero), mant = x * 2^24 rounded */
+        float v;
+        memcpy(&v, &a, sizeof v);
+        return (uint16_t)(sign | (uint16_t)nearbyintf(v * 0x1p24f)); /* exact scaling */
+    }
+    uint32_t m = a - ((uint32_t)(127 - 15) << 23); /* rebias the exponent */
+    m += 0xfffu + ((m >> 13) & 1u);                  /* round the 13 dropped bits, ties even */
+    return (uint16_t)(sign | (m >> 13));
+}
+
 float st_bf16_to_f32(uint16_t h)
 {
     uint32_t bits = (uint32_t)h << 16;

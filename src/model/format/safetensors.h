@@ -1,4 +1,5 @@
-/* safetensors.h: reading (mmap, every byte checked) and writing (F32) of safetensors files.
+/* safetensors.h: reading (mmap, every byte checked) and writing (F32, BF16, F16) of
+ * safetensors files.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON header, then the data.
  * The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]},
@@ -77,6 +78,9 @@ pe_status st_read_f32(const st_file *f, const st_tensor *t, float *dst, pe_err *
 /* IEEE binary16 (with subnormals, inf, nan) and bfloat16 bit patterns to float. */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);
+/* A float to the nearest binary16, ties to even (overflow to inf, subnormals kept, NaN stays
+ * a quiet NaN). (Float to bf16 is pe_k_to_bf16, kernels/bf16.h.) */
+uint16_t st_f32_to_f16(float x);
 
 /* ---- writing ---------------------------------------------------------------------------- */
 
@@ -91,12 +95,18 @@ typedef struct st_out_tensor {
     const float *data;         /* product(shape) floats; unused by st_writer_open */
 } st_out_tensor;
 
-/* Streaming writer of an F32 file: the header is written at open (padded with spaces to
- * a multiple of 8 bytes, as the reference implementation does), then the data of the
- * tensors in order through any number of st_writer_put calls. The file appears under
- * its name only at a successful st_writer_close; st_writer_abort drops it. */
+/* Streaming writer of a file whose tensors all have one dtype, F32, BF16 or F16: the header
+ * is written at open (padded with spaces to a multiple of 8 bytes, as the reference
+ * implementation does), then the data of the tensors in order through any number of
+ * st_writer_put calls, given as floats and rounded to the dtype (to nearest, ties to even:
+ * pe_k_to_bf16, st_f32_to_f16). The file appears under its name only at a successful
+ * st_writer_close; st_writer_abort drops it. */
 typedef struct st_writer st_writer;
 
+pe_status st_writer_open_as(st_writer **w, const char *path, st_dtype dtype,
+                            const st_kv *meta, int nmeta, const st_out_tensor *tensors,
+                            int ntensors, pe_err *err);
+/* st_writer_open_as with F32. */
 pe_status st_writer_open(st_writer **w, const char *path, const st_kv *meta, int nmeta,
                          const st_out_tensor *tensors, int ntensors, pe_err *err);
 /* Appends the next n floats of the data (tensor after tensor, row-major). */
@@ -106,7 +116,9 @@ pe_status st_writer_close(st_writer *w, pe_err *err);
 /* Frees w and removes the partial file. */
 void st_writer_abort(st_writer *w);
 
-/* One call: writes tensors[i].data for every tensor. */
+/* One call: writes tensors[i].data for every tensor, as dtype or as F32. */
+pe_status st_write_as(const char *path, st_dtype dtype, const st_kv *meta, int nmeta,
+                      const st_out_tensor *tensors, int ntensors, pe_err *err);
 pe_status st_write_f32(const char *path, const st_kv *meta, int nmeta,
                        const st_out_tensor *tensors, int ntensors, pe_err *err);
 

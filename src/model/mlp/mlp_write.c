@@ -1,9 +1,9 @@
 /* mlp_write.c: writes a seeded random (or identity) MLP as an F32 safetensors file.
  *
- * The weights come from our own generator (xoshiro256** seeded by splitmix64, normals by
- * Box-Muller in double, rounded once to float), drawn layer by layer, row by row, so one
- * spec gives the same bytes on every machine whose libm rounds log, sqrt, cos and sin
- * correctly (glibc does).
+ * The weights come from the writers' generator (model/gen/rng.h: xoshiro256** seeded by
+ * splitmix64, normals by Box-Muller in double, rounded once to float), drawn layer by
+ * layer, row by row, so one spec gives the same bytes on every machine whose libm rounds
+ * log, sqrt, cos and sin correctly (glibc does).
  */
 #include "model/mlp/mlp.h"
 
@@ -13,56 +13,7 @@
 #include <string.h>
 
 #include "model/format/safetensors.h"
-
-typedef struct md_rng {
-    uint64_t s[4];
-    double spare; /* the second Box-Muller normal */
-    int has_spare;
-} md_rng;
-
-static uint64_t md_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void md_rng_seed(md_rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++)
-        r->s[i] = md_splitmix64(&seed);
-    r->has_spare = 0;
-}
-
-static uint64_t md_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t md_xoshiro(md_rng *r) /* xoshiro256** */
-{
-    uint64_t *s = r->s, out = md_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = md_rotl(s[3], 45);
-    return out;
-}
-
-/* A standard normal (Box-Muller: two uniforms give two normals). */
-static double md_normal(md_rng *r)
-{
-    if (r->has_spare) {
-        r->has_spare = 0;
-        return r->spare;
-    }
-    double u1 = (double)((md_xoshiro(r) >> 11) + 1) * 0x1.0p-53; /* (0, 1]: log is finite */
-    double u2 = (double)(md_xoshiro(r) >> 11) * 0x1.0p-53;       /* [0, 1) */
-    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-    r->spare = rad * sin(th);
-    r->has_spare = 1;
-    return rad * cos(th);
-}
+#include "model/gen/rng.h"
 
 static pe_status md_check_spec(const md_mlp_spec *sp, const char *path, pe_err *err)
 {
@@ -130,7 +81,7 @@ pe_status md_mlp_write(const md_mlp_spec *sp, const char *path, pe_err *err)
         for (size_t o = 0; o < out && s == PE_OK; o++) { /* W (out, in), row o */
             for (size_t k = 0; k < in; k++)
                 row[k] = sp->init == MD_INIT_IDENTITY ? (float)(o == k)
-                                                      : (float)(std * md_normal(&rng));
+                                                      : (float)(std * md_rng_normal(&rng));
             s = st_writer_put(w, row, in, err);
         }
         memset(row, 0, out * sizeof *row); /* b (out) */

@@ -1,0 +1,238 @@
+/* hb_attention.c: paged attention on a host device (attention.h's layout and rules).
+ *
+ * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, KV head): the query heads
+ * of the KV head's group are computed together, so each block of keys and values is read
+ * (and, in a bf16 pool, widened) once per group and row piece. Keys go block by block
+ * (block_tokens positions, contiguous per head in the pool) with an online softmax: per
+ * query a running max m, a running sum l and an unnormalized output acc; a block whose
+ * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
+ * hb_simd's (AVX2/FMA where the CPU has it).
+ *
+ * Units run on the device's threads in any order; a unit's result depends only on its
+ * inputs, so the output has the same bits for any thread count.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/host/hb_internal.h"
+#include "backend/host/hb_simd.h"
+#include "kernels/attention.h"
+
+#define HB_ATTN_ROWS 16           /* query rows of a chunk in one unit */
+#define HB_ATTN_INLINE_WORK 32768 /* below this many (key x head x dim) products: no region */
+
+typedef struct attn_job {
+    const be_kv *kv;
+    const be_attn *a;
+    int layer, bf16, group; /* group: query heads per KV head */
+    const size_t *first;    /* (nchunks + 1) first unit of each chunk */
+    const hb_simd *simd;
+    be_device *dev;
+} attn_job;
+
+/* Floats of per-thread scratch a unit needs: acc, m, l, the scores, widened K and V. */
+static size_t unit_floats(int group, int hd, int B)
+{
+    size_t q = (size_t)HB_ATTN_ROWS * (size_t)group;
+    return q * (size_t)hd + 2 * q + ((size_t)B + 16) + 2 * (size_t)B * (size_t)hd;
+}
+
+/* The chunk holding unit u: the last c with first[c] <= u. */
+static size_t chunk_of(const size_t *first, size_t nchunks, size_t u)
+{
+    size_t lo = 0, hi = nchunks; /* first[lo] <= u < first[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (first[mid] <= u)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void attn_unit(const attn_job *j, size_t u, float *tls)
+{
+    const be_attn *a = j->a;
+    const pe_k_kv_shape s = j->kv->shape;
+    const int hd = s.head_dim, B = s.block_tokens, G = j->group, kvh = s.kv_heads;
+    const size_t c = chunk_of(j->first, a->nchunks, u), local = u - j->first[c];
+    const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+    const int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
+    const int32_t *bt = a->block_tables + ch[PE_K_CHUNK_BT];
+    const int g = (int)(local % (size_t)kvh);
+    const int32_t i0 = (int32_t)(local / (size_t)kvh) * HB_ATTN_ROWS;
+    const int32_t i1 = i0 + HB_ATTN_ROWS < n ? i0 + HB_ATTN_ROWS : n;
+    const size_t nq = (size_t)(i1 - i0) * (size_t)G, h = (size_t)hd;
+
+    float *acc = tls;                                        /* (nq, hd) */
+    float *m = acc + (size_t)HB_ATTN_ROWS * (size_t)G * h;   /* (nq) running max */
+    float *l = m + (size_t)HB_ATTN_ROWS * (size_t)G;         /* (nq) running sum */
+    float *p = l + (size_t)HB_ATTN_ROWS * (size_t)G;         /* (B) scores, then weights */
+    float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h;  /* (B, hd) widened K, V */
+    memset(acc, 0, nq * h * sizeof *acc);
+    for (size_t q = 0; q < nq; q++) {
+        m[q] = -INFINITY;
+        l[q] = 0.0f;
+    }
+
+    const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
+    for (int32_t kb = k_lo / B; kb <= p_hi / B; kb++) {
+        const int32_t b0 = kb * B; /* position of the block's row 0 */
+        const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
+        const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0; /* rows used */
+        size_t ki = pe_k_kv_index(s, bt[kb], j->layer, 0, g, t_lo);
+        size_t vi = pe_k_kv_index(s, bt[kb], j->layer, 1, g, t_lo);
+        const float *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
+        if (j->bf16) {
+            const uint16_t *pool = j->kv->base;
+            size_t len = (size_t)(t_hi - t_lo + 1) * h;
+            j->simd->widen(kbuf, pool + ki, len);
+            j->simd->widen(vbuf, pool + vi, len);
+            K = kbuf;
+            V = vbuf;
+        } else {
+            const float *pool = j->kv->base;
+            K = pool + ki;
+            V = pool + vi;
+        }
+        for (int32_t i = i0; i < i1; i++) {
+            const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
+            const int32_t lo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
+            const int32_t hi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
+            if (lo > hi)
+                continue;
+            const int nk = hi - lo + 1;
+            const float *Kr = K + (size_t)(lo - t_lo) * h, *Vr = V + (size_t)(lo - t_lo) * h;
+            for (int hh = 0; hh < G; hh++) {
+                const size_t qi = (size_t)(i - i0) * (size_t)G + (size_t)hh;
+                const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
+                                  (size_t)(g * G + hh) * h;
+                float *ac = acc + qi * h;
+                j->simd->scores(p, qv, Kr, nk, hd, a->scale);
+                float mx = p[0];
+                for (int t = 1; t < nk; t++)
+                    mx = p[t] > mx ? p[t] : mx;
+                if (mx > m[qi]) {
+                    float corr = expf(m[qi] - mx); /* 0 for the first block */
+                    j->simd->rescale(ac, corr, hd);
+                    l[qi] *= corr;
+                    m[qi] = mx;
+                }
+                float sum = 0.0f;
+                for (int t = 0; t < nk; t++) {
+                    p[t] = expf(p[t] - m[qi]);
+                    sum += p[t];
+                }
+                l[qi] += sum;
+                j->simd->accum(ac, p, Vr, nk, hd);
+            }
+        }
+    }
+    for (int32_t i = i0; i < i1; i++)
+        for (int hh = 0; hh < G; hh++) {
+            const size_t qi = (size_t)(i - i0) * (size_t)G + (size_t)hh;
+            float *o = a->out + (size_t)(row0 + i) * a->out_stride + (size_t)(g * G + hh) * h;
+            const float inv = 1.0f / l[qi];
+            for (size_t d = 0; d < h; d++)
+                o[d] = acc[qi * h + d] * inv;
+        }
+}
+
+static void attn_units(void *arg, size_t u0, size_t u1, int thread)
+{
+    const attn_job *j = arg;
+    float *tls = hb_tls(j->dev, thread);
+    for (size_t u = u0; u < u1; u++)
+        attn_unit(j, u, tls);
+}
+
+/* Checks the step's chunk table and the block ids its queries read. */
+static pe_status check_chunks(be_device *dev, const be_kv *kv, const be_attn *a)
+{
+    const int B = kv->shape.block_tokens;
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+        int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
+        int32_t bto = ch[PE_K_CHUNK_BT];
+        if (row0 < 0 || n < 0 || (size_t)row0 + (size_t)n > a->rows || pos0 < 0 || bto < 0)
+            return hb_fail(dev, PE_EINVAL,
+                           "attention on host device %d: chunk %zu (row0=%d n=%d pos0=%d "
+                           "bt=%d) does not fit the step's %zu rows; fields must be >= 0 and "
+                           "row0 + n <= rows",
+                           dev->id, c, row0, n, pos0, bto, a->rows);
+        if (n == 0)
+            continue;
+        if ((int64_t)pos0 + n > a->max_keys)
+            return hb_fail(dev, PE_EINVAL,
+                           "attention on host device %d: chunk %zu's last token sees %lld "
+                           "keys, more than max_keys=%d; set max_keys to the step's largest "
+                           "position + 1",
+                           dev->id, c, (long long)pos0 + n, a->max_keys);
+        if (!a->block_tables)
+            return hb_fail(dev, PE_EINVAL, "attention on host device %d: block_tables is NULL",
+                           dev->id);
+        const int32_t *bt = a->block_tables + bto;
+        int32_t last = pos0 + n - 1;
+        for (int32_t kb = pe_k_attn_first(pos0, a->window) / B; kb <= last / B; kb++)
+            if (bt[kb] < 0 || (size_t)bt[kb] >= kv->nblocks)
+                return hb_fail(dev, PE_EINVAL,
+                               "attention on host device %d: chunk %zu's block table entry %d "
+                               "is block %d, outside the pool's %zu blocks; check the "
+                               "sequence's block table",
+                               dev->id, c, kb, bt[kb], kv->nblocks);
+    }
+    return PE_OK;
+}
+
+pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn *a)
+{
+    if (!a)
+        return hb_fail(dev, PE_EINVAL, "attention on host device %d: the step (be_attn) is "
+                       "NULL", dev->id);
+    if (a->rows == 0 || a->nchunks == 0)
+        return PE_OK;
+    pe_status st = hb_kv_check(dev, kv, layer, "attention");
+    if (st != PE_OK)
+        return st;
+    const int kvh = kv->shape.kv_heads, hd = kv->shape.head_dim;
+    if (a->heads <= 0 || a->heads % kvh != 0)
+        return hb_fail(dev, PE_EINVAL,
+                       "attention on host device %d: heads=%d is not a positive multiple of "
+                       "the pool's kv_heads=%d (each KV head serves heads / kv_heads query "
+                       "heads)",
+                       dev->id, a->heads, kvh);
+    size_t width = (size_t)a->heads * (size_t)hd;
+    if (a->q_stride < width || a->out_stride < width)
+        return hb_fail(dev, PE_EINVAL,
+                       "attention on host device %d: q_stride=%zu and out_stride=%zu must be "
+                       ">= heads x head_dim = %zu",
+                       dev->id, a->q_stride, a->out_stride, width);
+    HB_NEED(dev, a->q, 1, "attention");
+    HB_NEED(dev, a->out, 1, "attention");
+    HB_NEED(dev, a->chunks, 1, "attention");
+    st = check_chunks(dev, kv, a);
+    if (st != PE_OK)
+        return st;
+
+    size_t *first = hb_call_scratch(dev, (a->nchunks + 1) * sizeof *first, "attention");
+    if (!first)
+        return PE_ENOMEM;
+    double work = 0; /* key x query-head x dim products, to decide on a region */
+    first[0] = 0;
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+        size_t n = (size_t)ch[PE_K_CHUNK_N];
+        first[c + 1] = first[c] + (n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (size_t)kvh;
+        work += (double)n * ((double)ch[PE_K_CHUNK_POS0] + (double)n) * (double)width;
+    }
+    st = hb_scratch_reserve(dev, unit_floats(a->heads / kvh, hd, kv->shape.block_tokens) *
+                                     sizeof(float), "attention");
+    if (st != PE_OK)
+        return st;
+    attn_job j = {kv, a, layer, kv->dtype == PE_DTYPE_BF16, a->heads / kvh, first,
+                  hb_simd_get(), dev};
+    size_t units = first[a->nchunks];
+    hb_for(dev, units, work < HB_ATTN_INLINE_WORK ? units : 1, attn_units, &j);
+    return PE_OK;
+}

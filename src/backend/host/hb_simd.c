@@ -1,0 +1,322 @@
+/* hb_simd.c: the vectorized inner loops of hb_simd.h: a portable C version and an
+ * AVX2/FMA version (compiled with a target attribute, chosen at run time with
+ * __builtin_cpu_supports, so the build needs no -mavx2 and runs on any x86-64). */
+#include "backend/host/hb_simd.h"
+
+#include <pthread.h>
+
+#include "kernels/bf16.h"
+
+/* ---- portable ------------------------------------------------------------------------ */
+
+static void scores_c(float *s, const float *q, const float *K, int nk, int hd, float scale)
+{
+    for (int t = 0; t < nk; t++) {
+        const float *k = K + (size_t)t * (size_t)hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++)
+            dot += q[d] * k[d];
+        s[t] = dot * scale;
+    }
+}
+
+static void rescale_c(float *acc, float c, int hd)
+{
+    for (int d = 0; d < hd; d++)
+        acc[d] *= c;
+}
+
+static void accum_c(float *acc, const float *p, const float *V, int nk, int hd)
+{
+    for (int t = 0; t < nk; t++) {
+        const float *v = V + (size_t)t * (size_t)hd;
+        for (int d = 0; d < hd; d++)
+            acc[d] += p[t] * v[d];
+    }
+}
+
+static void widen_c(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pe_k_from_bf16(src[i]);
+}
+
+static void gemv_f32_c(float *y, size_t ldy, const float *x, size_t M, const float *W, size_t K,
+                       size_t nrows)
+{
+    for (size_t n = 0; n < nrows; n++)
+        for (size_t m = 0; m < M; m++) {
+            const float *w = W + n * K, *xm = x + m * K;
+            float s = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                s += xm[k] * w[k];
+            y[m * ldy + n] = s;
+        }
+}
+
+static void gemv_bf16_c(float *y, size_t ldy, const float *x, size_t M, const uint16_t *W,
+                        size_t K, size_t nrows)
+{
+    for (size_t n = 0; n < nrows; n++)
+        for (size_t m = 0; m < M; m++) {
+            const uint16_t *w = W + n * K;
+            const float *xm = x + m * K;
+            float s = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                s += xm[k] * pe_k_from_bf16(w[k]);
+            y[m * ldy + n] = s;
+        }
+}
+
+static const hb_simd portable = {
+    .name = "portable",
+    .scores = scores_c,
+    .rescale = rescale_c,
+    .accum = accum_c,
+    .widen = widen_c,
+    .gemv_f32 = gemv_f32_c,
+    .gemv_bf16 = gemv_bf16_c,
+};
+
+const hb_simd *hb_simd_portable(void) { return &portable; }
+
+/* ---- AVX2 + FMA -------------------------------------------------------------------- */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline float hsum(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* 8 bf16 values widened to fp32 (a shift of each into the upper half of a 32-bit lane). */
+AVX2 static inline __m256 load_bf16(const uint16_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AVX2 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+
+/* One dot product's end: the vector sum's lanes, then the tail [k8, K) in order. */
+AVX2 static inline float finish_f32(__m256 acc, const float *x, const float *w, size_t k8,
+                                    size_t K)
+{
+    float s = hsum(acc);
+    for (size_t k = k8; k < K; k++)
+        s += x[k] * w[k];
+    return s;
+}
+
+AVX2 static inline float finish_bf16(__m256 acc, const float *x, const uint16_t *w, size_t k8,
+                                     size_t K)
+{
+    float s = hsum(acc);
+    for (size_t k = k8; k < K; k++)
+        s += x[k] * pe_k_from_bf16(w[k]);
+    return s;
+}
+
+AVX2 static void scores_avx2(float *s, const float *q, const float *K, int nk, int hd,
+                             float scale)
+{
+    const size_t h = (size_t)hd, h8 = h & ~(size_t)7;
+    int t = 0;
+    for (; t + 4 <= nk; t += 4) {
+        const float *k0 = K + (size_t)t * h, *k1 = k0 + h, *k2 = k1 + h, *k3 = k2 + h;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t d = 0; d < h8; d += 8) {
+            __m256 qv = load_f32(q + d);
+            a0 = _mm256_fmadd_ps(qv, load_f32(k0 + d), a0);
+            a1 = _mm256_fmadd_ps(qv, load_f32(k1 + d), a1);
+            a2 = _mm256_fmadd_ps(qv, load_f32(k2 + d), a2);
+            a3 = _mm256_fmadd_ps(qv, load_f32(k3 + d), a3);
+        }
+        s[t] = finish_f32(a0, q, k0, h8, h) * scale;
+        s[t + 1] = finish_f32(a1, q, k1, h8, h) * scale;
+        s[t + 2] = finish_f32(a2, q, k2, h8, h) * scale;
+        s[t + 3] = finish_f32(a3, q, k3, h8, h) * scale;
+    }
+    for (; t < nk; t++) {
+        const float *k0 = K + (size_t)t * h;
+        __m256 a0 = _mm256_setzero_ps();
+        for (size_t d = 0; d < h8; d += 8)
+            a0 = _mm256_fmadd_ps(load_f32(q + d), load_f32(k0 + d), a0);
+        s[t] = finish_f32(a0, q, k0, h8, h) * scale;
+    }
+}
+
+AVX2 static void rescale_avx2(float *acc, float c, int hd)
+{
+    const __m256 cv = _mm256_set1_ps(c);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(acc + d, _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d)));
+    for (; d < hd; d++)
+        acc[d] *= c;
+}
+
+/* acc += p(t) V(t) over t, 8 columns of 8 at a time so 8 FMA chains run side by side. */
+AVX2 static void accum_avx2(float *acc, const float *p, const float *V, int nk, int hd)
+{
+    const size_t h = (size_t)hd;
+    size_t d = 0;
+    for (; d + 64 <= h; d += 64) {
+        __m256 a[8];
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_loadu_ps(acc + d + 8 * (size_t)j);
+        for (int t = 0; t < nk; t++) {
+            const __m256 pv = _mm256_set1_ps(p[t]);
+            const float *v = V + (size_t)t * h + d;
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8 * j), a[j]);
+        }
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(acc + d + 8 * (size_t)j, a[j]);
+    }
+    for (; d + 8 <= h; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        for (int t = 0; t < nk; t++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(V + (size_t)t * h + d), a);
+        _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < h; d++) {
+        float a = acc[d];
+        for (int t = 0; t < nk; t++)
+            a += p[t] * V[(size_t)t * h + d];
+        acc[d] = a;
+    }
+}
+
+AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_bf16(src + i));
+    for (; i < n; i++)
+        dst[i] = pe_k_from_bf16(src[i]);
+}
+
+/* The GEMV kernels: 4 rows of W against 2 rows of x (8 accumulators), and the 4x1, 1x2
+ * and 1x1 edges. Each W tile of 4 rows is read from memory once and from L1 for the
+ * other rows of x. LOAD_W is load_f32 or load_bf16. */
+#define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH)                                                 \
+    AVX2 static void gemv_4x2_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
+                                    size_t K)                                                 \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        const WT *w0 = W, *w1 = W + K, *w2 = W + 2 * K, *w3 = W + 3 * K;                      \
+        const float *x0 = x, *x1 = x + K;                                                      \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                    \
+        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                    \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            __m256 v0 = LOAD_W(w0 + k), v1 = LOAD_W(w1 + k), v2 = LOAD_W(w2 + k),             \
+                   v3 = LOAD_W(w3 + k);                                                       \
+            __m256 u0 = load_f32(x0 + k), u1 = load_f32(x1 + k);                              \
+            a00 = _mm256_fmadd_ps(u0, v0, a00);                                               \
+            a01 = _mm256_fmadd_ps(u0, v1, a01);                                               \
+            a02 = _mm256_fmadd_ps(u0, v2, a02);                                               \
+            a03 = _mm256_fmadd_ps(u0, v3, a03);                                               \
+            a10 = _mm256_fmadd_ps(u1, v0, a10);                                               \
+            a11 = _mm256_fmadd_ps(u1, v1, a11);                                               \
+            a12 = _mm256_fmadd_ps(u1, v2, a12);                                               \
+            a13 = _mm256_fmadd_ps(u1, v3, a13);                                               \
+        }                                                                                      \
+        y[0] = FINISH(a00, x0, w0, k8, K);                                                    \
+        y[1] = FINISH(a01, x0, w1, k8, K);                                                    \
+        y[2] = FINISH(a02, x0, w2, k8, K);                                                    \
+        y[3] = FINISH(a03, x0, w3, k8, K);                                                    \
+        y[ldy] = FINISH(a10, x1, w0, k8, K);                                                  \
+        y[ldy + 1] = FINISH(a11, x1, w1, k8, K);                                              \
+        y[ldy + 2] = FINISH(a12, x1, w2, k8, K);                                              \
+        y[ldy + 3] = FINISH(a13, x1, w3, k8, K);                                              \
+    }                                                                                          \
+    AVX2 static void gemv_4x1_##SUF(float *y, const float *x, const WT *W, size_t K)          \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        const WT *w0 = W, *w1 = W + K, *w2 = W + 2 * K, *w3 = W + 3 * K;                      \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                           \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            __m256 u = load_f32(x + k);                                                        \
+            a0 = _mm256_fmadd_ps(u, LOAD_W(w0 + k), a0);                                      \
+            a1 = _mm256_fmadd_ps(u, LOAD_W(w1 + k), a1);                                      \
+            a2 = _mm256_fmadd_ps(u, LOAD_W(w2 + k), a2);                                      \
+            a3 = _mm256_fmadd_ps(u, LOAD_W(w3 + k), a3);                                      \
+        }                                                                                      \
+        y[0] = FINISH(a0, x, w0, k8, K);                                                      \
+        y[1] = FINISH(a1, x, w1, k8, K);                                                      \
+        y[2] = FINISH(a2, x, w2, k8, K);                                                      \
+        y[3] = FINISH(a3, x, w3, k8, K);                                                      \
+    }                                                                                          \
+    AVX2 static void gemv_1x1_##SUF(float *y, const float *x, const WT *w, size_t K)          \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        __m256 a = _mm256_setzero_ps();                                                        \
+        for (size_t k = 0; k < k8; k += 8)                                                     \
+            a = _mm256_fmadd_ps(load_f32(x + k), LOAD_W(w + k), a);                           \
+        y[0] = FINISH(a, x, w, k8, K);                                                        \
+    }                                                                                          \
+    AVX2 static void gemv_##SUF##_avx2(float *y, size_t ldy, const float *x, size_t M,        \
+                                       const WT *W, size_t K, size_t nrows)                   \
+    {                                                                                          \
+        size_t n = 0;                                                                          \
+        for (; n + 4 <= nrows; n += 4) {                                                       \
+            size_t m = 0;                                                                      \
+            for (; m + 2 <= M; m += 2)                                                         \
+                gemv_4x2_##SUF(y + m * ldy + n, ldy, x + m * K, W + n * K, K);                \
+            if (m < M)                                                                         \
+                gemv_4x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K);                     \
+        }                                                                                      \
+        for (; n < nrows; n++)                                                                 \
+            for (size_t m = 0; m < M; m++)                                                     \
+                gemv_1x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K);                     \
+    }
+
+GEMV_KERNELS(f32, float, load_f32, finish_f32)
+GEMV_KERNELS(bf16, uint16_t, load_bf16, finish_bf16)
+
+static const hb_simd avx2 = {
+    .name = "avx2",
+    .scores = scores_avx2,
+    .rescale = rescale_avx2,
+    .accum = accum_avx2,
+    .widen = widen_avx2,
+    .gemv_f32 = gemv_f32_avx2,
+    .gemv_bf16 = gemv_bf16_avx2,
+};
+
+const hb_simd *hb_simd_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &avx2 : NULL;
+}
+#else
+const hb_simd *hb_simd_avx2(void) { return NULL; }
+#endif
+
+static const hb_simd *best;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void find_best(void)
+{
+    best = hb_simd_avx2();
+    if (!best)
+        best = &portable;
+}
+
+const hb_simd *hb_simd_best(void)
+{
+    pthread_once(&best_once, find_best);
+    return best;
+}
+
+static const hb_simd *chosen; /* NULL: the best */
+
+const hb_simd *hb_simd_get(void) { return chosen ? chosen : hb_simd_best(); }
+
+void hb_simd_use(const hb_simd *s) { chosen = s; }

@@ -1,0 +1,45 @@
+/* hb_simd.h: the host backend's vectorized inner loops (attention's score and value
+ * loops, bf16 widening, the GEMV/skinny-GEMM kernel), in an AVX2/FMA version chosen at
+ * run time where the CPU has it, and a portable C version otherwise.
+ *
+ * Every output of a kernel is computed by the same sequence of operations whatever the
+ * tile it falls in, so results do not depend on how the work is split over threads (nor,
+ * for the GEMV, on M).
+ */
+#ifndef PE_BACKEND_HOST_HB_SIMD_H
+#define PE_BACKEND_HOST_HB_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hb_simd {
+    const char *name; /* "avx2" or "portable" */
+    /* s(nk) = scale * (q(hd) . K(nk, hd) row t) */
+    void (*scores)(float *s, const float *q, const float *K, int nk, int hd, float scale);
+    /* acc(hd) = c * acc(hd) */
+    void (*rescale)(float *acc, float c, int hd);
+    /* acc(hd) += sum over t < nk, in order, of p(t) * V(t, hd) */
+    void (*accum)(float *acc, const float *p, const float *V, int nk, int hd);
+    /* dst(n) = src(n) widened from bf16 (exact) */
+    void (*widen)(float *dst, const uint16_t *src, size_t n);
+    /* y(M, ldy)[:, 0..nrows) = x(M, K) . W(nrows, K)^T, row-major; fp32 sums */
+    void (*gemv_f32)(float *y, size_t ldy, const float *x, size_t M, const float *W, size_t K,
+                     size_t nrows);
+    void (*gemv_bf16)(float *y, size_t ldy, const float *x, size_t M, const uint16_t *W,
+                      size_t K, size_t nrows);
+} hb_simd;
+
+/* The best version this CPU runs (AVX2 with FMA, else portable). */
+const hb_simd *hb_simd_best(void);
+/* The portable version (the tests check it too). */
+const hb_simd *hb_simd_portable(void);
+/* The AVX2 version, or NULL when the CPU lacks AVX2 or FMA. */
+const hb_simd *hb_simd_avx2(void);
+
+/* The version the host backend's kernels use: hb_simd_best() unless a test chose another. */
+const hb_simd *hb_simd_get(void);
+/* Test hook: make the kernels use s (NULL: back to the best). Not thread-safe: call it
+ * while no host device computes. */
+void hb_simd_use(const hb_simd *s);
+
+#endif

@@ -1,0 +1,822 @@
+/* test_llm_ops.c: the host backend's decoder operations against independent expectations:
+ * RMSNorm, RoPE, SwiGLU's product, the bf16 embedding table, kv_append, paged attention,
+ * argmax, top-k with log-sum-exp, and sampling.
+ *
+ * References are the naive twins of src/kernels (pe_k_attend_naive, pe_k_sample_row,
+ * pe_k_rope_head) or loops written here in double; hand-computed cases where easy. Inputs
+ * are random (never zeros) and outputs are poisoned with NaN first, so an element the op
+ * forgets to write fails the comparison. Every op also runs with 1 and 2 compute threads,
+ * which must give the same bits: no op's split over threads changes the order of a sum.
+ */
+#include "test_util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/host/hb_simd.h"
+#include "kernels/attention.h"
+#include "kernels/bf16.h"
+#include "kernels/elementwise.h"
+#include "kernels/rope.h"
+#include "kernels/sample.h"
+
+static const be_ops *ops;
+
+static int setup(void **state)
+{
+    be_device *dev = NULL;
+    pe_err err = {{0}};
+    if (ops->open(0, &dev, &err) != PE_OK)
+        return -1;
+    *state = dev;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    ops->close(*state);
+    return 0;
+}
+
+/* The thread counts every op runs with. */
+static const int thread_counts[] = {1};
+enum { NCOUNTS = sizeof thread_counts / sizeof thread_counts[0] };
+
+static void use_threads(be_device *dev, int n)
+{
+    if (!ops->set_compute_threads)
+        return;
+    if (ops->set_compute_threads(dev, n) != PE_OK)
+        fail_msg("set_compute_threads(%d): %s", n, ops->last_error(dev));
+    assert_int_equal(ops->compute_threads(dev), n);
+}
+
+static float *fvec(size_t n, uint64_t seed, float scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    tu_fill_random(x, n, seed);
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] == 0.0f ? scale * 0.5f : x[i] * scale; /* never exactly zero */
+    return x;
+}
+
+static float *poisoned(size_t n)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+/* Asserts a[i] and b[i] have the same bits (NaNs included) for i < n. */
+static void assert_same_bits(const void *a, const void *b, size_t bytes, const char *what,
+                             int threads)
+{
+    if (memcmp(a, b, bytes) != 0)
+        fail_msg("%s: %d threads gave other bits than 1 thread", what, threads);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------------------- */
+
+static void test_rmsnorm_of_a_known_row(void **state)
+{
+    be_device *dev = *state;
+    /* x = (1, 2, 3, 4): mean of squares 30 / 4 = 7.5 */
+    float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 0.5f}, out[4] = {NAN, NAN, NAN, NAN};
+    assert_int_equal(ops->rmsnorm(dev, out, x, w, 1, 4, 0.0f), PE_OK);
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(out[i], w[i] * x[i] / sqrt(7.5), 1e-6);
+    /* in place, with eps: 1 / sqrt(7.5 + 0.5) */
+    assert_int_equal(ops->rmsnorm(dev, x, x, w, 1, 4, 0.5f), PE_OK);
+    const float orig[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(x[i], w[i] * orig[i] / sqrt(8.0), 1e-6);
+}
+
+static void test_rmsnorm_matches_double_reference(void **state)
+{
+    be_device *dev = *state;
+    const size_t shapes[][2] = {{1, 1}, {3, 7}, {5, 768}, {tu_small() ? 9 : 70, 4096}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        float *x = fvec(n, 10 + s, 3.0f), *w = fvec(cols, 20 + s, 1.5f);
+        float *first = NULL;
+        for (int c = 0; c < NCOUNTS; c++) {
+            use_threads(dev, thread_counts[c]);
+            float *out = poisoned(n);
+            assert_int_equal(ops->rmsnorm(dev, out, x, w, rows, cols, 1e-5f), PE_OK);
+            for (size_t r = 0; r < rows; r++) {
+                double ss = 0;
+                for (size_t i = 0; i < cols; i++)
+                    ss += (double)x[r * cols + i] * x[r * cols + i];
+                double rstd = 1.0 / sqrt(ss / (double)cols + 1e-5);
+                for (size_t i = 0; i < cols; i++) {
+                    double want = (double)w[i] * x[r * cols + i] * rstd;
+                    double got = out[r * cols + i];
+                    if (!(fabs(got - want) <= 1e-5 * fabs(want) + 1e-6))
+                        fail_msg("rmsnorm %zux%zu [%zu][%zu] = %.9g, want %.9g", rows, cols, r,
+                                 i, got, want);
+                }
+            }
+            if (first)
+                assert_same_bits(out, first, n * sizeof *out, "rmsnorm", thread_counts[c]);
+            free(first);
+            first = out;
+        }
+        free(first);
+        free(x);
+        free(w);
+    }
+    float v = 1.0f;
+    assert_int_equal(ops->rmsnorm(dev, &v, &v, &v, 1, 0, 1e-5f), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "rmsnorm"));
+    assert_int_equal(ops->rmsnorm(dev, &v, &v, NULL, 1, 1, 1e-5f), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "host device"));
+    assert_int_equal(ops->rmsnorm(dev, &v, &v, &v, 1, 1, -1.0f), PE_EINVAL);
+    assert_int_equal(ops->rmsnorm(dev, NULL, NULL, NULL, 0, 4, 1e-5f), PE_OK);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------- */
+
+static void test_rope_of_a_known_vector_at_position_1(void **state)
+{
+    be_device *dev = *state;
+    /* head_dim 4: pairs (0, 2) and (1, 3) turn by 1 * inv_freq = 0.5 and 0.25 rad */
+    float x[4] = {1, 2, 3, 4}, inv_freq[2] = {0.5f, 0.25f};
+    int32_t pos = 1;
+    assert_int_equal(ops->rope(dev, x, 1, 4, 1, 4, &pos, inv_freq), PE_OK);
+    assert_float_equal(x[0], 1 * cos(0.5) - 3 * sin(0.5), 1e-6);
+    assert_float_equal(x[2], 3 * cos(0.5) + 1 * sin(0.5), 1e-6);
+    assert_float_equal(x[1], 2 * cos(0.25) - 4 * sin(0.25), 1e-6);
+    assert_float_equal(x[3], 4 * cos(0.25) + 2 * sin(0.25), 1e-6);
+    /* position 0 turns nothing */
+    float y[4] = {1, 2, 3, 4};
+    pos = 0;
+    assert_int_equal(ops->rope(dev, y, 1, 4, 1, 4, &pos, inv_freq), PE_OK);
+    assert_true(y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 4);
+}
+
+/* Every head of every row equals pe_k_rope_head's, bit for bit; the columns past the heads
+ * (the stride's gap) are not touched. */
+static void test_rope_equals_the_kernel_per_head(void **state)
+{
+    be_device *dev = *state;
+    const size_t hds[] = {2, 6, 64, 128};
+    for (size_t t = 0; t < sizeof hds / sizeof hds[0]; t++) {
+        size_t hd = hds[t], nheads = 5, rows = tu_small() ? 7 : 41;
+        size_t stride = nheads * hd + 3, n = rows * stride;
+        float *x = fvec(n, 30 + t, 2.0f), *inv = malloc(hd / 2 * sizeof *inv);
+        for (size_t i = 0; i < hd / 2; i++) /* Llama's: theta^(-2i/hd), theta = 10000 */
+            inv[i] = (float)pow(10000.0, -2.0 * (double)i / (double)hd);
+        int32_t *pos = malloc(rows * sizeof *pos);
+        for (size_t r = 0; r < rows; r++)
+            pos[r] = (int32_t)((r * 977) % 5000);
+        float *want = malloc(n * sizeof *want);
+        memcpy(want, x, n * sizeof *x);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t h = 0; h < nheads; h++)
+                pe_k_rope_head(want + r * stride + h * hd, (int)hd, pos[r], inv);
+        for (int c = 0; c < NCOUNTS; c++) {
+            use_threads(dev, thread_counts[c]);
+            float *got = malloc(n * sizeof *got);
+            memcpy(got, x, n * sizeof *x);
+            assert_int_equal(ops->rope(dev, got, rows, stride, nheads, hd, pos, inv), PE_OK);
+            if (memcmp(got, want, n * sizeof *got) != 0)
+                fail_msg("rope hd=%zu with %d threads differs from pe_k_rope_head", hd,
+                         thread_counts[c]);
+            free(got);
+        }
+        free(x);
+        free(inv);
+        free(pos);
+        free(want);
+    }
+    float v[4] = {1, 2, 3, 4}, inv[2] = {1, 1};
+    int32_t pos = 1, neg = -1;
+    assert_int_equal(ops->rope(dev, v, 1, 4, 1, 3, &pos, inv), PE_EINVAL); /* odd head_dim */
+    assert_non_null(strstr(ops->last_error(dev), "head_dim=3"));
+    assert_int_equal(ops->rope(dev, v, 2, 3, 1, 4, &pos, inv), PE_EINVAL); /* short stride */
+    assert_int_equal(ops->rope(dev, v, 1, 4, 1, 4, &neg, inv), PE_EINVAL);
+    assert_int_equal(ops->rope(dev, v, 1, 4, 1, 4, NULL, inv), PE_EINVAL);
+}
+
+/* ---- SwiGLU's product ---------------------------------------------------------------------- */
+
+static void test_silu_mul_matches_the_formula(void **state)
+{
+    be_device *dev = *state;
+    size_t rows = tu_small() ? 5 : 33, n = 1000;
+    float *gu = fvec(rows * 2 * n, 40, 8.0f);
+    float *first = NULL;
+    for (int c = 0; c < NCOUNTS; c++) {
+        use_threads(dev, thread_counts[c]);
+        float *out = poisoned(rows * n);
+        assert_int_equal(ops->silu_mul(dev, out, gu, rows, n), PE_OK);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t i = 0; i < n; i++) {
+                double g = gu[r * 2 * n + i], u = gu[r * 2 * n + n + i];
+                double want = g / (1.0 + exp(-g)) * u, got = out[r * n + i];
+                if (!(fabs(got - want) <= 4 * FLT_EPSILON * fabs(want) + 1e-30))
+                    fail_msg("silu_mul [%zu][%zu] = %.9g, want %.9g", r, i, got, want);
+            }
+        if (first)
+            assert_same_bits(out, first, rows * n * sizeof *out, "silu_mul", thread_counts[c]);
+        free(first);
+        first = out;
+    }
+    /* in place: out over gate_up's first half of the buffer */
+    for (int c = 0; c < NCOUNTS; c++) {
+        use_threads(dev, thread_counts[c]);
+        float *buf = malloc(rows * 2 * n * sizeof *buf);
+        memcpy(buf, gu, rows * 2 * n * sizeof *buf);
+        assert_int_equal(ops->silu_mul(dev, buf, buf, rows, n), PE_OK);
+        assert_memory_equal(buf, first, rows * n * sizeof *buf);
+        free(buf);
+    }
+    assert_int_equal(ops->silu_mul(dev, first, NULL, rows, n), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "silu_mul"));
+    free(first);
+    free(gu);
+}
+
+/* ---- embedding with a bf16 table --------------------------------------------------------- */
+
+static void test_embedding_reads_a_bf16_table_exactly(void **state)
+{
+    be_device *dev = *state;
+    size_t vocab = 40, dim = 24, n = 6;
+    float *t = fvec(vocab * dim, 50, 4.0f);
+    uint16_t *tb = malloc(vocab * dim * sizeof *tb);
+    for (size_t i = 0; i < vocab * dim; i++)
+        tb[i] = pe_k_to_bf16(t[i]);
+    int32_t ids[6] = {39, 0, 5, 5, 17, 38};
+    float *out = poisoned(n * dim);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, ids, n, dim, vocab), PE_OK);
+    for (size_t i = 0; i < n; i++)
+        for (size_t d = 0; d < dim; d++)
+            assert_true(out[i * dim + d] == pe_k_from_bf16(tb[(size_t)ids[i] * dim + d]));
+    int32_t bad = 40;
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, &bad, 1, dim, vocab),
+                     PE_EINVAL);
+    free(t);
+    free(tb);
+    free(out);
+}
+
+/* ---- the KV pool ------------------------------------------------------------------------- */
+
+typedef struct pool {
+    be_kv kv;
+    size_t elems;
+} pool;
+
+/* A pool with random contents (so reads of unwritten slots give garbage, not zeros). */
+static pool make_pool(pe_dtype dt, int nlayers, int kvh, int B, int hd, size_t nblocks,
+                      uint64_t seed)
+{
+    pool p = {.kv = {.dtype = dt, .nblocks = nblocks,
+                     .shape = {.nlayers = nlayers, .kv_heads = kvh, .block_tokens = B,
+                               .head_dim = hd}}};
+    p.elems = nblocks * pe_k_kv_block_elems(p.kv.shape);
+    float *v = fvec(p.elems, seed, 1.0f);
+    if (dt == PE_DTYPE_BF16) {
+        uint16_t *h = malloc(p.elems * sizeof *h);
+        for (size_t i = 0; i < p.elems; i++)
+            h[i] = pe_k_to_bf16(v[i]);
+        free(v);
+        p.kv.base = h;
+    } else {
+        p.kv.base = v;
+    }
+    return p;
+}
+
+static size_t pool_bytes(const pool *p)
+{
+    return p->elems * (p->kv.dtype == PE_DTYPE_BF16 ? 2 : 4);
+}
+
+static void test_kv_append_stores_at_the_slots(void **state)
+{
+    be_device *dev = *state;
+    for (int bf = 0; bf < 2; bf++) {
+        pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+        const int nlayers = 3, kvh = 2, B = 4, hd = 6, layer = 1;
+        size_t nblocks = 5, rows = 7, stride = 3 * (size_t)kvh * hd; /* a fused qkv row */
+        pool p = make_pool(dt, nlayers, kvh, B, hd, nblocks, 60 + bf);
+        void *before = malloc(pool_bytes(&p));
+        memcpy(before, p.kv.base, pool_bytes(&p));
+        float *qkv = fvec(rows * stride, 61, 3.0f);
+        const float *k = qkv + (size_t)kvh * hd, *v = qkv + 2 * (size_t)kvh * hd;
+        int32_t slots[7] = {0, 3, 4, 19, 10, 11, 7}; /* blocks 0, 0, 1, 4, 2, 2, 1 */
+        void *first = NULL;
+        for (int c = 0; c < NCOUNTS; c++) {
+            use_threads(dev, thread_counts[c]);
+            memcpy(p.kv.base, before, pool_bytes(&p));
+            assert_int_equal(ops->kv_append(dev, &p.kv, layer, k, v, stride, slots, rows),
+                             PE_OK);
+            /* every element: written ones hold the (rounded) value, the others are as before */
+            unsigned char *hit = calloc(p.elems, 1);
+            for (size_t r = 0; r < rows; r++)
+                for (int h = 0; h < kvh; h++)
+                    for (int d = 0; d < hd; d++)
+                        for (int which = 0; which < 2; which++) {
+                            size_t i = pe_k_kv_index(p.kv.shape, slots[r] / B, layer, which, h,
+                                                     slots[r] % B) +
+                                       (size_t)d;
+                            float src = (which ? v : k)[r * stride + (size_t)h * hd + d];
+                            float want = bf ? pe_k_round_bf16(src) : src;
+                            assert_true(pe_k_kv_load(p.kv.base, bf, i) == want);
+                            hit[i] = 1;
+                        }
+            for (size_t i = 0; i < p.elems; i++)
+                if (!hit[i])
+                    assert_true(pe_k_kv_load(p.kv.base, bf, i) == pe_k_kv_load(before, bf, i));
+            free(hit);
+            if (first)
+                assert_same_bits(p.kv.base, first, pool_bytes(&p), "kv_append",
+                                 thread_counts[c]);
+            else {
+                first = malloc(pool_bytes(&p));
+                memcpy(first, p.kv.base, pool_bytes(&p));
+            }
+        }
+        /* a slot outside the pool: PE_EINVAL, a message naming it, the pool unchanged */
+        memcpy(p.kv.base, before, pool_bytes(&p));
+        int32_t bad[2] = {1, 20};
+        assert_int_equal(ops->kv_append(dev, &p.kv, layer, k, v, stride, bad, 2), PE_EINVAL);
+        assert_non_null(strstr(ops->last_error(dev), "slot 20"));
+        assert_memory_equal(p.kv.base, before, pool_bytes(&p));
+        assert_int_equal(ops->kv_append(dev, &p.kv, 3, k, v, stride, slots, 1), PE_EINVAL);
+        assert_non_null(strstr(ops->last_error(dev), "layer 3"));
+        assert_int_equal(ops->kv_append(dev, &p.kv, layer, k, NULL, stride, slots, 1),
+                         PE_EINVAL);
+        free(first);
+        free(before);
+        free(qkv);
+        free(p.kv.base);
+    }
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+static void test_attention_of_two_keys_by_hand(void **state)
+{
+    be_device *dev = *state;
+    /* one head of dim 2, keys at positions 0 and 1, the query at position 1 */
+    pool p = make_pool(PE_DTYPE_FP32, 1, 1, 4, 2, 1, 70);
+    float *pk = p.kv.base;
+    const float k0[2] = {1, 0}, k1[2] = {0, 1}, v0[2] = {1, 2}, v1[2] = {3, 4};
+    memcpy(pk + pe_k_kv_index(p.kv.shape, 0, 0, 0, 0, 0), k0, sizeof k0);
+    memcpy(pk + pe_k_kv_index(p.kv.shape, 0, 0, 0, 0, 1), k1, sizeof k1);
+    memcpy(pk + pe_k_kv_index(p.kv.shape, 0, 0, 1, 0, 0), v0, sizeof v0);
+    memcpy(pk + pe_k_kv_index(p.kv.shape, 0, 0, 1, 0, 1), v1, sizeof v1);
+    float q[2] = {2, 0}, out[2] = {NAN, NAN};
+    int32_t chunk[PE_K_CHUNK_FIELDS] = {0, 1, 1, 0}, bt[1] = {0};
+    be_attn a = {.rows = 1, .q = q, .q_stride = 2, .out = out, .out_stride = 2, .heads = 1,
+                 .scale = 0.5f, .window = 0, .nchunks = 1, .chunks = chunk,
+                 .block_tables = bt, .max_keys = 2};
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_OK);
+    /* scores 0.5 * (2, 0) = (1, 0): weights e / (e + 1) and 1 / (e + 1) */
+    double p0 = exp(1.0) / (exp(1.0) + 1.0), p1 = 1.0 - p0;
+    assert_float_equal(out[0], p0 * 1 + p1 * 3, 1e-6);
+    assert_float_equal(out[1], p0 * 2 + p1 * 4, 1e-6);
+    /* a window of 1: only the key at the query's own position */
+    a.window = 1;
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_OK);
+    assert_float_equal(out[0], 3, 1e-6);
+    assert_float_equal(out[1], 4, 1e-6);
+    free(p.kv.base);
+}
+
+typedef struct attn_case {
+    const char *name;
+    pe_dtype dtype;
+    int heads, kv_heads, head_dim, block_tokens;
+    int32_t window;
+    int nchunks;
+    int32_t n[6], pos0[6]; /* each chunk's tokens and first position */
+} attn_case;
+
+/* Runs one step of chunks through attention with every thread count, and checks each
+ * query head of each row against pe_k_attend_naive. Rows outside every chunk and the
+ * stride's gaps stay NaN. */
+static void check_attention(be_device *dev, const attn_case *tc, uint64_t seed)
+{
+    const int H = tc->heads, KVH = tc->kv_heads, hd = tc->head_dim, B = tc->block_tokens;
+    const int nlayers = 2, layer = 1, bf = tc->dtype == PE_DTYPE_BF16;
+    /* chunks laid out in order with one unused row between them */
+    int32_t chunks[6][PE_K_CHUNK_FIELDS];
+    size_t rows = 0, bt_len = 0, nblocks = 0;
+    int32_t max_keys = 0;
+    for (int c = 0; c < tc->nchunks; c++) {
+        int32_t keys = tc->pos0[c] + tc->n[c];
+        chunks[c][PE_K_CHUNK_ROW0] = (int32_t)rows;
+        chunks[c][PE_K_CHUNK_N] = tc->n[c];
+        chunks[c][PE_K_CHUNK_POS0] = tc->pos0[c];
+        chunks[c][PE_K_CHUNK_BT] = (int32_t)bt_len;
+        rows += (size_t)tc->n[c] + 1;
+        bt_len += (size_t)(keys + B - 1) / (size_t)B;
+        max_keys = keys > max_keys ? keys : max_keys;
+    }
+    nblocks = bt_len + 3;
+    /* each chunk's blocks: a scattered permutation of the pool's blocks */
+    int32_t *bt = malloc(bt_len * sizeof *bt);
+    for (size_t i = 0; i < bt_len; i++)
+        bt[i] = (int32_t)((i * 7 + 2) % nblocks);
+    pool p = make_pool(tc->dtype, nlayers, KVH, B, hd, nblocks, seed);
+    size_t q_stride = (size_t)(H + 2 * KVH) * hd + 2, out_stride = (size_t)H * hd + 5;
+    float *q = fvec(rows * q_stride, seed + 1, 1.0f);
+    float scale = 1.0f / sqrtf((float)hd);
+    be_attn a = {.rows = rows, .q = q, .q_stride = q_stride, .out_stride = out_stride,
+                 .heads = H, .scale = scale, .window = tc->window,
+                 .nchunks = (size_t)tc->nchunks, .chunks = &chunks[0][0], .block_tables = bt,
+                 .max_keys = max_keys};
+    float *want = poisoned(rows * out_stride), *scores = malloc((size_t)max_keys * 4);
+    unsigned char *in_chunk = calloc(rows, 1);
+    for (int c = 0; c < tc->nchunks; c++)
+        for (int32_t i = 0; i < tc->n[c]; i++) {
+            size_t r = (size_t)chunks[c][PE_K_CHUNK_ROW0] + (size_t)i;
+            in_chunk[r] = 1;
+            for (int h = 0; h < H; h++)
+                pe_k_attend_naive(want + r * out_stride + (size_t)h * hd,
+                                  q + r * q_stride + (size_t)h * hd, p.kv.base, bf,
+                                  p.kv.shape, layer, h / (H / KVH),
+                                  bt + chunks[c][PE_K_CHUNK_BT], tc->pos0[c] + i, tc->window,
+                                  scale, scores);
+        }
+    float *first = NULL;
+    for (int c = 0; c < NCOUNTS; c++) {
+        use_threads(dev, thread_counts[c]);
+        float *out = poisoned(rows * out_stride);
+        a.out = out;
+        if (ops->attention(dev, &p.kv, layer, &a) != PE_OK)
+            fail_msg("%s: attention: %s", tc->name, ops->last_error(dev));
+        for (size_t r = 0; r < rows; r++)
+            for (size_t e = 0; e < out_stride; e++) {
+                float g = out[r * out_stride + e], w = want[r * out_stride + e];
+                if (!in_chunk[r] || e >= (size_t)H * hd) {
+                    if (!isnan(g))
+                        fail_msg("%s: out[%zu][%zu] outside the chunks was written", tc->name,
+                                 r, e);
+                } else if (!(fabsf(g - w) <= 2e-5f))
+                    fail_msg("%s (%d threads): out[%zu][%zu] (head %zu) = %.9g, naive %.9g",
+                             tc->name, thread_counts[c], r, e, e / (size_t)hd, (double)g,
+                             (double)w);
+            }
+        if (first)
+            assert_same_bits(out, first, rows * out_stride * sizeof *out, tc->name,
+                             thread_counts[c]);
+        free(first);
+        first = out;
+    }
+    free(first);
+    free(want);
+    free(scores);
+    free(in_chunk);
+    free(q);
+    free(bt);
+    free(p.kv.base);
+}
+
+static void test_attention_matches_the_naive_twin(void **state)
+{
+    be_device *dev = *state;
+    const int small = tu_small();
+    const attn_case cases[] = {
+        /* decode steps: one token per chunk, positions in and across blocks */
+        {"decode fp32 hd64", PE_DTYPE_FP32, 4, 4, 64, 16, 0, 4, {1, 1, 1, 1}, {0, 9, 16, 70}},
+        {"decode bf16 hd128 GQA", PE_DTYPE_BF16, 8, 2, 128, 16, 0, 3, {1, 1, 1}, {5, 33, 47}},
+        /* prefill chunks (causal inside), one starting after cached positions, with decodes */
+        {"mixed fp32 GQA", PE_DTYPE_FP32, 6, 2, 64, 16, 0, 4, {1, 21, 1, 40}, {12, 0, 63, 7}},
+        {"mixed bf16", PE_DTYPE_BF16, 3, 3, 64, 8, 0, 3, {17, 1, 5}, {3, 30, 0}},
+        /* sliding windows shorter than the history, inside and across blocks */
+        {"window fp32", PE_DTYPE_FP32, 4, 2, 64, 16, 5, 3, {1, 20, 3}, {50, 4, 17}},
+        {"window bf16 GQA", PE_DTYPE_BF16, 8, 1, 64, 4, 9, 2, {26, 1}, {2, 44}},
+        /* head_dim not a multiple of the vector width; tiny blocks */
+        {"hd 6", PE_DTYPE_FP32, 2, 1, 6, 3, 0, 2, {7, 1}, {0, 11}},
+        {"hd 10 bf16 window", PE_DTYPE_BF16, 4, 2, 10, 5, 4, 2, {9, 1}, {6, 15}},
+        {"hd 72", PE_DTYPE_FP32, 2, 2, 72, 16, 0, 2, {3, 1}, {30, 2}},
+        /* a long prefill chunk: several row pieces per KV head */
+        {"long prefill", PE_DTYPE_FP32, 4, 2, 64, 16, 0, 1, {small ? 40 : 130}, {small ? 5 : 200}},
+    };
+    /* the vector loops this CPU runs, then the portable ones */
+    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
+    for (int v = 0; v < 2; v++) {
+        hb_simd_use(versions[v]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_attention(dev, &cases[i], 100 + i);
+    }
+    hb_simd_use(NULL);
+}
+
+static void test_attention_rejects_bad_steps_with_a_message(void **state)
+{
+    be_device *dev = *state;
+    pool p = make_pool(PE_DTYPE_FP32, 1, 2, 4, 8, 2, 80);
+    float q[64], out[64];
+    int32_t chunk[PE_K_CHUNK_FIELDS] = {0, 2, 3, 0}, bt[2] = {0, 1};
+    be_attn a = {.rows = 2, .q = q, .q_stride = 32, .out = out, .out_stride = 32, .heads = 4,
+                 .scale = 1.0f, .nchunks = 1, .chunks = chunk, .block_tables = bt,
+                 .max_keys = 5};
+    tu_fill_random(q, 64, 81);
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_OK);
+    a.heads = 3; /* not a multiple of kv_heads 2 */
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "heads=3"));
+    a.heads = 4;
+    a.max_keys = 4; /* the last token at position 4 sees 5 keys */
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "max_keys"));
+    a.max_keys = 5;
+    bt[1] = 2; /* block 2 of a pool of 2 */
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "block 2"));
+    bt[1] = 1;
+    chunk[PE_K_CHUNK_N] = 3; /* rows 0..2 of a 2-row step */
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    chunk[PE_K_CHUNK_N] = 2;
+    a.out_stride = 31;
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "out_stride"));
+    a.out_stride = 32;
+    assert_int_equal(ops->attention(dev, &p.kv, 1, &a), PE_EINVAL); /* layer 1 of 1 */
+    assert_int_equal(ops->attention(dev, NULL, 0, &a), PE_EINVAL);
+    a.q = NULL;
+    assert_int_equal(ops->attention(dev, &p.kv, 0, &a), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "attention"));
+    free(p.kv.base);
+}
+
+/* ---- argmax, top-k ------------------------------------------------------------------------ */
+
+static void test_argmax_is_the_first_largest(void **state)
+{
+    be_device *dev = *state;
+    size_t rows = tu_small() ? 6 : 37, n = 5003;
+    float *x = fvec(rows * n, 90, 10.0f);
+    /* ties: row 1's max appears twice; NaNs never win; a row of -inf picks index 0 */
+    x[1 * n + 100] = 50.0f;
+    x[1 * n + 4000] = 50.0f;
+    x[2 * n + 0] = NAN;
+    x[2 * n + 7] = 60.0f;
+    for (size_t i = 0; i < n; i++)
+        x[3 * n + i] = -INFINITY;
+    int32_t *first = NULL;
+    for (int c = 0; c < NCOUNTS; c++) {
+        use_threads(dev, thread_counts[c]);
+        int32_t *idx = malloc(rows * sizeof *idx);
+        for (size_t r = 0; r < rows; r++)
+            idx[r] = -7;
+        assert_int_equal(ops->argmax(dev, x, rows, n, idx), PE_OK);
+        for (size_t r = 0; r < rows; r++) {
+            int32_t best = -1;
+            for (size_t i = 0; i < n; i++)
+                if (!isnan(x[r * n + i]) && (best < 0 || x[r * n + i] > x[r * n + best]))
+                    best = (int32_t)i;
+            assert_int_equal(idx[r], best);
+        }
+        assert_int_equal(idx[1], 100);
+        assert_int_equal(idx[2], 7);
+        assert_int_equal(idx[3], 0);
+        if (first)
+            assert_memory_equal(idx, first, rows * sizeof *idx);
+        free(first);
+        first = idx;
+    }
+    free(first);
+    assert_int_equal(ops->argmax(dev, x, 1, 0, (int32_t[1]){0}), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "argmax"));
+    free(x);
+}
+
+static const float *sort_row; /* qsort has no context argument */
+
+/* Larger values first, equal values in index order. */
+static int by_value_then_index(const void *pa, const void *pb)
+{
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float va = sort_row[a], vb = sort_row[b];
+    if (va != vb)
+        return va > vb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static void test_topk_matches_a_sort_and_lse_a_double_sum(void **state)
+{
+    be_device *dev = *state;
+    size_t rows = tu_small() ? 5 : 19, n = 3001;
+    float *x = fvec(rows * n, 91, 6.0f);
+    for (size_t i = 0; i < 20; i++) /* duplicates of row 0's values: ties in index order */
+        x[(i * 131) % n] = 5.5f;
+    for (size_t k = 0; k <= 9; k += 3) {
+        for (int c = 0; c < NCOUNTS; c++) {
+            use_threads(dev, thread_counts[c]);
+            int32_t *idx = malloc((rows * k + 1) * sizeof *idx);
+            float *val = poisoned(rows * k), *lse = poisoned(rows);
+            assert_int_equal(ops->topk(dev, x, rows, n, k, idx, val, lse), PE_OK);
+            int32_t *order = malloc(n * sizeof *order);
+            for (size_t r = 0; r < rows; r++) {
+                sort_row = x + r * n;
+                for (size_t i = 0; i < n; i++)
+                    order[i] = (int32_t)i;
+                qsort(order, n, sizeof *order, by_value_then_index);
+                for (size_t j = 0; j < k; j++) {
+                    assert_int_equal(idx[r * k + j], order[j]);
+                    assert_true(val[r * k + j] == x[r * n + (size_t)order[j]]);
+                }
+                double mx = x[r * n + (size_t)order[0]], s = 0;
+                for (size_t i = 0; i < n; i++)
+                    s += exp((double)x[r * n + i] - mx);
+                assert_float_equal(lse[r], mx + log(s), 1e-5 * fabs(mx + log(s)) + 1e-6);
+            }
+            free(order);
+            free(idx);
+            free(val);
+            free(lse);
+        }
+    }
+    int32_t idx[4];
+    float val[4];
+    assert_int_equal(ops->topk(dev, x, 1, n, 2, idx, val, NULL), PE_OK); /* lse optional */
+    assert_int_equal(ops->topk(dev, x, 1, 3, 4, idx, val, NULL), PE_EINVAL); /* k > n */
+    assert_non_null(strstr(ops->last_error(dev), "k=4"));
+    free(x);
+}
+
+/* ---- sampling ---------------------------------------------------------------------------- */
+
+static void test_sampling_rules(void **state)
+{
+    be_device *dev = *state;
+    size_t rows = tu_small() ? 16 : 64, n = 1000;
+    float *x = fvec(rows * n, 92, 4.0f);
+    pe_k_sampling *p = malloc(rows * sizeof *p);
+    int32_t *tok = malloc(rows * sizeof *tok), *again = malloc(rows * sizeof *again);
+    int32_t *greedy = malloc(rows * sizeof *greedy);
+    float *logit = poisoned(rows);
+    assert_int_equal(ops->argmax(dev, x, rows, n, greedy), PE_OK);
+    /* temperature 0 is argmax, whatever u, top-k and top-p say */
+    for (size_t r = 0; r < rows; r++)
+        p[r] = (pe_k_sampling){0.0f, (int32_t)(r % 5), r % 2 ? 0.5f : 1.0f,
+                               pe_k_uniform(1, r)};
+    assert_int_equal(ops->sample(dev, x, rows, n, p, tok, logit), PE_OK);
+    for (size_t r = 0; r < rows; r++) {
+        assert_int_equal(tok[r], greedy[r]);
+        assert_true(logit[r] == x[r * n + (size_t)tok[r]]);
+    }
+    /* top_k = 1 is greedy at any temperature and u */
+    for (size_t r = 0; r < rows; r++)
+        p[r] = (pe_k_sampling){0.3f + (float)r, 1, 1.0f, pe_k_uniform(2, r)};
+    assert_int_equal(ops->sample(dev, x, rows, n, p, tok, NULL), PE_OK);
+    for (size_t r = 0; r < rows; r++)
+        assert_int_equal(tok[r], greedy[r]);
+    /* any rule: the naive twin's token; the same u gives the same token on any thread count */
+    float *w = malloc(n * sizeof *w), mass[256];
+    uint32_t hist[256];
+    for (size_t r = 0; r < rows; r++)
+        p[r] = (pe_k_sampling){0.5f + (float)(r % 4) * 0.5f, (int32_t)(r % 3) * 20,
+                               r % 2 ? 0.9f : 1.0f, pe_k_uniform(3, r)};
+    for (int c = 0; c < NCOUNTS; c++) {
+        use_threads(dev, thread_counts[c]);
+        assert_int_equal(ops->sample(dev, x, rows, n, p, tok, logit), PE_OK);
+        assert_int_equal(ops->sample(dev, x, rows, n, p, again, NULL), PE_OK);
+        for (size_t r = 0; r < rows; r++) {
+            assert_int_equal(tok[r], pe_k_sample_row(x + r * n, (int32_t)n, p[r], w, hist, mass));
+            assert_int_equal(again[r], tok[r]);
+            assert_true(logit[r] == x[r * n + (size_t)tok[r]]);
+        }
+    }
+    p[0].top_p = 0.0f;
+    assert_int_equal(ops->sample(dev, x, 1, n, p, tok, NULL), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "top_p"));
+    p[0].top_p = 1.0f;
+    p[0].u = 1.0f;
+    assert_int_equal(ops->sample(dev, x, 1, n, p, tok, NULL), PE_EINVAL);
+    assert_int_equal(ops->sample(dev, x, 1, n, NULL, tok, NULL), PE_EINVAL);
+    free(x);
+    free(p);
+    free(tok);
+    free(again);
+    free(greedy);
+    free(logit);
+    free(w);
+}
+
+/* 10,000 draws at temperature T from one row of 16 logits (u from pe_k_uniform) land on
+ * each token as often as softmax(x / T) says: Pearson's chi-square with 15 degrees of
+ * freedom below 37.7 (p = 0.001). */
+static void test_temperature_sampling_follows_the_softmax(void **state)
+{
+    be_device *dev = *state;
+    enum { N = 16 };
+    const size_t draws = tu_small() ? 2000 : 10000;
+    const float T = 0.8f;
+    float row[N];
+    for (int i = 0; i < N; i++)
+        row[i] = 0.15f * (float)i - 0.01f * (float)(i * i) + 0.05f; /* probs ~0.03 .. 0.1 */
+    float *x = malloc(draws * N * sizeof *x);
+    pe_k_sampling *p = malloc(draws * sizeof *p);
+    int32_t *tok = malloc(draws * sizeof *tok);
+    for (size_t d = 0; d < draws; d++) {
+        memcpy(x + d * N, row, sizeof row);
+        p[d] = (pe_k_sampling){T, 0, 1.0f, pe_k_uniform(12345, d)};
+    }
+    assert_int_equal(ops->sample(dev, x, draws, N, p, tok, NULL), PE_OK);
+    double z = 0, prob[N], count[N] = {0};
+    for (int i = 0; i < N; i++)
+        z += exp(row[i] / T);
+    for (int i = 0; i < N; i++)
+        prob[i] = exp(row[i] / T) / z;
+    for (size_t d = 0; d < draws; d++) {
+        assert_true(tok[d] >= 0 && tok[d] < N);
+        count[tok[d]]++;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < N; i++) {
+        double e = prob[i] * (double)draws;
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+    }
+    if (!(chi2 < 37.7))
+        fail_msg("chi-square %.2f over %zu draws exceeds 37.7 (15 dof, p = 0.001)", chi2, draws);
+    free(x);
+    free(p);
+    free(tok);
+}
+
+/* Probabilities 0.5, 0.3, 0.15, 0.05 (T = 1): top_p 0.7 keeps the smallest nucleus with at
+ * least 0.7 of the mass, {0, 1}, and draws within it by the renormalized weights. */
+static void test_top_p_keeps_the_smallest_nucleus(void **state)
+{
+    be_device *dev = *state;
+    enum { N = 4, DRAWS = 2000 };
+    const double probs[N] = {0.5, 0.3, 0.15, 0.05};
+    float row[N];
+    for (int i = 0; i < N; i++)
+        row[i] = (float)log(probs[i]);
+    float *x = malloc(DRAWS * N * sizeof *x);
+    pe_k_sampling *p = malloc(DRAWS * sizeof *p);
+    int32_t *tok = malloc(DRAWS * sizeof *tok);
+    for (size_t d = 0; d < DRAWS; d++) {
+        memcpy(x + d * N, row, sizeof row);
+        p[d] = (pe_k_sampling){1.0f, 0, 0.7f, pe_k_uniform(777, d)};
+    }
+    assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
+    size_t ones = 0;
+    for (size_t d = 0; d < DRAWS; d++) {
+        assert_true(tok[d] == 0 || tok[d] == 1);
+        /* within the nucleus: token 0 when u * (0.5 + 0.3) falls below 0.5 */
+        int want = (double)p[d].u * 0.8 < 0.5 ? 0 : 1;
+        if (fabs((double)p[d].u * 0.8 - 0.5) > 1e-6)
+            assert_int_equal(tok[d], want);
+        ones += tok[d] == 1;
+    }
+    assert_true(ones > DRAWS / 5 && ones < DRAWS / 2); /* 3/8 expected */
+    /* top_p 0.85: {0, 1, 2} (0.95); token 3 never */
+    for (size_t d = 0; d < DRAWS; d++)
+        p[d].top_p = 0.85f;
+    assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
+    size_t twos = 0;
+    for (size_t d = 0; d < DRAWS; d++) {
+        assert_true(tok[d] >= 0 && tok[d] <= 2);
+        twos += tok[d] == 2;
+    }
+    assert_true(twos > 0);
+    free(x);
+    free(p);
+    free(tok);
+}
+
+int main(void)
+{
+    ops = be_host_ops();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_rmsnorm_of_a_known_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rmsnorm_matches_double_reference, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rope_of_a_known_vector_at_position_1, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_rope_equals_the_kernel_per_head, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silu_mul_matches_the_formula, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_reads_a_bf16_table_exactly, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_kv_append_stores_at_the_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_of_two_keys_by_hand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_matches_the_naive_twin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_rejects_bad_steps_with_a_message, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sampling_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_temperature_sampling_follows_the_softmax, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_top_p_keeps_the_smallest_nucleus, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
