@@ -177,10 +177,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
                     w->rank, w->device_id, st->ntok,
                     c.st != PE_OK ? c.err.msg : ops->last_error(w->dev));
     }
-    if (s != PE_OK) {
+    if (s != PE_OK)
         st->status = s;
-        snprintf(st->err, sizeof st->err, "%s", err->msg);
-    }
     rt_queue_push(e->replicas[w->d].inbox, st);
     return s;
 }

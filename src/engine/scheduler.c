@@ -415,7 +415,6 @@ int en_sched_build(en_sched *s, en_step *st)
     st->nlogits = nlogits;
     st->topk = topk;
     st->status = PE_OK;
-    st->err[0] = '\0';
     return 1;
 }
 

@@ -111,8 +111,7 @@ typedef struct en_step {
     float *out_topv;      /* (nlogits, topk) */
     float *out_lse;       /* log-sum-exp of each logit row */
     int out_cap, out_topk_cap;
-    pe_status status;     /* PE_OK, or why the step failed */
-    char err[256];
+    pe_status status;     /* PE_OK, or why the step failed (the engine keeps the message) */
     atomic_int parts;     /* workers still to finish it */
 } en_step;
 
