@@ -1,0 +1,580 @@
+/* test_sequences.c: the sequence API on the host backend: mixed batches give each sequence
+ * what it gets alone; KV paging (blocks freed, a pool filled exactly, waiting and refusal);
+ * sampling (greedy, top-k 1, seeds, the softmax's distribution, the nucleus); 1,000
+ * sequences from 4 threads each get all of their tokens and one final event; cancel; bad
+ * parameters; a worker failing mid-decode. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_testing.h"
+#include "test_models.h"
+
+static char llama_dir[512];
+static pe_gen_spec llama_spec;
+
+static int setup(void **state)
+{
+    (void)state;
+    tm_tiny(&llama_spec, PE_GEN_LLAMA, 77);
+    tm_write(&llama_spec, "seq_llama", llama_dir, sizeof llama_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tm_remove(llama_dir);
+    return 0;
+}
+
+/* ---- collecting events ---------------------------------------------------------------- */
+
+enum { MAXSEQ = 1100, MAXTOK = 64 };
+
+typedef struct run {
+    int ntok[MAXSEQ];             /* token events */
+    int32_t tok[MAXSEQ][MAXTOK];
+    float top[MAXSEQ][MAXTOK][5]; /* top logprobs */
+    int finals[MAXSEQ];
+    pe_finish finish[MAXSEQ];
+    pe_status status[MAXSEQ];
+} run;
+
+static void record(run *r, const pe_token_event *ev, int slot)
+{
+    assert_true(slot >= 0 && slot < MAXSEQ);
+    assert_int_equal(r->finals[slot], 0); /* nothing after the final event */
+    if (ev->token >= 0) {
+        assert_int_equal(ev->index, r->ntok[slot]);
+        if (r->ntok[slot] < MAXTOK) {
+            r->tok[slot][r->ntok[slot]] = ev->token;
+            for (int j = 0; j < ev->nlogprobs && j < 5; j++)
+                r->top[slot][r->ntok[slot]][j] = ev->top_logprobs[j];
+        }
+        r->ntok[slot]++;
+    }
+    if (ev->finish != PE_FINISH_NONE) {
+        r->finals[slot]++;
+        r->finish[slot] = ev->finish;
+        r->status[slot] = ev->status;
+    }
+}
+
+/* Waits for every outstanding event; the slot of a sequence is its user pointer. */
+static void drain(pe_engine *e, run *r)
+{
+    pe_token_event ev;
+    while (pe_seq_wait(e, &ev) == PE_OK)
+        record(r, &ev, (int)(intptr_t)ev.user);
+}
+
+static uint64_t submit(pe_engine *e, const int32_t *prompt, size_t n, int max_tokens, int slot,
+                       const pe_sampling *s)
+{
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = prompt;
+    p.prompt_len = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    p.logprobs = 5;
+    p.user = (void *)(intptr_t)slot;
+    if (s)
+        p.sampling = *s;
+    uint64_t id = 0;
+    if (pe_seq_submit(e, &p, &id) != PE_OK)
+        fail_msg("pe_seq_submit: %s", pe_last_error());
+    return id;
+}
+
+/* ---- mixed batches --------------------------------------------------------------------- */
+
+static void a_mixed_batch_gives_each_sequence_what_it_gets_alone(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    const size_t lens[N] = {1, 5, 17, 33, 3, 60};
+    const int G = (int)tu_size(12, 4);
+    int32_t prompts[N][60];
+    for (int i = 0; i < N; i++)
+        tm_tokens(prompts[i], lens[i], llama_spec.vocab, 30 + i);
+    static run alone, mixed;
+    memset(&alone, 0, sizeof alone);
+    memset(&mixed, 0, sizeof mixed);
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.max_step_tokens = 16; /* long prompts take several steps, beside the decodes */
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    for (int i = 0; i < N; i++) { /* alone: one at a time */
+        submit(e, prompts[i], lens[i], G, i, NULL);
+        drain(e, &alone);
+    }
+    for (int i = 0; i < N; i++) /* together */
+        submit(e, prompts[i], lens[i], G, i, NULL);
+    drain(e, &mixed);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(mixed.ntok[i], G);
+        assert_int_equal(mixed.finals[i], 1);
+        assert_memory_equal(mixed.tok[i], alone.tok[i], (size_t)G * sizeof(int32_t));
+        for (int k = 0; k < G; k++)
+            for (int j = 0; j < 5; j++)
+                assert_true(fabsf(mixed.top[i][k][j] - alone.top[i][k][j]) < 1e-4f);
+    }
+    pe_engine_destroy(e);
+}
+
+/* ---- paging --------------------------------------------------------------------------- */
+
+/* A sequence of prompt 20 + 44 tokens needs 64 positions: 4 blocks of 16. */
+static void ended_sequences_free_their_blocks_and_an_exact_pool_works(void **state)
+{
+    (void)state;
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.kv_tokens = 64; /* exactly one such sequence */
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    pe_engine_info info;
+    assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+    assert_int_equal(info.kv_blocks, 4);
+    assert_int_equal(info.kv_block_tokens, 16);
+    int32_t prompt[20];
+    tm_tokens(prompt, 20, llama_spec.vocab, 3);
+    static run r;
+    memset(&r, 0, sizeof r);
+    const int rounds = (int)tu_size(5, 2);
+    for (int i = 0; i < rounds; i++) /* each needs the whole pool: only freed blocks let it run */
+        submit(e, prompt, 20, 44, i, NULL);
+    drain(e, &r);
+    for (int i = 0; i < rounds; i++) {
+        assert_int_equal(r.ntok[i], 44);
+        assert_int_equal(r.finals[i], 1);
+        assert_int_equal(r.finish[i], PE_FINISH_LENGTH);
+        assert_memory_equal(r.tok[i], r.tok[0], 44 * sizeof(int32_t)); /* same tokens each time */
+    }
+    /* one more position than the pool holds can never run: refused at submit */
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = prompt;
+    p.prompt_len = 20;
+    p.max_tokens = 45;
+    uint64_t id;
+    assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "KV blocks"));
+    pe_engine_destroy(e);
+}
+
+/* Three sequences, room for two: the third waits for a free pool, or is refused. */
+static void a_full_pool_makes_a_new_sequence_wait_or_refuses_it(void **state)
+{
+    (void)state;
+    for (int refuse = 0; refuse < 2; refuse++) {
+        pe_config cfg;
+        pe_config_init(&cfg);
+        cfg.kv_tokens = 128; /* 8 blocks; each sequence needs 4 */
+        cfg.kv_full = refuse ? PE_KV_REFUSE : PE_KV_WAIT;
+        pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+        int32_t prompt[20];
+        tm_tokens(prompt, 20, llama_spec.vocab, 4);
+        static run r;
+        memset(&r, 0, sizeof r);
+        for (int i = 0; i < 3; i++)
+            submit(e, prompt, 20, 40, i, NULL);
+        /* the order of events: a waiting third sequence starts after a final event */
+        int finals_seen = 0, third_started_after = -1;
+        pe_token_event ev;
+        while (pe_seq_wait(e, &ev) == PE_OK) {
+            int slot = (int)(intptr_t)ev.user;
+            if (slot == 2 && ev.token >= 0 && third_started_after < 0)
+                third_started_after = finals_seen;
+            if (ev.finish != PE_FINISH_NONE)
+                finals_seen++;
+            record(&r, &ev, slot);
+        }
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(r.ntok[i], 40);
+            assert_int_equal(r.finals[i], 1);
+        }
+        assert_int_equal(r.finals[2], 1);
+        if (refuse) {
+            assert_int_equal(r.ntok[2], 0);
+            assert_int_equal(r.finish[2], PE_FINISH_ERROR);
+            assert_int_equal(r.status[2], PE_EAGAIN);
+        } else {
+            assert_int_equal(r.ntok[2], 40);
+            assert_true(third_started_after >= 1);
+            assert_memory_equal(r.tok[2], r.tok[0], 40 * sizeof(int32_t));
+        }
+        pe_engine_destroy(e);
+    }
+}
+
+/* ---- sampling -------------------------------------------------------------------------- */
+
+static void generate(pe_engine *e, const int32_t *prompt, size_t n, int G, const pe_sampling *s,
+                     int32_t *out)
+{
+    static run r;
+    memset(&r, 0, sizeof r);
+    submit(e, prompt, n, G, 0, s);
+    drain(e, &r);
+    assert_int_equal(r.ntok[0], G);
+    memcpy(out, r.tok[0], (size_t)G * sizeof *out);
+}
+
+static void top_k_1_is_greedy_and_a_seed_repeats_its_tokens(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    int32_t prompt[7];
+    tm_tokens(prompt, 7, llama_spec.vocab, 9);
+    const int G = (int)tu_size(24, 6);
+    int32_t greedy[24], k1[24], a[24], b[24], c[24];
+    generate(e, prompt, 7, G, NULL, greedy);
+    pe_sampling s = {.temperature = 1.5f, .top_k = 1, .top_p = 1.0f, .seed = 5};
+    generate(e, prompt, 7, G, &s, k1);
+    assert_memory_equal(greedy, k1, (size_t)G * sizeof(int32_t));
+    s = (pe_sampling){.temperature = 1.0f, .top_k = 50, .top_p = 0.95f, .seed = 42};
+    generate(e, prompt, 7, G, &s, a);
+    generate(e, prompt, 7, G, &s, b);
+    assert_memory_equal(a, b, (size_t)G * sizeof(int32_t));
+    s.seed = 43;
+    generate(e, prompt, 7, G, &s, c);
+    assert_memory_not_equal(a, c, (size_t)G * sizeof(int32_t));
+    pe_engine_destroy(e);
+}
+
+/* The 0.999 quantile of chi-square with k degrees of freedom (Wilson-Hilferty). */
+static double chi2_999(int k)
+{
+    double z = 3.0902, h = 2.0 / (9.0 * k);
+    double c = 1 - h + z * sqrt(h);
+    return k * c * c * c;
+}
+
+/* 10,000 first tokens at temperature T from seeds 0..9999 follow softmax(logits / T). */
+static void temperature_sampling_follows_the_softmax(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    const int V = llama_spec.vocab, N = (int)tu_size(10000, 400);
+    const float T = 0.7f;
+    int32_t prompt[5];
+    tm_tokens(prompt, 5, V, 12);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    assert_int_equal(pe_score(e, prompt, 5, 0, lg), PE_OK);
+    double *p = calloc((size_t)V, sizeof *p), z = 0, mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        mx = fmax(mx, lg[v]);
+    for (int v = 0; v < V; v++)
+        z += p[v] = exp(((double)lg[v] - mx) / T);
+    long *count = calloc((size_t)V, sizeof *count);
+    static run r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < N; i++) {
+        pe_sampling s = {.temperature = T, .top_p = 1.0f, .seed = (uint64_t)i};
+        pe_seq_params q;
+        pe_seq_params_init(&q);
+        q.prompt = prompt;
+        q.prompt_len = 5;
+        q.max_tokens = 1;
+        q.sampling = s;
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &q, &id), PE_OK);
+    }
+    pe_token_event ev;
+    int got = 0;
+    while (pe_seq_wait(e, &ev) == PE_OK) {
+        assert_true(ev.token >= 0 && ev.token < V);
+        count[ev.token]++;
+        got++;
+    }
+    assert_int_equal(got, N);
+    /* chi-square over bins of expected count >= 5 (the rare tokens pooled into one) */
+    double chi = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    for (int v = 0; v < V; v++) {
+        double ex = N * p[v] / z;
+        if (ex >= 5) {
+            chi += (count[v] - ex) * (count[v] - ex) / ex;
+            bins++;
+        } else {
+            pool_e += ex;
+            pool_o += (double)count[v];
+        }
+    }
+    if (pool_e > 0) {
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    printf("  chi-square %.1f over %d bins (0.999 quantile %.1f)\n", chi, bins, chi2_999(bins - 1));
+    assert_true(bins >= 2);
+    assert_true(chi < chi2_999(bins - 1));
+    free(lg);
+    free(p);
+    free(count);
+    pe_engine_destroy(e);
+}
+
+/* Every token sampled with top_p = 0.5 lies in the smallest set of tokens holding half of
+ * the probability (computed here from the scored logits). */
+static void top_p_keeps_the_nucleus(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    const int V = llama_spec.vocab, N = (int)tu_size(600, 60);
+    int32_t prompt[6];
+    tm_tokens(prompt, 6, V, 13);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    assert_int_equal(pe_score(e, prompt, 6, 0, lg), PE_OK);
+    /* the nucleus: tokens by probability, until half the mass */
+    int *order = malloc((size_t)V * sizeof *order);
+    for (int v = 0; v < V; v++)
+        order[v] = v;
+    for (int i = 0; i < V; i++) /* selection sort: V is small */
+        for (int j = i + 1; j < V; j++)
+            if (lg[order[j]] > lg[order[i]]) {
+                int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    double z = 0, acc = 0;
+    for (int v = 0; v < V; v++)
+        z += exp((double)lg[v] - lg[order[0]]);
+    char *in = calloc((size_t)V, 1);
+    int size = 0;
+    for (int i = 0; i < V && acc < 0.5 * z; i++, size++) {
+        in[order[i]] = 1;
+        acc += exp((double)lg[order[i]] - lg[order[0]]);
+    }
+    assert_true(size >= 2); /* else the test says little */
+    int seen_outside = 0, distinct = 0;
+    char *seen = calloc((size_t)V, 1);
+    for (int i = 0; i < N; i++) {
+        pe_seq_params q;
+        pe_seq_params_init(&q);
+        q.prompt = prompt;
+        q.prompt_len = 6;
+        q.max_tokens = 1;
+        q.sampling = (pe_sampling){.temperature = 1.0f, .top_p = 0.5f, .seed = (uint64_t)i};
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &q, &id), PE_OK);
+    }
+    pe_token_event ev;
+    while (pe_seq_wait(e, &ev) == PE_OK) {
+        seen_outside += !in[ev.token];
+        distinct += !seen[ev.token];
+        seen[ev.token] = 1;
+    }
+    assert_int_equal(seen_outside, 0);
+    assert_true(distinct >= 2); /* it did sample, not only the top token */
+    free(lg);
+    free(order);
+    free(in);
+    free(seen);
+    pe_engine_destroy(e);
+}
+
+/* ---- through the API, from threads ------------------------------------------------------ */
+
+typedef struct submitter {
+    pe_engine *e;
+    int first, count;
+} submitter;
+
+static void *submit_many(void *arg)
+{
+    submitter *s = arg;
+    for (int i = s->first; i < s->first + s->count; i++) {
+        int32_t prompt[8];
+        tm_tokens(prompt, (size_t)(1 + i % 8), llama_spec.vocab, (uint64_t)i);
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = (size_t)(1 + i % 8);
+        p.max_tokens = 1 + i % 5;
+        p.ignore_eos = 1;
+        p.sampling.temperature = (i % 3) ? 0.9f : 0.0f;
+        p.sampling.seed = (uint64_t)i;
+        p.user = (void *)(intptr_t)i;
+        uint64_t id;
+        if (pe_seq_submit(s->e, &p, &id) != PE_OK)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void a_thousand_sequences_from_four_threads_each_end_once(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    const int per = (int)tu_size(250, 10), N = 4 * per;
+    static run r;
+    memset(&r, 0, sizeof r);
+    pthread_t th[4];
+    submitter sub[4];
+    for (int t = 0; t < 4; t++) {
+        sub[t] = (submitter){e, t * per, per};
+        assert_int_equal(pthread_create(&th[t], NULL, submit_many, &sub[t]), 0);
+    }
+    /* events are taken while the submitters run */
+    int finals = 0;
+    pe_token_event ev;
+    while (finals < N) {
+        pe_status s = pe_seq_wait(e, &ev);
+        if (s == PE_EAGAIN) /* nothing outstanding yet: the submitters are behind */
+            continue;
+        assert_int_equal(s, PE_OK);
+        record(&r, &ev, (int)(intptr_t)ev.user);
+        finals += ev.finish != PE_FINISH_NONE;
+    }
+    for (int t = 0; t < 4; t++) {
+        void *ret;
+        pthread_join(th[t], &ret);
+        assert_null(ret);
+    }
+    assert_int_equal(pe_seq_poll(e, &ev), PE_EAGAIN);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r.finals[i], 1);
+        assert_int_equal(r.ntok[i], 1 + i % 5);
+        assert_int_equal(r.finish[i], PE_FINISH_LENGTH);
+    }
+    pe_engine_destroy(e);
+}
+
+/* ---- cancel ------------------------------------------------------------------------------- */
+
+static void cancel_ends_a_sequence_once_mid_way(void **state)
+{
+    (void)state;
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.kv_tokens = 96; /* one long sequence (6 blocks); a second must wait */
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    int32_t prompt[4];
+    tm_tokens(prompt, 4, llama_spec.vocab, 21);
+    static run r;
+    memset(&r, 0, sizeof r);
+    uint64_t a = submit(e, prompt, 4, 90, 0, NULL);
+    uint64_t b = submit(e, prompt, 4, 90, 1, NULL); /* waits for a's blocks */
+    pe_token_event ev;
+    int a_tokens = 0;
+    while (a_tokens < 3 && pe_seq_wait(e, &ev) == PE_OK) {
+        record(&r, &ev, (int)(intptr_t)ev.user);
+        a_tokens += (int)(intptr_t)ev.user == 0;
+    }
+    assert_int_equal(pe_seq_cancel(e, b), PE_OK); /* the waiting one */
+    assert_int_equal(pe_seq_cancel(e, a), PE_OK); /* the running one */
+    drain(e, &r);
+    assert_int_equal(r.finals[0], 1);
+    assert_int_equal(r.finish[0], PE_FINISH_CANCELLED);
+    assert_true(r.ntok[0] >= 3 && r.ntok[0] < 90);
+    assert_int_equal(r.finals[1], 1);
+    assert_int_equal(r.finish[1], PE_FINISH_CANCELLED);
+    assert_int_equal(r.ntok[1], 0);
+    /* an ended id: fine, nothing more; an id never given: PE_EINVAL */
+    assert_int_equal(pe_seq_cancel(e, a), PE_OK);
+    assert_int_equal(pe_seq_poll(e, &ev), PE_EAGAIN);
+    assert_int_equal(pe_seq_cancel(e, 1000000), PE_EINVAL);
+    /* the pool is whole again: a sequence that needs all of it runs */
+    submit(e, prompt, 4, 90, 2, NULL);
+    drain(e, &r);
+    assert_int_equal(r.ntok[2], 90);
+    pe_engine_destroy(e);
+}
+
+/* ---- bad parameters ------------------------------------------------------------------------ */
+
+static void bad_parameters_are_refused_with_a_message(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    int32_t prompt[3] = {1, 2, 3};
+    static int32_t longp[200];
+    const struct {
+        const char *why;
+        void (*set)(pe_seq_params *p);
+    } cases[] = {
+        {"top_p", NULL}, {"temperature", NULL}, {"empty", NULL}, {"context", NULL},
+        {"vocabulary", NULL}, {"max_tokens", NULL}, {"top_k", NULL}, {"logprobs", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = 3;
+        switch (i) {
+        case 0: p.sampling.top_p = 1.5f; break;
+        case 1: p.sampling.temperature = -1.0f; break;
+        case 2: p.prompt_len = 0; break;
+        case 3: p.prompt = longp, p.prompt_len = 200; break; /* context 128 */
+        case 4: prompt[1] = llama_spec.vocab; break;
+        case 5: p.max_tokens = 0; break;
+        case 6: p.sampling.top_k = -2; break;
+        case 7: p.logprobs = PE_MAX_LOGPROBS + 1; break;
+        }
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);
+        if (!strstr(pe_last_error(), cases[i].why))
+            fail_msg("case %zu: message \"%s\" does not name %s", i, pe_last_error(),
+                     cases[i].why);
+        prompt[1] = 2;
+    }
+    pe_token_event ev;
+    assert_int_equal(pe_seq_poll(e, &ev), PE_EAGAIN);
+    assert_int_equal(pe_seq_wait(e, &ev), PE_EAGAIN); /* none outstanding */
+    /* rows on a decoder, sequences on an MLP */
+    float x = 0;
+    assert_int_equal(pe_infer(e, &x, 1, &x), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "decoder"));
+    pe_engine_destroy(e);
+}
+
+/* ---- a worker fails mid-decode ------------------------------------------------------------- */
+
+static void a_worker_failing_mid_decode_ends_every_sequence_with_an_error(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    en_inject_failure(e, 0, 5); /* its 5th step */
+    int32_t prompt[4];
+    tm_tokens(prompt, 4, llama_spec.vocab, 8);
+    static run r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < 8; i++)
+        submit(e, prompt, 4, 30, i, NULL);
+    drain(e, &r);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(r.finals[i], 1);
+        assert_int_equal(r.finish[i], PE_FINISH_ERROR);
+        assert_int_equal(r.status[i], PE_EDEVICE);
+        assert_true(r.ntok[i] < 30);
+    }
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = prompt;
+    p.prompt_len = 4;
+    uint64_t id;
+    assert_int_equal(pe_seq_submit(e, &p, &id), PE_EDEVICE);
+    assert_non_null(strstr(pe_last_error(), "injected"));
+    pe_engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_mixed_batch_gives_each_sequence_what_it_gets_alone),
+        cmocka_unit_test(ended_sequences_free_their_blocks_and_an_exact_pool_works),
+        cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
+        cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
+        cmocka_unit_test(temperature_sampling_follows_the_softmax),
+        cmocka_unit_test(top_p_keeps_the_nucleus),
+        cmocka_unit_test(a_thousand_sequences_from_four_threads_each_end_once),
+        cmocka_unit_test(cancel_ends_a_sequence_once_mid_way),
+        cmocka_unit_test(bad_parameters_are_refused_with_a_message),
+        cmocka_unit_test(a_worker_failing_mid_decode_ends_every_sequence_with_an_error),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
