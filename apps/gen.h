@@ -1,4 +1,4 @@
-/* gen.h: the "pengine gen mlp" subcommand, which writes a seeded random model file. */
+/* gen.h: the "pengine gen mlp|gpt2|llama" subcommand, which writes a seeded random model. */
 #ifndef PE_APPS_GEN_H
 #define PE_APPS_GEN_H
 
