@@ -177,8 +177,11 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
                     w->rank, w->device_id, st->ntok,
                     c.st != PE_OK ? c.err.msg : ops->last_error(w->dev));
     }
-    if (s != PE_OK)
+    if (s != PE_OK) { /* the engine fails before the step's sequences end with the error, so
+                       * that no client sees its final event and then a working engine */
         st->status = s;
+        en_fail(e, s, err->msg);
+    }
     rt_queue_push(e->replicas[w->d].inbox, st);
     return s;
 }

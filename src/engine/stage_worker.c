@@ -245,6 +245,7 @@ pe_status en_worker_run(void *ctx, void *task, pe_err *err)
         s = pe_fail(err, PE_EDEVICE, "worker %d: injected failure at task %ld (test hook)",
                     w->rank, w->fail_at_task);
         if (t->kind == EN_TASK_STEP) {
+            en_fail(e, s, err->msg);
             en_decoder_step_dropped(w, t->step, s);
             return s;
         }
