@@ -140,7 +140,8 @@ static const flag_def flags[] = {
     {"--schedule", 1}, {"--split", 1},    {"--iters", 1},        {"--warmup", 1},
     {"--seed", 1},    {"--backend", 1},   {"--trace", 1},        {"--json", 0},
     {"--verify", 0},  {"--no-verify", 0}, {"--topology", 0},     {"--help", 0},
-    {"-h", 0},        {"--version", 0},   {"--dtype", 1},
+    {"-h", 0},        {"--version", 0},   {"--dtype", 1},        {"--threads", 1},
+    {"--kv-tokens", 1}, {"--prompt-len", 1}, {"--max-tokens", 1},
 };
 
 static const flag_def *find_flag(const char *name, size_t len)
@@ -216,6 +217,17 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         if (!strcmp(v, "fp32")) o->dtype = PE_DTYPE_FP32;
         else if (!strcmp(v, "bf16")) o->dtype = PE_DTYPE_BF16;
         else return fail(msg, len, "unknown dtype '%s'; use --dtype fp32 or bf16", v);
+    } else if (!strcmp(f, "--threads")) {
+        return set_int(f, v, 1, 4096, &o->threads, msg, len);
+    } else if (!strcmp(f, "--kv-tokens")) {
+        long x;
+        if (cli_parse_long(f, v, 1, 1L << 30, &x, msg, len))
+            return -1;
+        o->kv_tokens = (size_t)x;
+    } else if (!strcmp(f, "--prompt-len")) {
+        return set_int(f, v, 1, 1 << 20, &o->prompt_len, msg, len);
+    } else if (!strcmp(f, "--max-tokens")) {
+        return set_int(f, v, 1, 1 << 20, &o->max_tokens, msg, len);
     } else if (!strcmp(f, "--trace")) {
         if (!*v)
             return fail(msg, len, "--trace is empty; give a file name, e.g. --trace trace.json");
@@ -240,6 +252,8 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
 static int resolve_grid(cli_options *o, char *msg, size_t len)
 {
     int grid_given = o->dp || o->pp || o->tp;
+    if (!o->mode && !grid_given && o->model_path && o->ndevices)
+        o->mode = CLI_MODE_DP; /* pengine --model DIR --gpus 0: one replica per device */
     if (!o->mode && !grid_given)
         return fail(msg, len, "nothing to run; give a mode and devices, e.g. pengine --mode pp "
                               "--gpus 0,1 (see pengine --help)");
@@ -270,7 +284,7 @@ static int resolve_grid(cli_options *o, char *msg, size_t len)
     return 0;
 }
 
-int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
+void cli_default_options(cli_options *o)
 {
     memset(o, 0, sizeof *o);
     o->iters = 100;
@@ -278,6 +292,22 @@ int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
     o->seed = 1;
     o->backend = PE_BACKEND_AUTO;
     o->verify = 1;
+}
+
+int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, char *msg,
+                          size_t msg_len)
+{
+    static const char *const device_flags[] = {"--gpus", "--backend", "--dtype", "--threads",
+                                               "--kv-tokens"};
+    for (size_t i = 0; i < sizeof device_flags / sizeof device_flags[0]; i++)
+        if (!strcmp(flag, device_flags[i]))
+            return apply(o, flag, value, msg, msg_len) ? -1 : 1;
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
+{
+    cli_default_options(o);
     msg[0] = '\0';
 
     for (int i = 1; i < argc; i++) {

@@ -36,6 +36,10 @@ typedef struct cli_options {
     const char *trace_path;    /* --trace FILE, NULL = none */
     int verify;                /* 1 (default) = compare against a reference run (verify.h) */
     int topology;              /* --topology: print the machine and the core plan */
+    int threads;               /* --threads: cores per host device, 0 = an even share */
+    size_t kv_tokens;          /* --kv-tokens: a decoder replica's KV pool, 0 = default */
+    int prompt_len;            /* --prompt-len: the decoder demo's prompts (default 32) */
+    int max_tokens;            /* --max-tokens: the decoder demo's generated tokens (32) */
     int help, version;
 } cli_options;
 
@@ -43,6 +47,14 @@ typedef struct cli_options {
  * together (grid product, --split count). Returns CLI_OK, or CLI_USAGE with a one-line
  * "<problem>; <fix>" in msg. */
 int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len);
+
+/* The options before any flag. */
+void cli_default_options(cli_options *o);
+/* Applies one device flag (--gpus, --backend, --dtype, --threads, --kv-tokens) to o, for
+ * subcommands. Returns 1 when flag is one of them (0 otherwise), -1 with msg on a bad
+ * value. */
+int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, char *msg,
+                          size_t msg_len);
 
 /* Parses a device list "0,1,3" into ids (at most max). Returns 0, or -1 with msg set. */
 int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int min_value,

@@ -27,6 +27,8 @@ int cli_demo_compare(const cli_options *o, cli_report *r, const cli_compare_spec
 int cli_demo_dp(const cli_options *o, cli_report *r);
 int cli_demo_tp(const cli_options *o, cli_report *r);
 int cli_demo_pp(const cli_options *o, cli_report *r);
+/* The decoder demo: o->model_path is a Hugging Face directory (demo_llm.c). */
+int cli_demo_llm(const cli_options *o, cli_report *r);
 
 /* The lines every demo starts with: version, mode, backend, devices, grid, stages, model
  * and workload. info is the engine under test's. */

@@ -3,10 +3,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "demo.h"
 #include "gen.h"
+#include "generate.h"
 #include "report.h"
 #include "topology_report.h"
 
@@ -34,11 +36,20 @@ static int run_demo(const cli_options *o)
         cli_error("out of memory before the run started; free some memory and retry");
         return CLI_RUNTIME;
     }
-    switch (o->mode) {
+    struct stat sb;
+    int decoder = o->model_path && stat(o->model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    switch (decoder ? CLI_MODE_NONE : o->mode) {
+    case CLI_MODE_NONE:
+        if (decoder) {
+            rc = cli_demo_llm(o, r);
+            break;
+        }
+        rc = CLI_USAGE;
+        cli_error("no mode; use --mode dp, tp or pp");
+        break;
     case CLI_MODE_DP: rc = cli_demo_dp(o, r); break;
     case CLI_MODE_TP: rc = cli_demo_tp(o, r); break;
     case CLI_MODE_PP: rc = cli_demo_pp(o, r); break;
-    case CLI_MODE_NONE: rc = CLI_USAGE; cli_error("no mode; use --mode dp, tp or pp"); break;
     }
     /* the figures of a failed verification are printed too: they show what went wrong */
     if ((rc == CLI_OK || rc == CLI_RUNTIME) && report_finish(r) != 0 && rc == CLI_OK) {
@@ -53,6 +64,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "gen") == 0)
         return cli_gen(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "generate") == 0)
+        return cli_generate(argc - 1, argv + 1);
     cli_options o;
     char msg[CLI_MSG_LEN];
     if (cli_parse(argc, argv, &o, msg, sizeof msg) != CLI_OK) {

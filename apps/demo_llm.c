@@ -1,0 +1,241 @@
+/* demo_llm.c: the decoder demo (pengine --model DIR --gpus 0): a batch of random prompts,
+ * prefill, then decode; the rates and the memory of each worker; and a verification of the
+ * logits and the greedy tokens against the naive double-precision reference
+ * (pengine_tools.h), an independent computation on the same weights. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "demo.h"
+#include "llm_run.h"
+#include "verify.h"
+#include "pengine/pengine_tools.h"
+
+/* The reference is plain double loops: verify only where it takes seconds, not hours. */
+#define LLM_VERIFY_MAX_MACS 2e10
+#define LLM_VERIFY_POSITIONS 24
+
+static void header(cli_report *r, const cli_options *o, const pe_engine_info *info,
+                   const pe_model_info *m, int batch, int prompt, int gen)
+{
+    char buf[512];
+    report_line(r, "pengine %s: decoder demo, %d replica%s", pe_version(), info->dp,
+                info->dp == 1 ? "" : "s");
+    report_str(r, "pengine", NULL, pe_version());
+    report_str(r, "backend", "backend", cli_backend_name(info->backend));
+    report_str(r, "dtype", "dtype", cli_dtype_name(info->dtype));
+    if (info->notice[0])
+        report_str(r, "notice", "notice",
+                   strncmp(info->notice, "notice: ", 8) ? info->notice : info->notice + 8);
+    report_int_array(r, "devices", o->devices, o->ndevices);
+    snprintf(buf, sizeof buf, "dp=%d x pp=%d x tp=%d (%d worker%s)", info->dp, info->pp,
+             info->tp, info->world, info->world == 1 ? "" : "s");
+    report_str(r, "grid", "grid", buf);
+    snprintf(buf, sizeof buf, "%s: %d layers, hidden %d, %d heads (%d KV, dim %d), vocab %d, "
+             "context %d", m->architecture, m->nlayers, m->hidden, m->heads, m->kv_heads,
+             m->head_dim, m->vocab, m->context);
+    report_str(r, NULL, "model", buf);
+    report_push(r, "model", NULL);
+    report_str(r, "path", NULL, o->model_path);
+    report_str(r, "architecture", NULL, m->architecture);
+    report_int(r, "layers", NULL, m->nlayers, NULL);
+    report_int(r, "hidden", NULL, m->hidden, NULL);
+    report_int(r, "heads", NULL, m->heads, NULL);
+    report_int(r, "kv_heads", NULL, m->kv_heads, NULL);
+    report_int(r, "vocab", NULL, m->vocab, NULL);
+    report_int(r, "context", NULL, m->context, NULL);
+    report_pop(r);
+    report_int(r, "parameters", "parameters", (long long)m->nparams, NULL);
+    snprintf(buf, sizeof buf, "%d sequences x %d prompt tokens, then %d generated (greedy)",
+             batch, prompt, gen);
+    report_str(r, NULL, "workload", buf);
+    report_push(r, "workload", NULL);
+    report_int(r, "sequences", NULL, batch, NULL);
+    report_int(r, "prompt_tokens", NULL, prompt, NULL);
+    report_int(r, "generated_tokens", NULL, gen, NULL);
+    report_int(r, "seed", NULL, (long long)o->seed, NULL);
+    report_pop(r);
+    for (int w = 0; w < info->world && w < 64; w++) {
+        char key[32], label[64];
+        snprintf(key, sizeof key, "worker%d", w);
+        snprintf(label, sizeof label, "worker %d memory", w);
+        snprintf(buf, sizeof buf, "weights %.1f MiB, KV %.1f MiB (%zu blocks of %d positions)",
+                 (double)info->weight_bytes[w] / 1048576.0, (double)info->kv_bytes[w] / 1048576.0,
+                 info->kv_blocks, info->kv_block_tokens);
+        report_str(r, NULL, label, buf);
+        report_push(r, key, NULL);
+        report_int(r, "weight_bytes", NULL, (long long)info->weight_bytes[w], NULL);
+        report_int(r, "kv_bytes", NULL, (long long)info->kv_bytes[w], NULL);
+        report_int(r, "threads", NULL, info->threads[w], NULL);
+        report_pop(r);
+    }
+}
+
+/* Random prompts of n tokens, seeded. */
+static int32_t **make_prompts(int batch, int n, int vocab, uint64_t seed)
+{
+    int32_t **p = calloc((size_t)batch, sizeof *p);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    for (int i = 0; p && i < batch; i++) {
+        p[i] = malloc((size_t)n * sizeof **p);
+        for (int k = 0; p[i] && k < n; k++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            p[i][k] = (int32_t)(s % (uint64_t)vocab);
+        }
+    }
+    return p;
+}
+
+static void free_prompts(int32_t **p, int batch)
+{
+    for (int i = 0; p && i < batch; i++)
+        free(p[i]);
+    free(p);
+}
+
+/* Sequence 0 (its prompt and generated tokens, up to LLM_VERIFY_POSITIONS) scored by the
+ * engine and by the reference; the greedy tokens must be the reference's argmax (or tie
+ * with it within the tolerance). */
+static int verify(cli_report *r, const cli_options *o, pe_engine *e, const pe_model_info *m,
+                  const pe_engine_info *info, const int32_t *prompt, int plen,
+                  const int32_t *gen, int ngen)
+{
+    int n = plen + ngen < LLM_VERIFY_POSITIONS ? plen + ngen : LLM_VERIFY_POSITIONS;
+    report_push(r, "verify", "verification against the naive double-precision reference");
+    if (!o->verify || (double)m->nparams * n > LLM_VERIFY_MAX_MACS) {
+        report_str(r, "skipped", "skipped", !o->verify ? "--no-verify"
+                   : "the model is too large for the naive reference (plain double loops)");
+        report_pop(r);
+        return CLI_OK;
+    }
+    const size_t V = (size_t)m->vocab;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    float *got = malloc((size_t)n * V * sizeof *got);
+    double *ref = malloc((size_t)n * V * sizeof *ref);
+    float *reff = malloc((size_t)n * V * sizeof *reff);
+    if (!tok || !got || !ref || !reff) {
+        free(tok), free(got), free(ref), free(reff);
+        cli_error("out of memory for the verification");
+        return CLI_RUNTIME;
+    }
+    memcpy(tok, prompt, (size_t)(n < plen ? n : plen) * sizeof *tok);
+    for (int k = plen; k < n; k++)
+        tok[k] = gen[k - plen];
+    pe_ref_model *rm = NULL;
+    int rc = CLI_OK;
+    if (pe_score(e, tok, (size_t)n, 1, got) != PE_OK ||
+        pe_ref_open(o->model_path, info->dtype, &rm) != PE_OK ||
+        pe_ref_forward(rm, tok, (size_t)n, ref) != PE_OK) {
+        cli_error(pe_last_error());
+        rc = CLI_RUNTIME;
+    }
+    pe_ref_close(rm);
+    if (rc == CLI_OK) {
+        for (size_t i = 0; i < (size_t)n * V; i++)
+            reff[i] = (float)ref[i];
+        /* fp32: the engine's float sums against double; bf16: against the reference's
+         * emulation of the same roundings, where one rounding flip moves a value 2^-8 */
+        cli_rule rule = {info->dtype == PE_DTYPE_BF16 ? 2e-2 : 1e-4,
+                         info->dtype == PE_DTYPE_BF16 ? "within 2e-2 of max |ref| (bf16)"
+                                                      : "within 1e-4 of max |ref|",
+                         "the naive reference (double precision, plain loops)"};
+        cli_check c;
+        cli_compare(got, reff, (size_t)n * V, &rule, &c);
+        int agree = 0, checked = 0;
+        double scale = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++)
+            scale = fmax(scale, fabs(ref[i]));
+        for (int k = plen; k < n; k++, checked++) { /* token k came from the logits at k - 1 */
+            const double *row = ref + (size_t)(k - 1) * V;
+            double best = row[0];
+            for (size_t v = 1; v < V; v++)
+                best = fmax(best, row[v]);
+            agree += row[tok[k]] >= best - rule.tol * scale;
+        }
+        char buf[64];
+        snprintf(buf, sizeof buf, "%d of sequence 0", n);
+        report_str(r, NULL, "positions", buf);
+        report_int(r, "positions", NULL, n, NULL);
+        report_str(r, "reference", "reference", rule.reference);
+        report_num(r, "max_abs_error", "max |logit - ref|", c.max_abs, -3, NULL);
+        report_num(r, "max_rel_error", "max rel error (to max |ref|)", c.max_rel, -3, NULL);
+        snprintf(buf, sizeof buf, "%d of %d", agree, checked);
+        report_str(r, NULL, "greedy tokens = reference argmax", buf);
+        report_int(r, "greedy_agree", NULL, agree, NULL);
+        report_int(r, "greedy_checked", NULL, checked, NULL);
+        report_str(r, "rule", "rule", rule.text);
+        int ok = c.match && agree == checked;
+        report_bool(r, "match", "match", ok, "YES", "NO");
+        if (!ok) {
+            cli_errorf("verification failed: the decoder's logits differ from the naive "
+                       "reference by %.3g of their scale (%d of %d greedy tokens agree); this "
+                       "is a bug in pengine, please report it with this command line",
+                       c.max_rel, agree, checked);
+            rc = CLI_RUNTIME;
+        }
+    }
+    report_pop(r);
+    free(tok), free(got), free(ref), free(reff);
+    return rc;
+}
+
+int cli_demo_llm(const cli_options *o, cli_report *r)
+{
+    pe_engine *e = NULL;
+    int rc = cli_llm_open(o, &e);
+    if (rc != CLI_OK)
+        return rc;
+    pe_engine_info info;
+    pe_model_info m;
+    pe_engine_info_get(e, &info);
+    pe_engine_model_info(e, &m);
+    const int batch = o->batch ? (int)o->batch : 4;
+    int plen = o->prompt_len ? o->prompt_len : 32, gen = o->max_tokens ? o->max_tokens : 32;
+    if (plen + gen > m.context) {
+        cli_errorf("--prompt-len %d + --max-tokens %d exceed the model's context of %d "
+                   "positions; ask for fewer", plen, gen, m.context);
+        pe_engine_destroy(e);
+        return CLI_USAGE;
+    }
+    int32_t **prompts = make_prompts(batch, plen, m.vocab, o->seed);
+    size_t *lens = malloc((size_t)batch * sizeof *lens);
+    for (int i = 0; lens && i < batch; i++)
+        lens[i] = (size_t)plen;
+    cli_batch b = {.n = batch, .prompts = (const int32_t *const *)prompts, .lens = lens,
+                   .max_tokens = gen, .ignore_eos = 1};
+    rc = prompts && lens ? cli_batch_alloc(&b) : CLI_RUNTIME;
+    if (rc == CLI_OK && o->warmup > 0) { /* pages, caches, the pool's threads: untimed */
+        cli_batch w = b;
+        w.n = 1;
+        w.max_tokens = 2;
+        rc = cli_batch_alloc(&w);
+        if (rc == CLI_OK)
+            rc = cli_batch_run(e, &w);
+        cli_batch_free(&w);
+    }
+    if (rc == CLI_OK)
+        rc = cli_batch_run(e, &b);
+    if (rc == CLI_OK) {
+        cli_rates rt;
+        cli_batch_rates(&b, &rt);
+        header(r, o, &info, &m, batch, plen, gen);
+        report_line(r, "%s", "");
+        report_push(r, "rates", NULL);
+        report_num(r, "ttft_ms", "time to first token (ms)", rt.ttft_ms, 3, NULL);
+        report_num(r, "prefill_tok_s", "prefill (tok/s)", rt.prefill_tok_s, 1, NULL);
+        report_num(r, "decode_ms_per_token", "decode (ms/token, one step)", rt.decode_ms, 3, NULL);
+        report_num(r, "decode_tok_s", "decode (tok/s, all sequences)", rt.decode_tok_s, 1, NULL);
+        report_int(r, "generated", "tokens generated", rt.generated, NULL);
+        report_pop(r);
+        report_line(r, "%s", "");
+        rc = verify(r, o, e, &m, &info, prompts[0], plen, b.tokens[0], b.ntok[0]);
+    }
+    cli_batch_free(&b);
+    free_prompts(prompts, batch);
+    free(lens);
+    pe_engine_destroy(e);
+    return rc;
+}
