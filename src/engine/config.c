@@ -74,6 +74,7 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     e->tp = tp;
     e->world = (int)world;
     e->schedule = cfg->schedule;
+    e->sched = en_schedule_get(cfg->schedule);
     e->m = cfg->schedule == PE_SCHED_NAIVE ? 1 : cfg->microbatches;
     return PE_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "engine/events.h"
+#include "engine/schedule.h"
 #include "engine/scheduler.h"
 #include "model/blocks.h"
 #include "model/decoder.h"
@@ -123,6 +124,7 @@ struct pe_engine {
     char collectives[256]; /* be_comm_path_describe of the device list */
     int world, dp, pp, tp, m;
     pe_schedule schedule;
+    const en_schedule *sched; /* how a request travels (schedule.h) */
     rt_topology *topo;
 
     en_worker *workers; /* (world), rank = (d * pp + p) * tp + t */
@@ -200,22 +202,23 @@ void en_worker_on_failure(void *ctx, int index, pe_status s, const pe_err *err);
 /* ---- requests.c ---- */
 /* Frees a request nobody will touch again (and tells valgrind to forget its words). */
 void en_request_free(en_request *r);
-/* Marks `parts` parts of r done with status s (PE_OK or the error); completes r at zero. */
+/* Marks `parts` parts of r done with status s (PE_OK or the error); completes r at zero.
+ * Called only by en_task_end (schedule.c), which knows how many parts a task stands for. */
 void en_request_done(pe_engine *e, en_request *r, int parts, pe_status s);
-/* Parts a task stands for when it is dropped at worker w: a micro-batch task dropped at
- * stage p never reaches stages p+1..pp-1 of its lane. */
-int en_task_parts(const pe_engine *e, const en_worker *w, const en_task *t);
+
+/* ---- stage_worker.c ---- */
+/* One micro-batch of r through worker w's stage: input (copied, or received from the
+ * previous stage), the layers, output (sent on, or copied to the request). */
+pe_status en_stage_run(en_worker *w, const en_request *r, int mb, pe_err *err);
 
 /* ---- router.c ---- */
 void *en_router_main(void *arg);
 /* Dispatches r's tasks to its replica (or completes it with the failure). */
 void en_route(pe_engine *e, en_request *r);
 /* 1 when a request's tasks all enter one queue, so any thread may dispatch them. */
-static inline int en_direct_dispatch(const struct pe_engine *e);
-
 static inline int en_direct_dispatch(const pe_engine *e)
 {
-    return e->tp == 1 && e->schedule != PE_SCHED_GPIPE;
+    return e->tp == 1 && !e->sched->clocked;
 }
 
 /* ---- failure ---- */

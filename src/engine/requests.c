@@ -16,9 +16,9 @@
 
 static en_request *request_new(pe_engine *e, const pe_request *q)
 {
+    const en_schedule *sc = e->sched;
     int m = (size_t)e->m < q->rows ? e->m : (int)q->rows;
-    int gpipe = e->schedule == PE_SCHED_GPIPE;
-    int ntasks = gpipe ? e->pp * e->tp : m * e->tp;
+    int ntasks = sc->ntasks(e, m);
     en_request *r = malloc(sizeof *r + (size_t)ntasks * sizeof(en_task));
     if (!r)
         return NULL;
@@ -27,15 +27,19 @@ static en_request *request_new(pe_engine *e, const pe_request *q)
     r->m = m;
     r->sync = NULL;
     r->ntasks = ntasks;
-    atomic_init(&r->remaining, gpipe ? ntasks : m * e->pp * e->tp);
+    int parts = 0;
+    for (int i = 0; i < ntasks; i++) {
+        en_task *t = &r->tasks[i];
+        memset(t, 0, sizeof *t);
+        t->kind = sc->clocked ? EN_TASK_REQUEST : EN_TASK_MICROBATCH;
+        t->req = r;
+        t->mb = sc->clocked ? -1 : i / e->tp; /* dataflow: (m, tp), micro-batch major */
+        parts += sc->parts_from(e, t, (sc->first_rank(e, 0, i) / e->tp) % e->pp);
+    }
+    atomic_init(&r->remaining, parts);
     atomic_init(&r->status, PE_OK);
     RT_IGNORE_WORD(r->remaining);
     RT_IGNORE_WORD(r->status);
-    for (int i = 0; i < ntasks; i++) {
-        r->tasks[i].kind = gpipe ? EN_TASK_REQUEST : EN_TASK_MICROBATCH;
-        r->tasks[i].req = r;
-        r->tasks[i].mb = gpipe ? -1 : i / e->tp; /* (m, tp): micro-batch major */
-    }
     return r;
 }
 
@@ -80,7 +84,7 @@ static pe_status enqueue(pe_engine *e, en_request *r)
         return rt_queue_push(e->inq, r);
     pe_status f = atomic_load(&e->failed);
     if (f != PE_OK)
-        en_request_done(e, r, atomic_load(&r->remaining), f);
+        en_request_drop(e, r, f);
     else
         en_route(e, r);
     return PE_OK;

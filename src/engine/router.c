@@ -26,13 +26,13 @@ static int least_loaded_replica(pe_engine *e)
 }
 
 /* Queues task on worker `rank`; a closed queue means the engine stopped: the task's
- * parts complete with that status at once. */
-static void dispatch(pe_engine *e, int rank, en_task *t, int parts_if_dropped)
+ * parts end with that status at once. */
+static void dispatch(pe_engine *e, int rank, en_task *t)
 {
     if (rt_queue_push(e->workers[rank].inq, t) == PE_OK)
         return;
     pe_status f = atomic_load(&e->failed);
-    en_request_done(e, t->req, parts_if_dropped, f != PE_OK ? f : PE_ECLOSED);
+    en_task_end(e, t, e->workers[rank].p, f != PE_OK ? f : PE_ECLOSED);
 }
 
 void en_route(pe_engine *e, en_request *r)
@@ -44,13 +44,8 @@ void en_route(pe_engine *e, en_request *r)
      * after the last dispatch. */
     const int ntasks = r->ntasks;
     en_task *tasks = r->tasks;
-    if (e->schedule == PE_SCHED_GPIPE) {
-        for (int i = 0; i < ntasks; i++) /* tasks[p * tp + t] */
-            dispatch(e, en_rank(e, d, i / e->tp, i % e->tp), &tasks[i], 1);
-        return;
-    }
-    for (int i = 0; i < ntasks; i++) /* tasks[mb * tp + t], each lane through every stage */
-        dispatch(e, en_rank(e, d, 0, i % e->tp), &tasks[i], e->pp);
+    for (int i = 0; i < ntasks; i++)
+        dispatch(e, e->sched->first_rank(e, d, i), &tasks[i]);
 }
 
 void *en_router_main(void *arg)
@@ -61,7 +56,7 @@ void *en_router_main(void *arg)
         en_request *r = item;
         pe_status f = atomic_load(&e->failed);
         if (f != PE_OK)
-            en_request_done(e, r, atomic_load(&r->remaining), f);
+            en_request_drop(e, r, f);
         else
             en_route(e, r);
     }

@@ -128,8 +128,7 @@ static void collective_hook(void *ctx, uint64_t start, uint64_t end)
     en_trace_record(w, PE_TRACE_COLLECTIVE, NULL, -1, start, end);
 }
 
-/* One micro-batch through this worker's stage: input -> layers -> send or host output. */
-static pe_status run_stage(en_worker *w, const en_request *r, int mb, pe_err *err)
+pe_status en_stage_run(en_worker *w, const en_request *r, int mb, pe_err *err)
 {
     pe_engine *e = w->e;
     const be_ops *ops = e->ops;
@@ -186,45 +185,6 @@ static pe_status run_stage(en_worker *w, const en_request *r, int mb, pe_err *er
     return PE_OK;
 }
 
-/* gpipe: clock c runs micro-batch c - p on stage p; every worker of the replica meets at a
- * barrier after each clock, so the stages advance in lockstep (m + pp - 1 clocks). */
-static pe_status run_clocks(en_worker *w, const en_request *r, pe_err *err)
-{
-    pe_engine *e = w->e;
-    int clocks = r->m + e->pp - 1;
-    for (int c = 0; c < clocks; c++) {
-        int mb = c - w->p;
-        if (mb >= 0 && mb < r->m) {
-            pe_status s = run_stage(w, r, mb, err);
-            if (s != PE_OK)
-                return s;
-        }
-        if (e->clocks) {
-            uint64_t t0 = rt_now_ns();
-            pe_status s = rt_barrier_wait(&e->clocks[w->d], 1);
-            en_trace_record(w, PE_TRACE_CLOCK_WAIT, r, mb, t0, rt_now_ns());
-            if (s != PE_OK)
-                return pe_fail(err, s, "worker %d: clock %d of replica %d was aborted because "
-                               "another worker failed", w->rank, c, w->d);
-        }
-    }
-    return PE_OK;
-}
-
-int en_task_parts(const pe_engine *e, const en_worker *w, const en_task *t)
-{
-    return t->kind == EN_TASK_MICROBATCH ? e->pp - w->p : 1;
-}
-
-/* Hands a finished micro-batch task to the same lane of the next stage. */
-static void pass_on(en_worker *w, en_task *t)
-{
-    pe_engine *e = w->e;
-    en_worker *next = &e->workers[en_rank(e, w->d, w->p + 1, w->t)];
-    if (rt_queue_push(next->inq, t) != PE_OK) /* closed: the engine failed or is closing */
-        en_request_done(e, t->req, e->pp - next->p, PE_ECLOSED);
-}
-
 pe_status en_worker_run(void *ctx, void *task, pe_err *err)
 {
     en_worker *w = ctx;
@@ -240,30 +200,22 @@ pe_status en_worker_run(void *ctx, void *task, pe_err *err)
         en_worker_cancel(w, t, failed);
         return PE_OK;
     }
-    pe_status s;
     if (w->fail_at_task && ++w->tasks_run == w->fail_at_task) {
-        s = pe_fail(err, PE_EDEVICE, "worker %d: injected failure at task %ld (test hook)",
-                    w->rank, w->fail_at_task);
+        pe_status s = pe_fail(err, PE_EDEVICE, "worker %d: injected failure at task %ld "
+                              "(test hook)", w->rank, w->fail_at_task);
         if (t->kind == EN_TASK_STEP) {
             en_fail(e, s, err->msg);
             en_decoder_step_dropped(w, t->step, s);
-            return s;
+        } else {
+            en_task_end(e, t, w->p, s);
         }
-    } else if (t->kind == EN_TASK_STEP)
-        return en_decoder_step(w, t->step, err);
-    else if (t->kind == EN_TASK_REQUEST)
-        s = run_clocks(w, t->req, err);
-    else
-        s = run_stage(w, t->req, t->mb, err);
-    en_request *r = t->req; /* t belongs to the next stage once passed on */
-    if (s != PE_OK) {
-        en_request_done(e, r, en_task_parts(e, w, t), s);
         return s;
     }
-    if (t->kind == EN_TASK_MICROBATCH && w->p + 1 < e->pp)
-        pass_on(w, t);
-    en_request_done(e, r, 1, PE_OK);
-    return PE_OK;
+    if (t->kind == EN_TASK_STEP)
+        return en_decoder_step(w, t->step, err);
+    pe_status s = e->sched->run(w, t, err); /* a dataflow task may move on to the next stage */
+    en_task_end(e, t, w->p, s);              /* then this stage's part of it ends */
+    return s;
 }
 
 void en_worker_cancel(void *ctx, void *task, pe_status why)
@@ -278,7 +230,7 @@ void en_worker_cancel(void *ctx, void *task, pe_status why)
         en_decoder_step_dropped(w, t->step, why);
         return;
     }
-    en_request_done(w->e, t->req, en_task_parts(w->e, w, t), why);
+    en_task_end(w->e, t, w->p, why);
 }
 
 void en_worker_on_failure(void *ctx, int index, pe_status s, const pe_err *err)
