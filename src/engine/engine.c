@@ -93,6 +93,7 @@ void pe_engine_destroy(pe_engine *e)
     free(e->devices);
     if (e->loaded && !e->decoder)
         md_mlp_free(&e->model);
+    free(e->layer_kinds);
     if (e->decoder)
         md_decoder_close(&e->dec);
     if (e->events_ready)
@@ -284,16 +285,17 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     return PE_OK;
 }
 
+/* The MLP's load plan, computed once for every worker: the stages' layer ranges and each
+ * layer's TP shard kind (md_plan_tp restarts its pairing at every stage). */
 static pe_status plan_model(pe_engine *e, pe_err *err)
 {
     pe_status s = md_plan_stages(&e->model, e->pp, e->has_split ? e->stage_split : NULL,
                                  e->stage_first, err);
+    if (s == PE_OK && !(e->layer_kinds = calloc((size_t)e->model.nlayers, sizeof(md_shard_kind))))
+        s = pe_fail(err, PE_ENOMEM, "out of host memory planning the shards");
     for (int p = 0; s == PE_OK && p < e->pp; p++) {
         int first = e->stage_first[p], last = e->stage_first[p + 1];
-        md_shard_kind *kinds = calloc((size_t)(last - first), sizeof *kinds);
-        s = kinds ? md_plan_tp(&e->model, first, last, e->tp, kinds, err)
-                  : pe_fail(err, PE_ENOMEM, "out of host memory planning stage %d", p);
-        free(kinds);
+        s = md_plan_tp(&e->model, first, last, e->tp, e->layer_kinds + first, err);
     }
     return s;
 }

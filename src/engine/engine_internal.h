@@ -135,6 +135,7 @@ struct pe_engine {
     int nclocks;           /* clocks initialized */
 
     md_mlp model;
+    md_shard_kind *layer_kinds; /* (model.nlayers) each MLP layer's TP shard kind */
     int loaded;
     int decoder;          /* the loaded model is a decoder (dec), not an MLP (model) */
     md_decoder dec;

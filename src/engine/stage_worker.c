@@ -100,14 +100,9 @@ static pe_status load_shards(en_worker *w, pe_err *err)
 {
     pe_engine *e = w->e;
     int first = e->stage_first[w->p], last = e->stage_first[w->p + 1];
-    md_shard_kind *kinds = calloc((size_t)(last - first), sizeof *kinds);
-    if (!kinds)
-        return pe_fail(err, PE_ENOMEM, "out of host memory planning stage %d", w->p);
-    pe_status s = md_plan_tp(&e->model, first, last, e->tp, kinds, err);
-    if (s == PE_OK)
-        s = md_stage_build(e->ops, w->dev, &e->model, first, last, kinds, w->t, e->tp,
-                           e->cfg.dtype, w->dp_comm, &w->stage, err); /* replica 0 uploads */
-    free(kinds);
+    pe_status s = md_stage_build(e->ops, w->dev, &e->model, first, last,
+                                 e->layer_kinds + first, w->t, e->tp, e->cfg.dtype, w->dp_comm,
+                                 &w->stage, err); /* replica 0 uploads, the others receive */
     if (s == PE_OK)
         s = reserve_rows(w, 64, err);
     return s;
