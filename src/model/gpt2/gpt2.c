@@ -7,12 +7,14 @@
  * wte (tied). The attn.bias / attn.masked_bias buffers of old checkpoints are ignored.
  * LayerNorm, gelu_new (the tanh form), learned positions.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/blocks.h"
 #include "model/decoder.h"
+#include "model/shard_table.h"
 
 typedef struct gpt2_layer {
     md_norm ln_1, ln_2;  /* (C) */
@@ -130,7 +132,7 @@ static pe_status gpt2_configure(const md_hf *hf, const char *arch, md_config *c,
     return s;
 }
 
-/* ---- the part of a worker -------------------------------------------------------------- */
+/* ---- the part of a worker: the sharding table --------------------------------------------- */
 
 static void gpt2_free(void *family)
 {
@@ -140,31 +142,49 @@ static void gpt2_free(void *family)
     free(w);
 }
 
-/* Adds tensor `what` made of pieces of the checkpoint's `name` (its logical (out, in)
- * rows [r0, r0 + nr) x columns [c0, c0 + nc) for each of the nseg row segments starting at
- * seg[i]). */
-static pe_status plan_rows(md_tensor_list *l, const md_hf *hf, const char *name, int matrix,
-                           int transposed, const size_t *seg, int nseg, size_t nr, size_t c0,
-                           size_t nc, void **slot, pe_err *err)
-{
-    char n[128];
-    tname(n, sizeof n, hf, name);
-    md_tensor *t = md_tensor_add(l);
-    if (!t)
-        return pe_fail(err, PE_ENOMEM, "out of host memory planning the weights");
-    snprintf(t->name, sizeof t->name, "%s", n);
-    t->slot = slot;
-    t->matrix = matrix;
-    pe_status s = PE_OK;
-    for (int i = 0; s == PE_OK && i < nseg; i++)
-        s = md_plan_piece(t, hf, n, transposed, seg[i], nr, c0, nc, err);
-    return s;
-}
+#define L_(f) offsetof(gpt2_layer, f)
+#define W_(f) offsetof(gpt2_weights, f)
+#define CONV1D 1 /* stored [in, out] */
+
+/* c_attn holds q | k | v as thirds of its output rows: each rank takes its heads of each. */
+static const md_tensor_rule gpt2_layer_rules[] = {
+    {L_(ln_1.w), MD_SLOT_NORM, 0, 0, {{"h.%d.ln_1.weight", MD_SPLIT_REPLICATED, 0, 0}}},
+    {L_(ln_1.b), MD_SLOT_NORM, 0, 0, {{"h.%d.ln_1.bias", MD_SPLIT_REPLICATED, 0, 0}}},
+    {L_(c_attn), MD_SLOT_LINEAR, CONV1D, 0,
+     {{"h.%d.attn.c_attn.weight", MD_SPLIT_Q_HEADS, 0, 3},
+      {"h.%d.attn.c_attn.weight", MD_SPLIT_KV_HEADS, 1, 3},
+      {"h.%d.attn.c_attn.weight", MD_SPLIT_KV_HEADS, 2, 3}}},
+    {L_(c_attn.b), MD_SLOT_BIAS, 0, 0,
+     {{"h.%d.attn.c_attn.bias", MD_SPLIT_Q_HEADS, 0, 3},
+      {"h.%d.attn.c_attn.bias", MD_SPLIT_KV_HEADS, 1, 3},
+      {"h.%d.attn.c_attn.bias", MD_SPLIT_KV_HEADS, 2, 3}}},
+    {L_(c_proj), MD_SLOT_LINEAR, CONV1D, 0, {{"h.%d.attn.c_proj.weight", MD_SPLIT_ROW_HEADS, 0, 0}}},
+    {L_(c_proj.b), MD_SLOT_BIAS, 0, 0, {{"h.%d.attn.c_proj.bias", MD_SPLIT_REPLICATED, 0, 0}}},
+    {L_(ln_2.w), MD_SLOT_NORM, 0, 0, {{"h.%d.ln_2.weight", MD_SPLIT_REPLICATED, 0, 0}}},
+    {L_(ln_2.b), MD_SLOT_NORM, 0, 0, {{"h.%d.ln_2.bias", MD_SPLIT_REPLICATED, 0, 0}}},
+    {L_(c_fc), MD_SLOT_LINEAR, CONV1D, 0, {{"h.%d.mlp.c_fc.weight", MD_SPLIT_COLUMN, 0, 0}}},
+    {L_(c_fc.b), MD_SLOT_BIAS, 0, 0, {{"h.%d.mlp.c_fc.bias", MD_SPLIT_COLUMN, 0, 0}}},
+    {L_(mlp_proj), MD_SLOT_LINEAR, CONV1D, 0, {{"h.%d.mlp.c_proj.weight", MD_SPLIT_ROW, 0, 0}}},
+    {L_(mlp_proj.b), MD_SLOT_BIAS, 0, 0, {{"h.%d.mlp.c_proj.bias", MD_SPLIT_REPLICATED, 0, 0}}},
+};
+/* the first stage: the token table (which is also the tied LM head) and the positions */
+static const md_tensor_rule gpt2_embed_rules[] = {
+    {W_(wte), MD_SLOT_TABLE, 0, 0, {{"wte.weight", MD_SPLIT_VOCAB, 0, 0}}},
+    {W_(wpe), MD_SLOT_TABLE, 0, 0, {{"wpe.weight", MD_SPLIT_REPLICATED, 0, 0}}},
+};
+/* the last stage: the final norm, and the head when the first stage is elsewhere */
+static const md_tensor_rule gpt2_final_rules[] = {
+    {W_(ln_f.w), MD_SLOT_NORM, 0, 0, {{"ln_f.weight", MD_SPLIT_REPLICATED, 0, 0}}},
+    {W_(ln_f.b), MD_SLOT_NORM, 0, 0, {{"ln_f.bias", MD_SPLIT_REPLICATED, 0, 0}}},
+};
+static const md_tensor_rule gpt2_head_rules[] = {
+    {W_(head), MD_SLOT_LINEAR, 0, 0, {{"wte.weight", MD_SPLIT_VOCAB, 0, 0}}},
+};
+#define NRULES(r) (sizeof(r) / sizeof((r)[0]))
 
 static pe_status gpt2_plan(const md_hf *hf, const md_config *c, const md_part *part,
                            void **family, md_tensor_list *l, pe_err *err)
 {
-    const md_shard sh = md_shard_of(c, part);
     gpt2_weights *w = calloc(1, sizeof *w);
     if (w)
         w->h = calloc((size_t)(part->last - part->first), sizeof *w->h);
@@ -174,67 +194,27 @@ static pe_status gpt2_plan(const md_hf *hf, const md_config *c, const md_part *p
     }
     *family = w;
     w->nlayers = part->last - part->first;
-    const size_t C = (size_t)c->C, hd = (size_t)c->hd;
-    const size_t q0 = (size_t)part->t * (size_t)sh.NH * hd, qn = (size_t)sh.NH * hd;
-    const size_t f0 = (size_t)part->t * (size_t)sh.I, fn = (size_t)sh.I;
-    const size_t vn = (size_t)sh.V0 + (size_t)sh.V <= (size_t)c->V ? (size_t)sh.V
-                      : (size_t)c->V > (size_t)sh.V0 ? (size_t)c->V - (size_t)sh.V0 : 0;
+    const char *prefix = md_hf_find(hf, "transformer.wte.weight", NULL) ? "transformer." : "";
+    const int first = md_part_first_stage(part), last = md_part_last_stage(part, c);
     pe_status s = PE_OK;
-    md_tensor *wte = NULL;
-    if (md_part_first_stage(part) || md_part_last_stage(part, c)) {
-        size_t v0 = (size_t)sh.V0;
-        s = plan_rows(l, hf, "wte.weight", 1, 0, &v0, 1, vn, 0, C, &w->wte.w, err);
-        if (s == PE_OK) {
-            wte = &l->v[l->n - 1];
-            wte->pad_rows = (size_t)sh.V - vn;
-            w->wte.rows = (size_t)sh.V;
-            w->wte.cols = C;
-            if (md_part_last_stage(part, c))
-                wte->slot2 = &w->head.w;
-            if (!md_part_first_stage(part))
-                wte->slot = &w->head.w; /* only the head's copy on a last stage */
+    if (first) {
+        s = md_plan_table(l, hf, c, part, gpt2_embed_rules, NRULES(gpt2_embed_rules), prefix,
+                          -1, w, 0, err);
+        if (s == PE_OK && last) { /* the tied head is the token table itself */
+            l->v[l->n - 2].slot2 = &w->head.w;
+            w->head.out = w->wte.rows;
+            w->head.in = w->wte.cols;
         }
     }
-    if (s == PE_OK && md_part_first_stage(part)) {
-        size_t zero = 0;
-        s = plan_rows(l, hf, "wpe.weight", 1, 0, &zero, 1, (size_t)c->maxT, 0, C, &w->wpe.w,
-                      err);
-        w->wpe.rows = (size_t)c->maxT;
-        w->wpe.cols = C;
-    }
-    for (int k = 0; s == PE_OK && k < w->nlayers; k++) {
-        gpt2_layer *L = &w->h[k];
-        char n[96];
-        const int gl = part->first + k;
-        const size_t qkv[3] = {q0, C + q0, 2 * C + q0}; /* q | k | v rows of this rank */
-        const size_t whole = 0;
-#define NAME(x) (snprintf(n, sizeof n, "h.%d.%s", gl, (x)), n)
-        s = plan_rows(l, hf, NAME("ln_1.weight"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->ln_1.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("ln_1.bias"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->ln_1.b, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("attn.c_attn.weight"), 1, 1, qkv, 3, qn, 0, C, &L->c_attn.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("attn.c_attn.bias"), 0, 0, qkv, 3, qn, 0, 1, (void **)&L->c_attn.b, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("attn.c_proj.weight"), 1, 1, &whole, 1, C, q0, qn, &L->c_proj.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("attn.c_proj.bias"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->c_proj.b, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("ln_2.weight"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->ln_2.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("ln_2.bias"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->ln_2.b, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("mlp.c_fc.weight"), 1, 1, &f0, 1, fn, 0, C, &L->c_fc.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("mlp.c_fc.bias"), 0, 0, &f0, 1, fn, 0, 1, (void **)&L->c_fc.b, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("mlp.c_proj.weight"), 1, 1, &whole, 1, C, f0, fn, &L->mlp_proj.w, err);
-        if (s == PE_OK) s = plan_rows(l, hf, NAME("mlp.c_proj.bias"), 0, 0, &whole, 1, C, 0, 1, (void **)&L->mlp_proj.b, err);
-#undef NAME
-        L->c_attn.out = 3 * qn, L->c_attn.in = C;
-        L->c_proj.out = C, L->c_proj.in = qn;
-        L->c_fc.out = fn, L->c_fc.in = C;
-        L->mlp_proj.out = C, L->mlp_proj.in = fn;
-    }
-    if (s == PE_OK && md_part_last_stage(part, c)) {
-        const size_t whole = 0;
-        s = plan_rows(l, hf, "ln_f.weight", 0, 0, &whole, 1, C, 0, 1, (void **)&w->ln_f.w, err);
-        if (s == PE_OK)
-            s = plan_rows(l, hf, "ln_f.bias", 0, 0, &whole, 1, C, 0, 1, (void **)&w->ln_f.b, err);
-        w->head.out = (size_t)sh.V;
-        w->head.in = C;
-    }
+    for (int k = 0; s == PE_OK && k < w->nlayers; k++)
+        s = md_plan_table(l, hf, c, part, gpt2_layer_rules, NRULES(gpt2_layer_rules), prefix,
+                          part->first + k, &w->h[k], 0, err);
+    if (s == PE_OK && last)
+        s = md_plan_table(l, hf, c, part, gpt2_final_rules, NRULES(gpt2_final_rules), prefix, -1,
+                          w, 0, err);
+    if (s == PE_OK && last && !first)
+        s = md_plan_table(l, hf, c, part, gpt2_head_rules, NRULES(gpt2_head_rules), prefix, -1,
+                          w, 0, err);
     return s;
 }
 

@@ -9,6 +9,7 @@
  * has a sliding window. q|k|v and gate|up are fused into one matrix each at load.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "model/blocks.h"
 #include "model/decoder.h"
+#include "model/shard_table.h"
 
 typedef struct llama_layer {
     md_norm input_norm;  /* (C) */
@@ -239,7 +241,7 @@ static pe_status llama_configure(const md_hf *hf, const char *arch, md_config *c
     return s;
 }
 
-/* ---- the part of a worker -------------------------------------------------------------- */
+/* ---- the part of a worker: the sharding table --------------------------------------------- */
 
 static void llama_free(void *family)
 {
@@ -249,89 +251,47 @@ static void llama_free(void *family)
     free(w);
 }
 
-/* A new tensor named `what` for slot; pieces are added by the caller. */
-static md_tensor *new_tensor(md_tensor_list *l, const char *what, int matrix, void **slot)
-{
-    md_tensor *t = md_tensor_add(l);
-    if (t) {
-        snprintf(t->name, sizeof t->name, "%s", what);
-        t->slot = slot;
-        t->matrix = matrix;
-    }
-    return t;
-}
+#define L_(f) offsetof(llama_layer, f)
+#define W_(f) offsetof(llama_weights, f)
+enum { QKV_BIAS = 1u, O_BIAS = 2u, MLP_BIAS = 4u }; /* the optional tensors */
+#define P_(name, split) {"model.layers.%d." name, MD_SPLIT_##split, 0, 0}
 
-/* The tensor `name` of layer gl, rows [r0, r0 + nr) x columns [c0, c0 + nc), appended to t. */
-static pe_status piece(md_tensor *t, const md_hf *hf, int gl, const char *name, size_t r0,
-                       size_t nr, size_t c0, size_t nc, pe_err *err)
-{
-    char n[128];
-    snprintf(n, sizeof n, "model.layers.%d.%s", gl, name);
-    return md_plan_piece(t, hf, n, 0, r0, nr, c0, nc, err);
-}
-
-static pe_status plan_layer(md_tensor_list *l, const md_hf *hf, const md_config *c,
-                            const md_shard *sh, int t, llama_biases b, int gl, llama_layer *L,
-                            pe_err *err)
-{
-    const size_t C = (size_t)c->C, hd = (size_t)c->hd;
-    const size_t q0 = (size_t)t * (size_t)sh->NH * hd, qn = (size_t)sh->NH * hd;
-    const size_t k0 = (size_t)sh->KV0 * hd, kn = (size_t)sh->KVH * hd;
-    const size_t f0 = (size_t)t * (size_t)sh->I, fn = (size_t)sh->I;
-    char what[96];
-    md_tensor *x;
-    pe_status s = PE_OK;
-#define TENSOR(name, matrix, slot)                                                           \
-    (snprintf(what, sizeof what, "model.layers.%d.%s", gl, (name)),                         \
-     x = new_tensor(l, what, (matrix), (void **)(slot)))
-#define NOMEM pe_fail(err, PE_ENOMEM, "out of host memory planning the weights")
-    if (!TENSOR("input_layernorm.weight", 0, &L->input_norm.w)) return NOMEM;
-    s = piece(x, hf, gl, "input_layernorm.weight", 0, C, 0, 1, err);
-    if (s == PE_OK && !TENSOR("self_attn.qkv (fused)", 1, &L->qkv.w)) return NOMEM;
-    if (s == PE_OK) s = piece(x, hf, gl, "self_attn.q_proj.weight", q0, qn, 0, C, err);
-    if (s == PE_OK) s = piece(x, hf, gl, "self_attn.k_proj.weight", k0, kn, 0, C, err);
-    if (s == PE_OK) s = piece(x, hf, gl, "self_attn.v_proj.weight", k0, kn, 0, C, err);
-    if (s == PE_OK && b.qkv) {
-        if (!TENSOR("self_attn.qkv bias (fused)", 0, &L->qkv.b)) return NOMEM;
-        s = piece(x, hf, gl, "self_attn.q_proj.bias", q0, qn, 0, 1, err);
-        if (s == PE_OK) s = piece(x, hf, gl, "self_attn.k_proj.bias", k0, kn, 0, 1, err);
-        if (s == PE_OK) s = piece(x, hf, gl, "self_attn.v_proj.bias", k0, kn, 0, 1, err);
-    }
-    if (s == PE_OK && !TENSOR("self_attn.o_proj.weight", 1, &L->o.w)) return NOMEM;
-    if (s == PE_OK) s = piece(x, hf, gl, "self_attn.o_proj.weight", 0, C, q0, qn, err);
-    if (s == PE_OK && b.o) {
-        if (!TENSOR("self_attn.o_proj.bias", 0, &L->o.b)) return NOMEM;
-        s = piece(x, hf, gl, "self_attn.o_proj.bias", 0, C, 0, 1, err);
-    }
-    if (s == PE_OK && !TENSOR("post_attention_layernorm.weight", 0, &L->post_norm.w)) return NOMEM;
-    if (s == PE_OK) s = piece(x, hf, gl, "post_attention_layernorm.weight", 0, C, 0, 1, err);
-    if (s == PE_OK && !TENSOR("mlp.gate_up (fused)", 1, &L->gate_up.w)) return NOMEM;
-    if (s == PE_OK) s = piece(x, hf, gl, "mlp.gate_proj.weight", f0, fn, 0, C, err);
-    if (s == PE_OK) s = piece(x, hf, gl, "mlp.up_proj.weight", f0, fn, 0, C, err);
-    if (s == PE_OK && b.mlp) {
-        if (!TENSOR("mlp.gate_up bias (fused)", 0, &L->gate_up.b)) return NOMEM;
-        s = piece(x, hf, gl, "mlp.gate_proj.bias", f0, fn, 0, 1, err);
-        if (s == PE_OK) s = piece(x, hf, gl, "mlp.up_proj.bias", f0, fn, 0, 1, err);
-    }
-    if (s == PE_OK && !TENSOR("mlp.down_proj.weight", 1, &L->down.w)) return NOMEM;
-    if (s == PE_OK) s = piece(x, hf, gl, "mlp.down_proj.weight", 0, C, f0, fn, err);
-    if (s == PE_OK && b.mlp) {
-        if (!TENSOR("mlp.down_proj.bias", 0, &L->down.b)) return NOMEM;
-        s = piece(x, hf, gl, "mlp.down_proj.bias", 0, C, 0, 1, err);
-    }
-#undef TENSOR
-#undef NOMEM
-    L->qkv.out = qn + 2 * kn, L->qkv.in = C;
-    L->o.out = C, L->o.in = qn;
-    L->gate_up.out = 2 * fn, L->gate_up.in = C;
-    L->down.out = C, L->down.in = fn;
-    return s;
-}
+/* q|k|v and gate|up are fused: each rank's rows of each, stacked */
+static const md_tensor_rule llama_layer_rules[] = {
+    {L_(input_norm.w), MD_SLOT_NORM, 0, 0, {P_("input_layernorm.weight", REPLICATED)}},
+    {L_(qkv), MD_SLOT_LINEAR, 0, 0,
+     {P_("self_attn.q_proj.weight", Q_HEADS), P_("self_attn.k_proj.weight", KV_HEADS),
+      P_("self_attn.v_proj.weight", KV_HEADS)}},
+    {L_(qkv.b), MD_SLOT_BIAS, 0, QKV_BIAS,
+     {P_("self_attn.q_proj.bias", Q_HEADS), P_("self_attn.k_proj.bias", KV_HEADS),
+      P_("self_attn.v_proj.bias", KV_HEADS)}},
+    {L_(o), MD_SLOT_LINEAR, 0, 0, {P_("self_attn.o_proj.weight", ROW_HEADS)}},
+    {L_(o.b), MD_SLOT_BIAS, 0, O_BIAS, {P_("self_attn.o_proj.bias", REPLICATED)}},
+    {L_(post_norm.w), MD_SLOT_NORM, 0, 0, {P_("post_attention_layernorm.weight", REPLICATED)}},
+    {L_(gate_up), MD_SLOT_LINEAR, 0, 0,
+     {P_("mlp.gate_proj.weight", COLUMN), P_("mlp.up_proj.weight", COLUMN)}},
+    {L_(gate_up.b), MD_SLOT_BIAS, 0, MLP_BIAS,
+     {P_("mlp.gate_proj.bias", COLUMN), P_("mlp.up_proj.bias", COLUMN)}},
+    {L_(down), MD_SLOT_LINEAR, 0, 0, {P_("mlp.down_proj.weight", ROW)}},
+    {L_(down.b), MD_SLOT_BIAS, 0, MLP_BIAS, {P_("mlp.down_proj.bias", REPLICATED)}},
+};
+static const md_tensor_rule llama_embed_rules[] = {
+    {W_(embed), MD_SLOT_TABLE, 0, 0, {{"model.embed_tokens.weight", MD_SPLIT_VOCAB, 0, 0}}},
+};
+static const md_tensor_rule llama_final_rules[] = {
+    {W_(norm.w), MD_SLOT_NORM, 0, 0, {{"model.norm.weight", MD_SPLIT_REPLICATED, 0, 0}}},
+};
+static const md_tensor_rule llama_head_rules[] = {
+    {W_(head), MD_SLOT_LINEAR, 0, 0, {{"lm_head.weight", MD_SPLIT_VOCAB, 0, 0}}},
+};
+static const md_tensor_rule llama_tied_head_rules[] = {
+    {W_(head), MD_SLOT_LINEAR, 0, 0, {{"model.embed_tokens.weight", MD_SPLIT_VOCAB, 0, 0}}},
+};
+#define NRULES(r) (sizeof(r) / sizeof((r)[0]))
 
 static pe_status llama_plan(const md_hf *hf, const md_config *c, const md_part *part,
                             void **family, md_tensor_list *l, pe_err *err)
 {
-    const md_shard sh = md_shard_of(c, part);
     llama_weights *w = calloc(1, sizeof *w);
     if (w)
         w->layers = calloc((size_t)(part->last - part->first), sizeof *w->layers);
@@ -343,47 +303,36 @@ static pe_status llama_plan(const md_hf *hf, const md_config *c, const md_part *
     w->nlayers = part->last - part->first;
     pe_status s = PE_OK;
     llama_biases b = biases_of(hf, c->arch, err, &s);
-    const size_t C = (size_t)c->C, v0 = (size_t)sh.V0;
-    const size_t vn = v0 + (size_t)sh.V <= (size_t)c->V ? (size_t)sh.V
-                      : (size_t)c->V > v0 ? (size_t)c->V - v0 : 0;
+    const unsigned have = (b.qkv ? QKV_BIAS : 0u) | (b.o ? O_BIAS : 0u) | (b.mlp ? MLP_BIAS : 0u);
     const int first = md_part_first_stage(part), last = md_part_last_stage(part, c);
-    md_tensor *x = NULL;
-    if (s == PE_OK && (first || (last && c->tied))) {
-        x = new_tensor(l, "model.embed_tokens.weight", 1, first ? &w->embed.w : &w->head.w);
-        s = x ? md_plan_piece(x, hf, "model.embed_tokens.weight", 0, v0, vn, 0, C, err)
-              : pe_fail(err, PE_ENOMEM, "out of host memory planning the weights");
-        if (s == PE_OK) {
-            x->pad_rows = (size_t)sh.V - vn;
-            if (last && c->tied)
-                x->slot2 = &w->head.w;
+    if (s == PE_OK && first) {
+        s = md_plan_table(l, hf, c, part, llama_embed_rules, NRULES(llama_embed_rules), "", -1,
+                          w, have, err);
+        if (s == PE_OK && last && c->tied) { /* the head is the token table itself */
+            l->v[l->n - 1].slot2 = &w->head.w;
+            w->head.out = w->embed.rows;
+            w->head.in = w->embed.cols;
         }
-        w->embed.rows = (size_t)sh.V;
-        w->embed.cols = C;
     }
-    if (s == PE_OK) {
-        x = new_tensor(l, "RoPE inv_freq", 0, (void **)&w->inv_freq);
+    if (s == PE_OK) { /* RoPE's frequencies: computed from the config, not in the checkpoint */
+        md_tensor *x = md_tensor_add(l);
         if (!x)
             return pe_fail(err, PE_ENOMEM, "out of host memory planning the weights");
+        snprintf(x->name, sizeof x->name, "RoPE inv_freq");
+        x->slot = (void **)&w->inv_freq;
         x->rows = (size_t)c->hd / 2;
         x->cols = 1;
         x->host = c->inv_freq;
     }
     for (int k = 0; s == PE_OK && k < w->nlayers; k++)
-        s = plan_layer(l, hf, c, &sh, part->t, b, part->first + k, &w->layers[k], err);
-    if (s == PE_OK && last) {
-        x = new_tensor(l, "model.norm.weight", 0, (void **)&w->norm.w);
-        s = x ? md_plan_piece(x, hf, "model.norm.weight", 0, 0, C, 0, 1, err)
-              : pe_fail(err, PE_ENOMEM, "out of host memory planning the weights");
-        if (s == PE_OK && !c->tied) {
-            x = new_tensor(l, "lm_head.weight", 1, &w->head.w);
-            s = x ? md_plan_piece(x, hf, "lm_head.weight", 0, v0, vn, 0, C, err)
-                  : pe_fail(err, PE_ENOMEM, "out of host memory planning the weights");
-            if (s == PE_OK)
-                x->pad_rows = (size_t)sh.V - vn;
-        }
-        w->head.out = (size_t)sh.V;
-        w->head.in = C;
-    }
+        s = md_plan_table(l, hf, c, part, llama_layer_rules, NRULES(llama_layer_rules), "",
+                          part->first + k, &w->layers[k], have, err);
+    if (s == PE_OK && last)
+        s = md_plan_table(l, hf, c, part, llama_final_rules, NRULES(llama_final_rules), "", -1, w,
+                          have, err);
+    if (s == PE_OK && last && !(first && c->tied))
+        s = md_plan_table(l, hf, c, part, c->tied ? llama_tied_head_rules : llama_head_rules, 1,
+                          "", -1, w, have, err);
     return s;
 }
 
