@@ -75,10 +75,11 @@ static pe_status init_common(pe_tokenizer *t, tx_ctx *c)
         tx_pairmap_init(&t->bpe.merges, 1024) != 0)
         return pe_fail(c->err, PE_ENOMEM, "out of memory loading %s", c->file);
     t->bpe.unk_id = -1;
-    pe_status s = tx_regex_compile("\\s", 2, "the whitespace class", &t->whitespace, c->err);
+    static const char space[] = "\\s", word[] = "[\\p{Alpha}\\p{N}_]";
+    pe_status s = tx_regex_compile(space, sizeof space - 1, "the whitespace class",
+                                   &t->whitespace, c->err);
     if (s == PE_OK)
-        s = tx_regex_compile("[\\p{Alpha}\\p{N}_]", 18, "the word class", &t->word_char,
-                             c->err);
+        s = tx_regex_compile(word, sizeof word - 1, "the word class", &t->word_char, c->err);
     return s;
 }
 
