@@ -10,6 +10,7 @@ void cli_usage(FILE *out)
 "       pengine --dp N --pp N --tp N --gpus LIST [options]\n"
 "       pengine --topology [--gpus LIST] [--backend B]\n"
 "       pengine gen mlp --hidden N --layers L --out FILE [gen options]\n"
+"       pengine tokenize --tokenizer FILE|--model DIR [--json] [--decode] < INPUT\n"
 "\n"
 "Runs a demo of data (dp), tensor (tp) or pipeline (pp) parallelism on the listed devices,\n"
 "verified against a single device. Example: pengine --mode pp --gpus 0,1\n"
@@ -47,6 +48,15 @@ void cli_usage(FILE *out)
 "  --std X               standard deviation of the normal init (default 0.02)\n"
 "  --seed S              seed (default 1): the same seed writes the same bytes\n"
 "  --out FILE            the safetensors file to write\n"
+"\n"
+"tokenize options (text on stdin -> ids on stdout, as llama-tokenize):\n"
+"  --tokenizer FILE      a Hugging Face tokenizer.json (or a directory with vocab.json\n"
+"                        and merges.txt)\n"
+"  --model DIR           the tokenizer.json of a model directory\n"
+"  --json                a JSON array of ids (with --decode: the text as a JSON string)\n"
+"  --decode              ids on stdin (space-separated or a JSON array) -> their text\n"
+"  ids include the BOS/EOS the tokenizer's post-processor adds; the text is taken as is\n"
+"  (a trailing newline is text too: use printf, not echo)\n"
 "\n"
 "exit codes: 0 ok, 1 runtime failure (including a failed verification), 2 usage error\n",
         out);
