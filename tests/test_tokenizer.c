@@ -306,6 +306,45 @@ static void test_split_regex_from_the_file_decides_the_words(void **state)
     pe_tokenizer_free(t);
 }
 
+/* Split on " " with each delimiter behaviour: a 0, " " 1, "a " 2, " a" 3, "  " 5. */
+static pe_tokenizer *split_tok(const char *behavior, int invert)
+{
+    char json[2048];
+    snprintf(json, sizeof json, "{\"added_tokens\": [], \"normalizer\": null, "
+             "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+             "\"behavior\": \"%s\", \"invert\": %s}, \"post_processor\": null, \"decoder\": "
+             "null, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \" \": 1, \"a \": 2, "
+             "\" a\": 3, \"  \": 5}, \"merges\": [[\"a\", \" \"], [\" \", \"a\"], "
+             "[\" \", \" \"]]}}", behavior, invert ? "true" : "false");
+    return must_load(json);
+}
+
+static void test_split_behaviours_cut_words_as_hugging_face(void **state)
+{
+    (void)state;
+    /* as one word "a a" would be: (a, " ") ranks first -> "a " a */
+    pe_tokenizer *t = split_tok("Isolated", 0);
+    EXPECT(t, "a a", 0, 0, 1, 0);
+    EXPECT(t, "a  a", 0, 0, 1, 1, 0);
+    pe_tokenizer_free(t);
+    t = split_tok("Removed", 0);
+    EXPECT(t, "a a", 0, 0, 0);
+    pe_tokenizer_free(t);
+    t = split_tok("MergedWithPrevious", 0);
+    EXPECT(t, "a a", 0, 2, 0);
+    pe_tokenizer_free(t);
+    t = split_tok("MergedWithNext", 0);
+    EXPECT(t, "a a", 0, 0, 3);
+    pe_tokenizer_free(t);
+    t = split_tok("Contiguous", 0);
+    EXPECT(t, "a  a", 0, 0, 5, 0);
+    pe_tokenizer_free(t);
+    /* inverted: the text between spaces is what is removed; each space stays its own piece */
+    t = split_tok("Removed", 1);
+    EXPECT(t, "a  a", 0, 1, 1);
+    pe_tokenizer_free(t);
+}
+
 static void test_invalid_utf8_is_encoded_by_its_bytes(void **state)
 {
     (void)state;
@@ -552,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_single_word_added_tokens_match_whole_words_only),
         cmocka_unit_test(test_nfc_composes_before_the_model_and_normalized_added_tokens),
         cmocka_unit_test(test_split_regex_from_the_file_decides_the_words),
+        cmocka_unit_test(test_split_behaviours_cut_words_as_hugging_face),
         cmocka_unit_test(test_invalid_utf8_is_encoded_by_its_bytes),
         cmocka_unit_test(test_metaspace_prepends_on_the_first_word_and_decodes_back),
         cmocka_unit_test(test_streaming_holds_a_character_until_its_last_byte),
