@@ -1,4 +1,4 @@
-/* main.c: the pengine command: parses the flags, then runs gen, --topology or a demo, and
+/* main.c: the pengine command: parses the flags, then runs gen, tokenize, --topology or a demo, and
  * turns the outcome into the exit code (0 ok, 1 runtime failure, 2 usage error). */
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "gen.h"
 #include "generate.h"
 #include "report.h"
+#include "tokenize.h"
 #include "topology_report.h"
 
 /* --trace is written after the run: refuse an unwritable path before spending the time. */
@@ -66,6 +67,8 @@ int main(int argc, char **argv)
         return cli_gen(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return cli_generate(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
+        return cli_tokenize(argc - 1, argv + 1);
     cli_options o;
     char msg[CLI_MSG_LEN];
     if (cli_parse(argc, argv, &o, msg, sizeof msg) != CLI_OK) {

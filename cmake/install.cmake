@@ -17,7 +17,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pengineConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/pengineConfigVersion.cmake DESTINATION ${PE_CMAKE_DIR})
 
 # pkg-config: a static link needs every library libpengine.a calls into.
-set(PE_PC_REQUIRES_PRIVATE "hwloc openblas libcjson")
+set(PE_PC_REQUIRES_PRIVATE "hwloc openblas libcjson oniguruma libutf8proc")
 set(PE_PC_LIBS_PRIVATE "-lpthread -lm")
 if(PE_CUDA)
   string(APPEND PE_PC_LIBS_PRIVATE " ${PE_CUDA_PC_LIBS}")

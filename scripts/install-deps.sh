@@ -5,7 +5,13 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
-          libcmocka-dev libcjson-dev libudev-dev valgrind)
+          libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev)
+# libonig-dev, libutf8proc-dev: the tokenizer (tokenizer.json's split regexes, NFC/NFKC).
+# nodejs and npm: the tokenizer tests' JavaScript references (tests/tokenizer), only where
+# no node is installed already.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 # libudev-dev: `pkg-config --static --libs hwloc` names -ludev, which a static link of
 # libpengine.a from outside needs (tests/test_install.sh).
 missing=()

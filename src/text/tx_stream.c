@@ -1,0 +1,136 @@
+/* tx_stream.c: pe_detokenizer, the streaming decode. It decodes a small window of the
+ * latest ids and releases what the window adds past the text already released, as Hugging
+ * Face's DecodeStream does; the window keeps the ids of the last release before the new
+ * ones, so position rules (Metaspace's first token, Strip) see the same context as a full
+ * decode. A character whose bytes are not all there yet (an emoji over four byte tokens)
+ * waits for the ids that complete it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/tx_decode.h"
+
+struct pe_detokenizer {
+    const pe_tokenizer *t;
+    int skip_special;
+    int32_t *ids;
+    size_t n, cap;
+    size_t start, read; /* the window is ids[start, n); ids[start, read) made prefix */
+    tx_buf prefix;      /* the text of ids[start, read), already released */
+    tx_buf text;        /* the text of the window */
+    tx_buf out;         /* what the last call returned */
+};
+
+pe_status pe_detokenizer_create(const pe_tokenizer *t, int skip_special, pe_detokenizer **out)
+{
+    if (!t || !out) {
+        pe_set_last_error("pe_detokenizer_create: the tokenizer and out must not be NULL");
+        return PE_EINVAL;
+    }
+    *out = calloc(1, sizeof **out);
+    if (!*out) {
+        pe_set_last_error("out of memory creating a detokenizer");
+        return PE_ENOMEM;
+    }
+    (*out)->t = t;
+    (*out)->skip_special = skip_special;
+    return PE_OK;
+}
+
+void pe_detokenizer_free(pe_detokenizer *d)
+{
+    if (!d)
+        return;
+    free(d->ids);
+    tx_buf_free(&d->prefix);
+    tx_buf_free(&d->text);
+    tx_buf_free(&d->out);
+    free(d);
+}
+
+static pe_status fail(pe_err *err, pe_status s)
+{
+    pe_set_last_error(err->msg);
+    return s;
+}
+
+/* Releases text past prefix when the window's text extends it; then the window moves up. */
+static pe_status release(pe_detokenizer *d, int final, const char **text, size_t *len)
+{
+    pe_err err = {{0}};
+    int held = 0;
+    d->out.n = 0;
+    pe_status s = tx_decode(d->t, d->ids + d->start, d->n - d->start, d->skip_special, !final,
+                            &d->text, &held, &err);
+    if (s != PE_OK)
+        return fail(&err, s);
+    if (!held && d->text.n > d->prefix.n && memcmp(d->text.p, d->prefix.p, d->prefix.n) == 0) {
+        if (tx_buf_add(&d->out, d->text.p + d->prefix.n, d->text.n - d->prefix.n) != 0)
+            return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
+        d->start = d->read;
+        d->read = d->n;
+        s = tx_decode(d->t, d->ids + d->start, d->read - d->start, d->skip_special, 1,
+                      &d->prefix, &held, &err);
+        if (s != PE_OK)
+            return fail(&err, s);
+    } else if (final && d->text.n > 0) {
+        /* the window's text does not extend what was released: release the part after
+         * what they share (a decoder whose rules look at the end of the text) */
+        size_t k = 0;
+        while (k < d->text.n && k < d->prefix.n && d->text.p[k] == d->prefix.p[k])
+            k++;
+        if (tx_buf_add(&d->out, d->text.p + k, d->text.n - k) != 0)
+            return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
+    }
+    if (final) { /* a new stream starts */
+        d->start = d->read = d->n;
+        d->prefix.n = 0;
+    }
+    /* drop ids before the window */
+    if (d->start > 4096) {
+        memmove(d->ids, d->ids + d->start, (d->n - d->start) * sizeof *d->ids);
+        d->n -= d->start;
+        d->read -= d->start;
+        d->start = 0;
+    }
+    *text = d->out.p ? d->out.p : "";
+    *len = d->out.n;
+    return PE_OK;
+}
+
+pe_status pe_detokenizer_push(pe_detokenizer *d, int32_t id, const char **text, size_t *len)
+{
+    if (!d || !text || !len) {
+        pe_set_last_error("pe_detokenizer_push: d, text and len must not be NULL");
+        return PE_EINVAL;
+    }
+    *text = "";
+    *len = 0;
+    const pe_tokenizer *t = d->t;
+    if (id < 0 || (size_t)id >= t->vocab_size || !t->tokens[id]) {
+        pe_err err;
+        return fail(&err, pe_fail(&err, PE_EINVAL, "token id %d is not in the vocabulary (%zu "
+                                  "ids); push ids this tokenizer made", (int)id,
+                                  t->vocab_size));
+    }
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 64;
+        int32_t *p = realloc(d->ids, cap * sizeof *p);
+        if (!p) {
+            pe_set_last_error("out of memory in the detokenizer");
+            return PE_ENOMEM;
+        }
+        d->ids = p;
+        d->cap = cap;
+    }
+    d->ids[d->n++] = id;
+    return release(d, 0, text, len);
+}
+
+pe_status pe_detokenizer_flush(pe_detokenizer *d, const char **text, size_t *len)
+{
+    if (!d || !text || !len) {
+        pe_set_last_error("pe_detokenizer_flush: d, text and len must not be NULL");
+        return PE_EINVAL;
+    }
+    return release(d, 1, text, len);
+}

@@ -1,0 +1,235 @@
+/* test_tokenizer_cli.c: "pengine tokenize", run as a child process as tests/test_cli.c does:
+ * text on stdin -> ids (space-separated, --json array), --decode ids -> text, --model DIR,
+ * and exit 2 with one stderr line naming the problem for a missing or malformed tokenizer
+ * file and for bad ids. Uses a hand-made tokenizer.json (no npm package needed).
+ *
+ * argv[1] is the pengine binary. */
+#include "test_util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUN_LIMIT_S 30
+
+static const char *g_bin;
+static char g_dir[512], g_tok[600];
+
+/* The SentencePiece-style tokenizer of test_tokenizer.c: "hi hi" -> <s> ▁hi ▁hi </s>. */
+static const char *g_json =
+    "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true, \"lstrip\": false, "
+    "\"rstrip\": false, \"normalized\": false, \"single_word\": false}, {\"id\": 2, \"content\": "
+    "\"</s>\", \"special\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+    "\"single_word\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
+    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
+    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+    "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+    "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}}, "
+    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Metaspace\", "
+    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\"}, {\"type\": "
+    "\"ByteFallback\"}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": \"BPE\", \"unk_token\": "
+    "\"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
+    "\"\xE2\x96\x81\": 3, \"h\": 4, \"i\": 5, \"\xE2\x96\x81h\": 6, \"\xE2\x96\x81hi\": 7, "
+    "\"\\\"\": 8}, \"merges\": [\"\xE2\x96\x81 h\", \"\xE2\x96\x81h i\"]}}";
+
+typedef struct cli_run {
+    int status;
+    char *out, *err;
+} cli_run;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Runs pengine tokenize args... with input on stdin. */
+static cli_run run_args(const char *input, const char *const *args)
+{
+    char in[600], out[600], err[600];
+    snprintf(in, sizeof in, "%s/stdin.txt", g_dir);
+    snprintf(out, sizeof out, "%s/stdout.txt", g_dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", g_dir);
+    write_file(in, input);
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)g_bin;
+    argv[n++] = (char *)"tokenize";
+    for (; *args && n < 15; args++)
+        argv[n++] = (char *)*args;
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(in, "r", stdin) || !freopen(out, "w", stdout) || !freopen(err, "w", stderr))
+            _exit(126);
+        execv(g_bin, argv);
+        _exit(127);
+    }
+    int ws = 0;
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    for (int waited = 0; waitpid(pid, &ws, WNOHANG) != pid; waited++) {
+        if (waited > RUN_LIMIT_S * 100) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            fail_msg("pengine tokenize ran longer than %d s", RUN_LIMIT_S);
+        }
+        nanosleep(&nap, NULL);
+    }
+    cli_run r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws), slurp(out), slurp(err)};
+    return r;
+}
+
+#define RUN(input, ...) run_args(input, (const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(cli_run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static void expect_ok(cli_run *r, const char *out)
+{
+    if (r->status != 0 || strcmp(r->out, out) != 0)
+        print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, out);
+    assert_string_equal(r->err, "");
+    run_free(r);
+}
+
+/* Exit 2, nothing on stdout, one stderr line "pengine: error: ...; ..." with every sub. */
+static void expect_usage(cli_run *r, const char *const *subs)
+{
+    if (r->status != 2)
+        print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
+    assert_int_equal(r->status, 2);
+    assert_string_equal(r->out, "");
+    assert_true(strncmp(r->err, "pengine: error: ", 16) == 0);
+    const char *nl = strchr(r->err, '\n');
+    assert_non_null(nl);
+    assert_string_equal(nl + 1, "");
+    assert_non_null(strstr(r->err, "; "));
+    for (; *subs; subs++) {
+        if (!strstr(r->err, *subs))
+            print_message("missing '%s' in: %s", *subs, r->err);
+        assert_non_null(strstr(r->err, *subs));
+    }
+    run_free(r);
+}
+
+#define EXPECT_USAGE(run, ...) expect_usage(&(run), (const char *const[]){__VA_ARGS__, NULL})
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_temp_path(g_dir, sizeof g_dir, "tokcli");
+    assert_int_equal(mkdir(g_dir, 0700), 0);
+    snprintf(g_tok, sizeof g_tok, "%s/tokenizer.json", g_dir);
+    write_file(g_tok, g_json);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    const char *names[] = {"tokenizer.json", "stdin.txt", "stdout.txt", "stderr.txt", "bad.json"};
+    char p[700];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
+        unlink(p);
+    }
+    rmdir(g_dir);
+    return 0;
+}
+
+static void test_text_on_stdin_prints_ids(void **state)
+{
+    (void)state;
+    cli_run r = RUN("hi hi", "--tokenizer", g_tok);
+    expect_ok(&r, "1 7 7\n");
+    r = RUN("hi hi", "--tokenizer", g_tok, "--json");
+    expect_ok(&r, "[1, 7, 7]\n");
+    r = RUN("hi", "--model", g_dir); /* the tokenizer.json of the directory */
+    expect_ok(&r, "1 7\n");
+    r = RUN("", "--tokenizer", g_tok);
+    expect_ok(&r, "1\n");
+}
+
+static void test_decode_turns_ids_back_into_text(void **state)
+{
+    (void)state;
+    cli_run r = RUN("7 7", "--tokenizer", g_tok, "--decode");
+    expect_ok(&r, "hi hi");
+    r = RUN("[1, 7, 7]\n", "--tokenizer", g_tok, "--decode");
+    expect_ok(&r, "<s> hi hi");
+    r = RUN("7,8", "--tokenizer", g_tok, "--decode", "--json");
+    expect_ok(&r, "\"hi\\\"\"\n");
+}
+
+static void test_bad_input_is_exit_2_with_one_line(void **state)
+{
+    (void)state;
+    cli_run r = RUN("x", "--tokenizer", "/nonexistent/tok.json");
+    EXPECT_USAGE(r, "/nonexistent/tok.json");
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/bad.json", g_dir);
+    write_file(bad, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
+    r = RUN("x", "--tokenizer", bad);
+    EXPECT_USAGE(r, "bad.json", "model.type", "WordPiece");
+    write_file(bad, "{\"model\": ");
+    r = RUN("x", "--tokenizer", bad);
+    EXPECT_USAGE(r, "bad.json", "JSON");
+    r = RUN("7 9", "--tokenizer", g_tok, "--decode");
+    EXPECT_USAGE(r, "9", "vocabulary");
+    r = RUN("7 seven", "--tokenizer", g_tok, "--decode");
+    EXPECT_USAGE(r, "seven");
+    r = RUN("7 -1", "--tokenizer", g_tok, "--decode");
+    EXPECT_USAGE(r, "-1");
+    r = RUN("x", "--json");
+    EXPECT_USAGE(r, "--tokenizer", "--model");
+    r = RUN("x", "--tokenizer", g_tok, "--model", g_dir);
+    EXPECT_USAGE(r, "exactly one");
+    r = RUN("x", "--tokenizer", g_tok, "--bogus");
+    EXPECT_USAGE(r, "--bogus");
+    r = RUN("x", "--tokenizer");
+    EXPECT_USAGE(r, "--tokenizer needs a value");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PENGINE_BINARY\n", argv[0]);
+        return 2;
+    }
+    g_bin = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_on_stdin_prints_ids),
+        cmocka_unit_test(test_decode_turns_ids_back_into_text),
+        cmocka_unit_test(test_bad_input_is_exit_2_with_one_line),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
