@@ -466,7 +466,9 @@ static tseq *h_add(harness *h, int id, const seq_spec *spec)
     if (positions > cfg->context)
         positions = cfg->context;
     t->cap = positions;
-    t->need = ceil_div(positions, cfg->block_tokens);
+    /* stored positions: all but the last generated token (that one is never fed back) */
+    int stored = spec->score ? positions : positions - 1 < n ? n : positions - 1;
+    t->need = ceil_div(stored, cfg->block_tokens);
     t->tokens = malloc((size_t)t->cap * sizeof *t->tokens);
     t->bt = malloc((size_t)(ceil_div(cfg->context, cfg->block_tokens) + 1) * sizeof *t->bt);
     assert_non_null(t->tokens);
@@ -1040,11 +1042,11 @@ static void test_blocks_are_taken_as_positions_grow_never_shared_and_all_return(
     cfg.block_tokens = 2;
     cfg.nblocks = 12;
     harness *h = h_new(&cfg);
-    h_add(h, 1, &(seq_spec){.prompt_len = 5, .max_tokens = 4}); /* 9 positions: 5 blocks */
-    h_add(h, 2, &(seq_spec){.prompt_len = 3, .max_tokens = 3}); /* 6: 3 blocks */
-    h_add(h, 3, &(seq_spec){.prompt_len = 7, .max_tokens = 2}); /* 9: 5 blocks, 4 left */
+    h_add(h, 1, &(seq_spec){.prompt_len = 5, .max_tokens = 4});  /* 8 stored: 4 blocks */
+    h_add(h, 2, &(seq_spec){.prompt_len = 3, .max_tokens = 3});  /* 5: 3 blocks */
+    h_add(h, 3, &(seq_spec){.prompt_len = 11, .max_tokens = 2}); /* 12: 6 blocks, 5 left */
     assert_int_equal(h_build(h), 1);
-    assert_int_equal(en_sched_room(&h->s), 12 - 5 - 3);
+    assert_int_equal(en_sched_room(&h->s), 12 - 4 - 3);
     const en_seq *a = seq_of(h, 1)->seq, *b = seq_of(h, 2)->seq;
     assert_int_equal(a->nblocks, 3); /* positions 0..4 */
     assert_int_equal(b->nblocks, 2); /* positions 0..2 */
@@ -1097,7 +1099,8 @@ static void test_admission_is_first_come_first_served_within_the_promise(void **
     assert_true(seq_of(h, 2)->running && seq_of(h, 3)->running);
     assert_int_equal(en_sched_room(&h->s), 10 - 6 - 1);
     h_complete(h, PE_OK);
-    /* the promise is capped by the context: 10 + 1000 positions promise 64 / 4 = 16 */
+    /* the promise is capped by the context: 10 + 1000 tokens store at most 63 positions,
+     * 16 blocks of 4 */
     cfg.nblocks = 16;
     harness *g = h_new(&cfg);
     h_add(g, 1, &(seq_spec){.prompt_len = 10, .max_tokens = 1000});
@@ -1113,15 +1116,16 @@ static void test_admission_is_first_come_first_served_within_the_promise(void **
     h_free(h);
 }
 
-static void test_a_promise_is_prompt_plus_max_tokens_capped_by_the_context_in_blocks(void **state)
+static void test_a_promise_is_the_stored_positions_capped_by_the_context_in_blocks(void **state)
 {
     (void)state;
     en_sched_config cfg = default_config(); /* blocks of 4, context 64 */
     static const struct {
         int prompt, max_tokens, score, blocks;
     } cases[] = {
-        {1, 1, 0, 1},   {3, 1, 0, 1},   {4, 1, 0, 2},  {10, 10, 0, 5}, {10, 11, 0, 6},
-        {60, 4, 0, 16}, {60, 100, 0, 16}, {63, 1, 0, 16}, {5, 0, 1, 2},  {64, 0, 1, 16},
+        {1, 1, 0, 1},   {3, 1, 0, 1},     {4, 1, 0, 1},   {4, 2, 0, 2}, {10, 10, 0, 5},
+        {10, 11, 0, 5}, {10, 12, 0, 6},   {60, 4, 0, 16}, {60, 100, 0, 16}, {63, 1, 0, 16},
+        {5, 0, 1, 2},   {64, 0, 1, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         en_seq q;
@@ -1420,11 +1424,8 @@ static void test_end_all_ends_sequences_in_a_step_when_it_returns(void **state)
     h_end_all(h, PE_ECLOSED);
     assert_final(h, 2, PE_FINISH_ERROR, PE_ECLOSED);
     assert_null(final_event(h, 1));
-    /* BUG: en_sched_end_all marks nothing on the busy sequence, so when its step comes back
-     * en_sched_complete delivers the sampled token and the sequence keeps running (and a
-     * later en_sched_build schedules it again); it ends only if the caller calls
-     * en_sched_end_all a second time (replica.c happens to, on every loop). Expected here:
-     * it ends with PE_FINISH_ERROR / PE_ECLOSED as the step comes back. */
+    /* the busy sequence ends with end_all's status as its step comes back (its sampled
+     * token is not delivered) */
     h_complete(h, PE_OK);
     assert_final(h, 1, PE_FINISH_ERROR, PE_ECLOSED);
     assert_int_equal(en_sched_sequences(&h->s), 0);
@@ -1604,7 +1605,7 @@ int main(void)
         TEST(test_chunk_table_logit_rows_and_draws_describe_the_step),
         TEST(test_blocks_are_taken_as_positions_grow_never_shared_and_all_return),
         TEST(test_admission_is_first_come_first_served_within_the_promise),
-        TEST(test_a_promise_is_prompt_plus_max_tokens_capped_by_the_context_in_blocks),
+        TEST(test_a_promise_is_the_stored_positions_capped_by_the_context_in_blocks),
         TEST(test_cancels_in_a_wrapped_waiting_queue_keep_its_order),
         TEST(test_kv_wait_sequence_waits_and_runs_after_others_end),
         TEST(test_kv_refuse_ends_at_once_with_eagain_and_spares_the_others),

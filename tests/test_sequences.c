@@ -154,12 +154,13 @@ static void ended_sequences_free_their_blocks_and_an_exact_pool_works(void **sta
         assert_int_equal(r.finish[i], PE_FINISH_LENGTH);
         assert_memory_equal(r.tok[i], r.tok[0], 44 * sizeof(int32_t)); /* same tokens each time */
     }
-    /* one more position than the pool holds can never run: refused at submit */
+    /* one more stored position than the pool holds can never run: refused at submit (the
+     * last generated token is never stored: 20 + 45 tokens store 64 positions) */
     pe_seq_params p;
     pe_seq_params_init(&p);
     p.prompt = prompt;
     p.prompt_len = 20;
-    p.max_tokens = 45;
+    p.max_tokens = 46;
     uint64_t id;
     assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);
     assert_non_null(strstr(pe_last_error(), "KV blocks"));

@@ -94,7 +94,8 @@ typedef struct pe_config {
     size_t kv_bytes;         /* ... or in bytes per worker; both 0 = max(8192, context) tokens */
     int kv_block_tokens;     /* positions per KV block; 0 = 16 */
     pe_kv_full kv_full;      /* a new sequence whose blocks are not free: wait or refuse */
-    int max_seqs;            /* sequences running at once per replica; 0 = 256 */
+    int max_seqs;            /* sequences running at once per replica; 0 = 256; at most
+                              * max_step_tokens (each decodes in every step) */
     int max_step_tokens;     /* tokens per step, decodes plus prefill chunks; 0 = 512 */
 } pe_config;
 

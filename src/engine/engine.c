@@ -361,8 +361,10 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     en_sched_config *sc = &e->sched_cfg;
     memset(sc, 0, sizeof *sc);
     sc->block_tokens = c->kv_block_tokens ? c->kv_block_tokens : 16;
-    sc->max_seqs = c->max_seqs ? c->max_seqs : 256;
     sc->max_step_tokens = c->max_step_tokens ? c->max_step_tokens : 512;
+    sc->max_seqs = c->max_seqs ? c->max_seqs : 256;
+    if (sc->max_seqs > sc->max_step_tokens) /* each running sequence decodes in every step */
+        sc->max_seqs = sc->max_step_tokens;
     sc->context = m->maxT;
     sc->vocab = m->V;
     sc->kv_full = c->kv_full;

@@ -74,9 +74,13 @@ void en_sched_free(en_sched *s)
 
 int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq)
 {
-    long positions = seq->score ? seq->ntok : (long)seq->prompt_len + seq->max_tokens;
-    if (positions > cfg->context)
-        positions = cfg->context;
+    long positions = seq->ntok;
+    if (!seq->score) { /* the last token of a sequence is never fed back */
+        long total = (long)seq->prompt_len + seq->max_tokens;
+        positions = (total < cfg->context ? total : cfg->context) - 1;
+        if (positions < seq->prompt_len)
+            positions = seq->prompt_len;
+    }
     return (int)((positions + cfg->block_tokens - 1) / cfg->block_tokens);
 }
 
@@ -209,9 +213,12 @@ void en_sched_end_all(en_sched *s, pe_status why)
         waiting_pop(s);
         end_with(s, seq, PE_FINISH_ERROR, why);
     }
-    for (int i = s->nrunning - 1; i >= 0; i--)
-        if (!s->running[i]->busy)
+    for (int i = s->nrunning - 1; i >= 0; i--) {
+        if (s->running[i]->busy)
+            s->running[i]->ending = why; /* ends when its step comes back */
+        else
             end_with(s, s->running[i], PE_FINISH_ERROR, why);
+    }
 }
 
 /* Admits waiting sequences, first come first served, while their promise fits. */
@@ -460,7 +467,8 @@ static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
         ev.finish = PE_FINISH_EOS;
     else if (is_stop(seq, t))
         ev.finish = PE_FINISH_STOP;
-    else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context)
+    else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context ||
+             seq->ntok >= seq->cap)
         ev.finish = PE_FINISH_LENGTH;
     if (ev.finish != PE_FINISH_NONE)
         finish(s, seq, &ev);
@@ -479,7 +487,9 @@ void en_sched_complete(en_sched *s, en_step *st)
             continue;
         }
         seq->cached += c->n;
-        if (seq->cancelled) {
+        if (seq->ending != PE_OK) {
+            end_with(s, seq, PE_FINISH_ERROR, seq->ending);
+        } else if (seq->cancelled) {
             end_with(s, seq, PE_FINISH_CANCELLED, PE_OK);
         } else if (seq->score) {
             if (seq->cached == seq->ntok)

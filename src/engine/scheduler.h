@@ -73,6 +73,7 @@ typedef struct en_seq {
     int nblocks, blocks_cap;
     int promised;        /* blocks promised at admission (held or still to take) */
     int busy;            /* in a step that is not back */
+    pe_status ending;    /* end_all came while it was busy: it ends with this when back */
     int cancelled;
     int finished;        /* its final event is out */
 } en_seq;
@@ -156,7 +157,8 @@ pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit
 /* Frees the scheduler's memory; every sequence must have ended (en_sched_end_all). */
 void en_sched_free(en_sched *s);
 
-/* Blocks a sequence with this prompt and max_tokens may need (for the fit check). */
+/* Blocks a sequence may need: its positions whose keys and values are stored, the prompt
+ * and every generated token but the last, capped by the context (scoring: every token). */
 int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq);
 /* Blocks free and not promised: the room a new sequence sees. */
 int en_sched_room(const en_sched *s);
