@@ -5,16 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "runtime/clock.h"
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "llm_run.h"
+#include "pengine/pengine_tools.h"
 
 int cli_work_init(cli_work *w, int nreq, size_t rows, size_t in, size_t out, uint64_t seed)
 {
@@ -33,9 +25,7 @@ int cli_work_init(cli_work *w, int nreq, size_t rows, size_t in, size_t out, uin
                    nreq, rows, in);
         return CLI_RUNTIME;
     }
-    uint64_t s = seed ^ 0x5eed1e55ull; /* inputs differ from the weights of the same seed */
-    for (size_t i = 0; i < n_in; i++)
-        w->input[i] = (float)((double)(splitmix64(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    pe_random_uniform(w->input, n_in, seed ^ 0x5eed1e55ull); /* not the weights' stream */
     return CLI_OK;
 }
 
@@ -103,17 +93,10 @@ int cli_pick_microbatches(const cli_options *o, int demo_default, size_t rows, i
 
 int cli_preflight(const cli_options *o)
 {
-    const be_ops *ops = NULL;
-    pe_err err = {{0}};
     /* the auto-fallback notice is shown by the report, from the engine's info */
-    pe_status s = be_select(o->backend, &ops, NULL, 0, &err);
+    pe_status s = pe_devices_check(o->backend, o->devices, o->ndevices);
     if (s != PE_OK) {
-        cli_error(err.msg);
-        return CLI_USAGE;
-    }
-    s = be_check_devices(ops, o->devices, o->ndevices, &err);
-    if (s != PE_OK) {
-        cli_error(err.msg);
+        cli_error(pe_last_error());
         return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
     }
     return CLI_OK;
@@ -199,11 +182,11 @@ int cli_time(pe_engine *e, cli_work *w, int warmup, int iters, double *ms_per_it
         if (run_once(e, w, it) != CLI_OK)
             return CLI_RUNTIME;
     pe_engine_trace_clear(e);
-    uint64_t t0 = rt_now_ns();
+    double t0 = cli_now_ms();
     for (int it = warmup; it < warmup + iters; it++)
         if (run_once(e, w, it) != CLI_OK)
             return CLI_RUNTIME;
-    *ms_per_iter = (double)(rt_now_ns() - t0) * 1e-6 / iters;
+    *ms_per_iter = (cli_now_ms() - t0) / iters;
     return CLI_OK;
 }
 

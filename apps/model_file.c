@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/mlp/mlp.h"
+#include "pengine/pengine_tools.h"
 
 #define DEMO_WIDTH 256
 
@@ -30,20 +30,14 @@ static int write_demo(const cli_options *o, int layers, size_t out_width, cli_mo
     }
     close(fd);
     m->generated = 1;
-    md_mlp_spec spec = {.in = DEMO_WIDTH, .hidden = DEMO_WIDTH, .out = out_width,
-                        .layers = layers, .act = MD_ACT_RELU, .init = MD_INIT_NORMAL,
-                        .std = 0.02f, .seed = o->seed};
-    pe_err err = {{0}};
-    if (md_mlp_write(&spec, m->path, &err) != PE_OK) {
-        cli_errorf("writing the demo model %s failed: %s", m->path, err.msg);
+    pe_gen_mlp_spec spec = {.in = DEMO_WIDTH, .hidden = DEMO_WIDTH, .out = out_width,
+                            .layers = layers, .act = PE_GEN_ACT_RELU, .std = 0.02f,
+                            .seed = o->seed};
+    if (pe_gen_mlp_write(&spec, m->path) != PE_OK) {
+        cli_errorf("writing the demo model %s failed: %s", m->path, pe_last_error());
         return CLI_RUNTIME;
     }
     return CLI_OK;
-}
-
-static const char *act_name(md_activation a)
-{
-    return a == MD_ACT_RELU ? "relu" : a == MD_ACT_GELU ? "gelu" : "none";
 }
 
 int cli_model_prepare(const cli_options *o, int layers, size_t out_width, cli_model *m)
@@ -59,11 +53,10 @@ int cli_model_prepare(const cli_options *o, int layers, size_t out_width, cli_mo
         if (rc != CLI_OK)
             return rc;
     }
-    md_mlp mlp;
-    pe_err err = {{0}};
-    pe_status s = md_mlp_load(m->path, &mlp, &err);
+    pe_mlp_desc d;
+    pe_status s = pe_mlp_describe(m->path, &d);
     if (s != PE_OK) {
-        const char *why = err.msg[0] ? err.msg : pe_status_str(s);
+        const char *why = pe_last_error()[0] ? pe_last_error() : pe_status_str(s);
         if (strstr(why, "; ")) /* the message already says what to do */
             cli_error(why);
         else
@@ -71,25 +64,13 @@ int cli_model_prepare(const cli_options *o, int layers, size_t out_width, cli_mo
                        why);
         return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
     }
-    m->nlayers = mlp.nlayers;
-    m->in = mlp.layers[0].in;
-    m->out = mlp.layers[mlp.nlayers - 1].out;
-    m->nparams = md_mlp_params(&mlp);
-    /* activations between layers; the last layer's (usually none) is not counted */
-    m->act = mlp.nlayers > 1 ? act_name(mlp.layers[0].act) : "none";
-    for (int l = 1; l + 1 < mlp.nlayers; l++)
-        if (mlp.layers[l].act != mlp.layers[0].act)
-            m->act = "mixed";
-    size_t used = (size_t)snprintf(m->shape, sizeof m->shape, "%zu", m->in);
-    for (int l = 0; l < mlp.nlayers && used < sizeof m->shape; l++) {
-        int w = snprintf(m->shape + used, sizeof m->shape - used, "-%zu", mlp.layers[l].out);
-        if (w < 0 || (size_t)w >= sizeof m->shape - used) {
-            snprintf(m->shape + sizeof m->shape - 4, 4, "...");
-            break;
-        }
-        used += (size_t)w;
-    }
-    md_mlp_free(&mlp);
+    m->nlayers = d.layers;
+    m->in = d.in;
+    m->out = d.out;
+    m->nparams = d.nparams;
+    m->act = !strcmp(d.activation, "relu") ? "relu" : !strcmp(d.activation, "gelu") ? "gelu"
+             : !strcmp(d.activation, "mixed") ? "mixed" : "none";
+    snprintf(m->shape, sizeof m->shape, "%s", d.shape);
     return CLI_OK;
 }
 

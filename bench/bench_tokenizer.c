@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "bench_util.h"
+#include "kernels/sample.h"
 #include "pengine/pengine.h"
 
 #define NTOK 4
@@ -72,14 +73,6 @@ static cJSON *run_node(const char *dir, const char *a1, const char *a2, const ch
     return j;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ~target bytes of corpus entries in a fixed random order, as a JSON list of chunks. */
 static cJSON *make_chunks(const cJSON *corpus, size_t target, size_t *total)
 {
@@ -90,7 +83,7 @@ static cJSON *make_chunks(const cJSON *corpus, size_t target, size_t *total)
     uint64_t seed = 1;
     *total = 0;
     while (*total < target) {
-        const cJSON *e = cJSON_GetArrayItem(corpus, (int)(splitmix64(&seed) % (uint64_t)n));
+        const cJSON *e = cJSON_GetArrayItem(corpus, (int)(pe_k_splitmix64(&seed) % (uint64_t)n));
         const char *t = cJSON_GetObjectItemCaseSensitive(e, "text")->valuestring;
         size_t tl = strlen(t);
         if (tl > 8192)

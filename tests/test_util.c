@@ -1,6 +1,8 @@
 /* test_util.c: shared helpers for the cmocka tests. */
 #include "test_util.h"
 
+#include "kernels/sample.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,19 +16,11 @@ int tu_small(void)
 
 size_t tu_size(size_t big, size_t small) { return tu_small() ? small : big; }
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void tu_fill_random(float *x, size_t n, uint64_t seed)
 {
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++)
-        x[i] = (float)((double)(splitmix64(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+        x[i] = (float)((double)(pe_k_splitmix64(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
 void tu_temp_path(char *buf, size_t len, const char *name)

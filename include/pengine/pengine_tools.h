@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pengine/pengine.h"
 
@@ -139,6 +140,54 @@ int pe_ref_context(const pe_ref_model *m);
 
 /* The logits (n, vocab) of the causal sequence tokens(n), at every position. */
 pe_status pe_ref_forward(pe_ref_model *m, const int32_t *tokens, size_t n, double *logits);
+
+
+/* ---- devices and cores ------------------------------------------------------------------- */
+
+typedef struct pe_device_desc {
+    int id;
+    char name[128];      /* "host device 0", "NVIDIA H200" */
+    size_t memory_bytes; /* device memory (host devices: the machine's RAM) */
+    char bus_id[32];     /* PCI bus id, "" for host devices */
+    int numa_node;       /* -1 if unknown */
+    char cpulist[256];   /* the cores near the device ("0-7"), "" = any */
+} pe_device_desc;
+
+/* The backend kind resolves to: AUTO is CUDA when a GPU answers, else the host, and notice
+ * (when not NULL) gets the one-line reason of the fallback. CUDA without a device is
+ * PE_ENODEV. */
+pe_status pe_backend_resolve(pe_backend_kind kind, pe_backend_kind *out, char *notice,
+                             size_t notice_len);
+/* The devices of a backend (kind resolved as above). */
+pe_status pe_device_count(pe_backend_kind kind, int *n);
+pe_status pe_device_describe(pe_backend_kind kind, int id, pe_device_desc *out);
+/* PE_OK when every id exists; else PE_ENODEV naming the first that does not and listing
+ * the devices there are. */
+pe_status pe_devices_check(pe_backend_kind kind, const int *ids, int n);
+
+/* The machine as hwloc sees it (cores, hardware threads, NUMA nodes), the backend's devices,
+ * and the cores each worker of the device list ids(n) would be bound to (ids NULL: one
+ * worker per core), as text or one JSON object, on out (pengine --topology). */
+pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int json,
+                             FILE *out);
+
+/* ---- MLP files and demo inputs ------------------------------------------------------------ */
+
+typedef struct pe_mlp_desc {
+    int layers;
+    size_t in, out;       /* widths of the input and of the output */
+    size_t nparams;
+    char shape[256];      /* "256-256-256-1": the widths, the input's first */
+    char activation[8];   /* between layers: "relu", "gelu", "none" or "mixed" */
+} pe_mlp_desc;
+
+/* Reads an MLP safetensors file (every byte checked, as pe_engine_load does) and says what
+ * it holds. */
+pe_status pe_mlp_describe(const char *path, pe_mlp_desc *out);
+
+/* x(n) = seeded uniform floats in [-1, 1) (splitmix64): the same seed gives the same
+ * values. */
+void pe_random_uniform(float *x, size_t n, uint64_t seed);
 
 #ifdef __cplusplus
 }
