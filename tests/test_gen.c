@@ -1,7 +1,9 @@
 /* test_gen.c: the random decoder writer (pe_gen_write) and the MLP door: the same seed
  * writes the same bytes; a sharded checkpoint holds exactly the single file's tensors; bf16
  * files hold the rounded f32 values; the tensor names, shapes and config keys of each
- * architecture are Hugging Face's; the init follows the spec; bad specs are refused. */
+ * architecture are Hugging Face's; the init follows the spec; bad specs are refused; and the
+ * command (pengine gen gpt2|llama, its path given as the argument) writes what the spec of
+ * its flags writes. */
 #include "test_util.h"
 
 #include <ftw.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -813,8 +816,139 @@ static void test_mlp_door(void **state)
     unlink(path);
 }
 
-int main(void)
+/* ---- the command ------------------------------------------------------------------------------ */
+
+static const char *g_bin; /* the pengine binary (argv[1]); NULL: the command tests skip */
+
+/* Runs the command with args (NULL-ended); returns its exit status; its stderr in err. */
+static int run_cmd(const char *const *args, char *err, size_t errlen)
 {
+    char errpath[600];
+    tu_temp_path(errpath, sizeof errpath, "gen_cmd_stderr");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *e = freopen(errpath, "w", stderr);
+        FILE *o = freopen("/dev/null", "w", stdout);
+        (void)e;
+        (void)o;
+        const char *argv[64] = {g_bin};
+        int n = 1;
+        while (args[n - 1] && n < 63) {
+            argv[n] = args[n - 1];
+            n++;
+        }
+        argv[n] = NULL;
+        execv(g_bin, (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    size_t n = 0;
+    char *text = (char *)slurp(errpath, &n);
+    snprintf(err, errlen, "%s", text);
+    free(text);
+    unlink(errpath);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void same_dirs(const char *a, const char *b, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (!same_file(a, b, names[i])) {
+            print_error("%s differs between %s and %s\n", names[i], a, b);
+            fail();
+        }
+}
+
+/* The flags land in the spec: the command's files equal pe_gen_write's for that spec. */
+static void test_command_writes_the_spec(void **state)
+{
+    (void)state;
+    if (!g_bin)
+        skip();
+    char a[600], b[600], err[1024];
+    temp_dir(a, sizeof a, "gen_cmd_a");
+    temp_dir(b, sizeof b, "gen_cmd_b");
+    const char *g[] = {"gen", "gpt2", "--layers", "3", "--vocab", "100", "--context=40",
+                       "--no-prefix", "--old-buffers", "--shards", "2", "--dtype", "bf16",
+                       "--seed", "5", "--std", "0.05", "--qk-std", "0.4", "--bias-std", "0.01",
+                       "--no-tie", "--out", a, NULL};
+    assert_int_equal(run_cmd(g, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    pe_gen_spec sp;
+    init_ok(&sp, PE_GEN_GPT2, "tiny");
+    sp.layers = 3, sp.vocab = 100, sp.context = 40;
+    sp.bos_token_id = sp.eos_token_id = 99; /* follow the vocabulary */
+    sp.gpt2_no_prefix = sp.gpt2_old_buffers = 1;
+    sp.shards = 2, sp.dtype = PE_DTYPE_BF16, sp.seed = 5;
+    sp.std = 0.05, sp.qk_std = 0.4, sp.bias_std = 0.01, sp.tie_embeddings = 0;
+    write_ok(&sp, b);
+    same_dirs(a, b, (const char *const[]){"config.json", "model.safetensors.index.json",
+                                          "model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors", NULL});
+    rm_tree(a);
+    rm_tree(b);
+
+    const char *l[] = {"gen", "llama", "--preset", "tiny", "--arch", "mistral",
+                       "--sliding-window", "8", "--rope-scaling", "llama3", "--rope-factor", "4",
+                       "--rope-low-freq-factor", "2", "--rope-high-freq-factor", "8",
+                       "--rope-original-context", "64", "--head-dim", "32", "--kv-heads", "1",
+                       "--heads", "2", "--inner", "100", "--hidden", "48", "--tie", "--eps",
+                       "1e-6", "--rope-theta", "500000", "--bos", "7", "--eos", "9",
+                       "--norm-std", "0.1", "--out", a, NULL};
+    assert_int_equal(run_cmd(l, err, sizeof err), 0);
+    init_ok(&sp, PE_GEN_MISTRAL, "tiny");
+    sp.sliding_window = 8, sp.rope_scaling = PE_GEN_ROPE_LLAMA3, sp.rope_factor = 4;
+    sp.rope_low_freq_factor = 2, sp.rope_high_freq_factor = 8, sp.rope_original_context = 64;
+    sp.head_dim = 32, sp.kv_heads = 1, sp.heads = 2, sp.inner = 100, sp.hidden = 48;
+    sp.tie_embeddings = 1, sp.norm_eps = 1e-6, sp.rope_theta = 500000;
+    sp.bos_token_id = 7, sp.eos_token_id = 9, sp.norm_std = 0.1;
+    write_ok(&sp, b);
+    same_dirs(a, b, (const char *const[]){"config.json", "model.safetensors", NULL});
+    rm_tree(a);
+    rm_tree(b);
+}
+
+/* Bad flags are usage errors (exit 2, one line on stderr naming the flag and the fix). */
+static void test_command_usage_errors(void **state)
+{
+    (void)state;
+    if (!g_bin)
+        skip();
+    char a[600], err[1024];
+    temp_dir(a, sizeof a, "gen_cmd_bad");
+    const struct {
+        const char *args[8];
+        const char *want;
+    } cases[] = {
+        {{"gen", "gpt2", "--kv-heads", "2", "--out", a}, "--kv-heads is not a flag of gen gpt2"},
+        {{"gen", "llama", "--old-buffers", "--out", a}, "--old-buffers is not a flag of gen llama"},
+        {{"gen", "llama", "--arch", "falcon", "--out", a}, "unknown architecture 'falcon'"},
+        {{"gen", "gpt2", "--preset", "huge", "--out", a}, "unknown preset 'huge'"},
+        {{"gen", "llama", "--heads", "3", "--out", a}, "not divisible by heads 3"},
+        {{"gen", "llama", "--dtype", "f16", "--out", a}, "use --dtype f32 or --dtype bf16"},
+        {{"gen", "gpt2", "--layers"}, "--layers needs a value"},
+        {{"gen", "gpt2", "--width", "3"}, "unknown flag '--width'"},
+        {{"gen", "llama"}, "--out is missing"},
+        {{"gen", "gpt2", "--tie=1", "--out", a}, "--tie takes no value"},
+        {{"gen", "llama", "--shards", "999", "--out", a}, "999 shards"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_cmd(cases[i].args, err, sizeof err);
+        if (rc != 2 || !strstr(err, cases[i].want) || strncmp(err, "pengine: error: ", 16) ||
+            strchr(err, '\n') != err + strlen(err) - 1) {
+            print_error("case %zu: exit %d, stderr \"%s\"; want 2 and \"%s\"\n", i, rc, err,
+                        cases[i].want);
+            fail();
+        }
+    }
+    assert_int_equal(access(a, F_OK), -1); /* nothing written */
+}
+
+int main(int argc, char **argv)
+{
+    g_bin = argc > 1 ? argv[1] : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),
         cmocka_unit_test(test_sharded_equals_single),
@@ -827,6 +961,8 @@ int main(void)
         cmocka_unit_test(test_init_follows_spec),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_mlp_door),
+        cmocka_unit_test(test_command_writes_the_spec),
+        cmocka_unit_test(test_command_usage_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
