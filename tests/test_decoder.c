@@ -68,22 +68,27 @@ static double *ref_logits(const char *dir, pe_dtype dtype, const int32_t *tok, s
     return out;
 }
 
-/* The case can fail: changing the first token moves the reference logits of the last
- * position by far more than the tolerance (attention reaches back, and not uniformly). */
+/* The case can fail: changing one token moves the reference logits of the positions after
+ * it (within any sliding window: the next 6) by far more than the tolerance, through
+ * attention alone (their own tokens do not change), so a wrong mask, RoPE or window could
+ * not pass. */
 static void assert_sharp(const char *dir, const int32_t *tok, size_t n, double tol)
 {
     int V = 0;
     double *a = ref_logits(dir, PE_DTYPE_FP32, tok, n, &V);
     int32_t *t2 = malloc(n * sizeof *t2);
     memcpy(t2, tok, n * sizeof *t2);
-    t2[0] = (t2[0] + 1) % V;
+    const size_t back = n > 8 ? n - 8 : 0;
+    t2[back] = (t2[back] + 1) % V;
     double *b = ref_logits(dir, PE_DTYPE_FP32, t2, n, &V);
     double d = 0, scale = 0;
-    for (int v = 0; v < V; v++) {
-        d = fmax(d, fabs(a[(n - 1) * (size_t)V + (size_t)v] - b[(n - 1) * (size_t)V + (size_t)v]));
-        scale = fmax(scale, fabs(a[(n - 1) * (size_t)V + (size_t)v]));
-    }
-    if (!(d > 100 * tol * scale))
+    for (size_t p = back + 1; p < n && p <= back + 6; p++)
+        for (int v = 0; v < V; v++) {
+            size_t k = p * (size_t)V + (size_t)v;
+            d = fmax(d, fabs(a[k] - b[k]));
+            scale = fmax(scale, fabs(a[k]));
+        }
+    if (!(d > 20 * tol * scale))
         fail_msg("%s: the model is not sharp enough to test the mask (%.3g vs scale %.3g)", dir,
                  d, scale);
     free(a);
@@ -263,10 +268,10 @@ static void bf16_logits_match_the_reference_emulation(void **state)
                (int)archs[i], d16, scale, d32);
         /* one bf16 step is 2^-8 of a value; a GEMM input whose fp32 sum lands on the other
          * side of a rounding boundary moves by that much, so the emulation agrees to a few
-         * steps, and bf16 as a whole stays within a few percent of fp32 */
+         * steps; bf16 itself moves these sharp models far more (the emulation is not just
+         * close to fp32, it is the same rounding) */
         assert_true(d16 <= 2e-2 * scale);
-        assert_true(d32 <= 8e-2 * scale);
-        assert_true(d16 < d32);
+        assert_true(d16 < d32 / 10);
         pe_engine_destroy(e);
         free(got);
         free(ref16);
