@@ -135,6 +135,7 @@ typedef struct pe_model_info {
     int vocab;           /* logits per position */
     int context;         /* most positions a sequence may hold */
     int hidden, heads, kv_heads, head_dim;
+    int inner;           /* the MLP's hidden width */
     int32_t bos_token_id, eos_token_id; /* -1 when the config names none (the first eos) */
 } pe_model_info;
 pe_status pe_engine_model_info(const pe_engine *e, pe_model_info *out);

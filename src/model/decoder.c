@@ -70,6 +70,7 @@ void md_decoder_info(const md_decoder *m, pe_model_info *out)
     out->heads = c->NH;
     out->kv_heads = c->KVH;
     out->head_dim = c->hd;
+    out->inner = c->I;
     out->bos_token_id = c->bos;
     out->eos_token_id = c->neos ? c->eos[0] : -1;
 }
