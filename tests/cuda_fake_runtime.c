@@ -62,6 +62,15 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     return cudaGetDeviceProperties_v2(p, d);
 }
 
+/* 132 multiprocessors, as an H100 SXM */
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
+{
+    if (d < 0 || d >= FAKE_DEVICES)
+        return cudaErrorInvalidDevice;
+    *v = a == cudaDevAttrMultiProcessorCount ? 132 : 0;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 {
     if (d < 0 || d >= FAKE_DEVICES || len < 13)
