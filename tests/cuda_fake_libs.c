@@ -407,6 +407,8 @@ cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in, si
 
 /* ---- the decoder launchers (cb_decoder.cu, cb_attention.cu, cb_sample.cu) ---------------- */
 
+#ifndef PE_CUDA_EMU /* test_cuda_emu runs the grids themselves, emulated (cuda_emu.hpp) */
+
 cudaError_t cb_launch_rmsnorm(cudaStream_t s, float *out, const float *x, const float *w,
                               size_t rows, size_t cols, float eps)
 {
@@ -532,3 +534,4 @@ cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t
     free(w);
     return cudaSuccess;
 }
+#endif

@@ -36,8 +36,10 @@ inline int row_threads(size_t work)
 
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+#ifndef PE_CUDA_EMU
 /* Enqueues kernel k on stream s and returns the launch error. The decoder grids launch
- * through it (one place that knows the <<<>>> syntax). */
+ * through it, the one place that knows the <<<>>> syntax: tests/cuda_emu.hpp defines its
+ * own, which runs the same grids on a CPU emulation of blocks and warps (test_cuda_emu). */
 template <class... P, class... A>
 inline cudaError_t launch(void (*k)(P...), unsigned blocks, int threads, cudaStream_t s,
                           A... args)
@@ -45,6 +47,7 @@ inline cudaError_t launch(void (*k)(P...), unsigned blocks, int threads, cudaStr
     k<<<blocks, threads, 0, s>>>(args...);
     return cudaGetLastError();
 }
+#endif
 
 __device__ inline size_t thread_index() { return blockIdx.x * (size_t)blockDim.x + threadIdx.x; }
 __device__ inline size_t grid_stride() { return (size_t)gridDim.x * blockDim.x; }

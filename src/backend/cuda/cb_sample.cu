@@ -441,12 +441,12 @@ __global__ void __launch_bounds__(1024) topk_rows(const float *x, size_t rows, i
             __syncthreads();
             if ((int)threadIdx.x < kk) {
                 const int32_t ia = sh.cand[threadIdx.x];
-                uint32_t ka;
+                uint32_t ka = 0;
                 topk_key(xr[ia], &ka);
                 int rank = 0;
                 for (int b = 0; b < kk; b++) {
                     const int32_t ib = sh.cand[b];
-                    uint32_t kb;
+                    uint32_t kb = 0;
                     topk_key(xr[ib], &kb);
                     rank += kb > ka || (kb == ka && ib < ia);
                 }
