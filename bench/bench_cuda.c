@@ -10,7 +10,15 @@
  *            the device-to-device copy bandwidth ((read + write) bytes / time of
  *            cudaMemcpyAsync) (target, bf16: >= 70%);
  *   peer     all-reduce on the peer path, 2 and 4 ranks (threads) on GPU 0, 4 KiB .. 64 MiB:
- *            latency and busbw = bytes / time * 2(n-1)/n (target: 16 KiB <= 20 us).
+ *            latency and busbw = bytes / time * 2(n-1)/n (target: 16 KiB <= 20 us);
+ *   decoder  attention over the paged KV cache: 16 sequences decoding one token at position
+ *            10 and at 1000, and a prefill chunk of 128 tokens, for 12 heads x 64 (MHA) and
+ *            32 heads x 128 over 8 KV heads (GQA), fp32 and bf16 pools; sample (greedy, and
+ *            T = 1 with top-k 50 and top-p 0.9), topk (k = 64, with the log-sum-exp) and
+ *            argmax over rows of 50257 logits, 1 and 32 rows. Each with the bytes it must
+ *            move at least (the keys and values it reads once, its queries and outputs; the
+ *            logits once) and that over its time as a share of the copy bandwidth; prefill
+ *            also in TFLOP/s (4 x heads x head_dim flops a visible key).
  * GEMM, MLP, batch-1 and copy times come from CUDA events on the device's stream; the peer
  * all-reduce's from the host clock between two barriers of every rank, each rank's stream
  * synchronized. Each figure is the median of several repetitions. Without a GPU it says
@@ -20,6 +28,7 @@
  *                                           to 4096 instead of 8192, a 256 MiB copy
  *                                           instead of 1 GiB, shorter all-reduce loops)
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -535,6 +544,189 @@ static cJSON *bench_peer(int n, int reps, double target, size_t max_bytes, doubl
     return arr;
 }
 
+/* ---- decoder operations: attention, sampling ---- */
+
+typedef struct attn_ctx {
+    be_device *d;
+    be_kv kv;
+    be_attn a;
+} attn_ctx;
+
+static void attn_once(void *p)
+{
+    attn_ctx *c = p;
+    PE_OK_OR_DIE(c->d, ops->attention(c->d, &c->kv, 0, &c->a));
+}
+
+/* One attention figure: nseq chunks of ntok tokens, the last at position pos, over a pool of
+ * one layer whose blocks are laid out sequence after sequence. */
+static cJSON *bench_attention(be_device *d, int heads, int kv_heads, int hd, pe_dtype dt,
+                              int nseq, int ntok, int32_t pos, double copy_gbps, int reps)
+{
+    const int B = 16;
+    const int32_t len = pos + 1, nb = (len + B - 1) / B;
+    const size_t rows = (size_t)nseq * (size_t)ntok, es = dt == PE_DTYPE_BF16 ? 2 : 4;
+    attn_ctx c = {.d = d};
+    c.kv.shape = (pe_k_kv_shape){.nlayers = 1, .kv_heads = kv_heads, .block_tokens = B,
+                                 .head_dim = hd};
+    c.kv.dtype = dt;
+    c.kv.nblocks = (size_t)nseq * (size_t)nb;
+    c.kv.base = dev_alloc(d, c.kv.nblocks * pe_k_kv_block_elems(c.kv.shape) * es, 0x3c);
+    int32_t *chunks = malloc((size_t)nseq * PE_K_CHUNK_FIELDS * sizeof *chunks);
+    int32_t *tables = malloc(c.kv.nblocks * sizeof *tables);
+    for (int s = 0; s < nseq; s++) {
+        int32_t *f = chunks + (size_t)s * PE_K_CHUNK_FIELDS;
+        f[PE_K_CHUNK_ROW0] = s * ntok;
+        f[PE_K_CHUNK_N] = ntok;
+        f[PE_K_CHUNK_POS0] = len - ntok;
+        f[PE_K_CHUNK_BT] = s * nb;
+    }
+    for (size_t i = 0; i < c.kv.nblocks; i++)
+        tables[i] = (int32_t)i;
+    void *dchunks = dev_alloc(d, (size_t)nseq * PE_K_CHUNK_FIELDS * sizeof *chunks, 0);
+    void *dtables = dev_alloc(d, c.kv.nblocks * sizeof *tables, 0);
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, dchunks, chunks, (size_t)nseq * PE_K_CHUNK_FIELDS * 4));
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, dtables, tables, c.kv.nblocks * sizeof *tables));
+    const size_t width = (size_t)heads * (size_t)hd;
+    c.a = (be_attn){.rows = rows, .q = dev_alloc(d, rows * width * 4, 0x3c), .q_stride = width,
+                    .out = dev_alloc(d, rows * width * 4, 0), .out_stride = width,
+                    .heads = heads, .scale = 1.0f / sqrtf((float)hd), .nchunks = (size_t)nseq,
+                    .chunks = dchunks, .block_tables = dtables, .max_keys = len};
+    double ms = time_ms(d, attn_once, &c, 20, reps);
+    /* keys and values read once, queries read and outputs written once */
+    double bytes = (double)nseq * len * kv_heads * hd * 2.0 * (double)es + 2.0 * rows * width * 4;
+    double visible = 0; /* keys seen by all queries */
+    for (int t = 0; t < ntok; t++)
+        visible += (double)(len - ntok + t + 1);
+    double tflops = 4.0 * heads * hd * visible * nseq / (ms * 1e-3) * 1e-12;
+    double gbps = bytes / (ms * 1e-3) * 1e-9;
+    const char *step = ntok == 1 ? "decode" : "prefill";
+    printf("  %2dx%-3d kv %2d %s %-7s %2d x %3d token%s at pos %4d: %8.1f us  %7.2f MB  %6.0f GB/s"
+           " = %4.1f%% of copy  %.2f TFLOP/s\n",
+           heads, hd, kv_heads, dt == PE_DTYPE_BF16 ? "bf16" : "fp32", step, nseq, ntok,
+           ntok == 1 ? " " : "s", (int)pos, ms * 1e3, bytes * 1e-6, gbps,
+           100.0 * gbps / copy_gbps, tflops);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "step", step);
+    cJSON_AddNumberToObject(j, "heads", heads);
+    cJSON_AddNumberToObject(j, "kv_heads", kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", hd);
+    cJSON_AddStringToObject(j, "pool", dt == PE_DTYPE_BF16 ? "bf16" : "fp32");
+    cJSON_AddNumberToObject(j, "sequences", nseq);
+    cJSON_AddNumberToObject(j, "tokens", ntok);
+    cJSON_AddNumberToObject(j, "pos", pos);
+    cJSON_AddNumberToObject(j, "us", ms * 1e3);
+    cJSON_AddNumberToObject(j, "bytes", bytes);
+    cJSON_AddNumberToObject(j, "gbps", gbps);
+    cJSON_AddNumberToObject(j, "copy_ratio", gbps / copy_gbps);
+    cJSON_AddNumberToObject(j, "tflops", tflops);
+    ops->free(d, c.kv.base);
+    ops->free(d, (void *)c.a.q);
+    ops->free(d, c.a.out);
+    ops->free(d, dchunks);
+    ops->free(d, dtables);
+    free(chunks);
+    free(tables);
+    return j;
+}
+
+typedef struct pick_ctx {
+    be_device *d;
+    const float *x;
+    size_t rows, n;
+    int op; /* 0 sample, 1 topk, 2 argmax */
+    const pe_k_sampling *params;
+    int32_t *idx;
+    float *val, *lse;
+} pick_ctx;
+
+static void pick_once(void *p)
+{
+    pick_ctx *c = p;
+    if (c->op == 0)
+        PE_OK_OR_DIE(c->d, ops->sample(c->d, c->x, c->rows, c->n, c->params, c->idx, c->val));
+    else if (c->op == 1)
+        PE_OK_OR_DIE(c->d, ops->topk(c->d, c->x, c->rows, c->n, 64, c->idx, c->val, c->lse));
+    else
+        PE_OK_OR_DIE(c->d, ops->argmax(c->d, c->x, c->rows, c->n, c->idx));
+}
+
+/* sample (greedy; T = 1, top-k 50, top-p 0.9), topk 64 + lse, argmax over rows of logits
+ * uniform in [-10, 10). */
+static void bench_sampling(be_device *d, size_t rows, double copy_gbps, int reps, cJSON *arr)
+{
+    const size_t n = 50257;
+    float *x = malloc(rows * n * sizeof *x);
+    uint32_t st = 12345;
+    fill_uniform(x, rows * n, &st, 10.0f);
+    pick_ctx c = {.d = d, .rows = rows, .n = n};
+    c.x = dev_alloc(d, rows * n * sizeof *x, 0);
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, (void *)c.x, x, rows * n * sizeof *x));
+    c.idx = dev_alloc(d, rows * 64 * sizeof(int32_t), 0);
+    c.val = dev_alloc(d, rows * 64 * sizeof(float), 0);
+    c.lse = dev_alloc(d, rows * sizeof(float), 0);
+    pe_k_sampling *ps = malloc(rows * sizeof *ps);
+    void *dgreedy = dev_alloc(d, rows * sizeof *ps, 0), *dfull = dev_alloc(d, rows * sizeof *ps, 0);
+    for (size_t r = 0; r < rows; r++)
+        ps[r] = (pe_k_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .u = 0.5f};
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, dgreedy, ps, rows * sizeof *ps));
+    for (size_t r = 0; r < rows; r++)
+        ps[r] = (pe_k_sampling){.temperature = 1.0f, .top_k = 50, .top_p = 0.9f,
+                                .u = pe_k_uniform(7, r)};
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, dfull, ps, rows * sizeof *ps));
+    const char *names[4] = {"sample greedy", "sample T=1 top-k 50 top-p 0.9", "topk 64 + lse",
+                            "argmax"};
+    for (int k = 0; k < 4; k++) {
+        c.op = k <= 1 ? 0 : k - 1;
+        c.params = k == 0 ? dgreedy : dfull;
+        double ms = time_ms(d, pick_once, &c, 20, reps);
+        double bytes = (double)rows * n * 4, gbps = bytes / (ms * 1e-3) * 1e-9;
+        printf("  %-30s %2zu row%s x %zu: %8.1f us  %6.2f MB  %6.0f GB/s = %4.1f%% of copy\n",
+               names[k], rows, rows == 1 ? " " : "s", n, ms * 1e3, bytes * 1e-6, gbps,
+               100.0 * gbps / copy_gbps);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "op", names[k]);
+        cJSON_AddNumberToObject(j, "rows", (double)rows);
+        cJSON_AddNumberToObject(j, "n", (double)n);
+        cJSON_AddNumberToObject(j, "us", ms * 1e3);
+        cJSON_AddNumberToObject(j, "bytes", bytes);
+        cJSON_AddNumberToObject(j, "gbps", gbps);
+        cJSON_AddNumberToObject(j, "copy_ratio", gbps / copy_gbps);
+        cJSON_AddItemToArray(arr, j);
+    }
+    ops->free(d, (void *)c.x);
+    ops->free(d, c.idx);
+    ops->free(d, c.val);
+    ops->free(d, c.lse);
+    ops->free(d, dgreedy);
+    ops->free(d, dfull);
+    free(ps);
+    free(x);
+}
+
+static cJSON *bench_decoder(be_device *d, double copy_gbps, int reps)
+{
+    cJSON *j = cJSON_CreateObject(), *attn = cJSON_AddArrayToObject(j, "attention");
+    printf("decoder ops (bytes: what each must move at least; %% of the copy bandwidth)\n");
+    const int shapes[2][3] = {{12, 12, 64}, {32, 8, 128}};
+    const pe_dtype dts[2] = {PE_DTYPE_FP32, PE_DTYPE_BF16};
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < 2; t++) {
+            const int h = shapes[s][0], kvh = shapes[s][1], hd = shapes[s][2];
+            cJSON_AddItemToArray(attn, bench_attention(d, h, kvh, hd, dts[t], 16, 1, 10,
+                                                       copy_gbps, reps));
+            cJSON_AddItemToArray(attn, bench_attention(d, h, kvh, hd, dts[t], 16, 1, 1000,
+                                                       copy_gbps, reps));
+            cJSON_AddItemToArray(attn, bench_attention(d, h, kvh, hd, dts[t], 1, 128, 127,
+                                                       copy_gbps, reps));
+        }
+    cJSON *smp = cJSON_AddArrayToObject(j, "sampling");
+    const size_t rows[2] = {1, 32};
+    for (int r = 0; r < 2; r++)
+        bench_sampling(d, rows[r], copy_gbps, reps, smp);
+    return j;
+}
+
 static const char *verdict(double value, double target, int higher_is_better)
 {
     if (value <= 0)
@@ -621,6 +813,7 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(mj, "linear_plans_rounded", (double)plans.rounded);
     cJSON_AddNumberToObject(mj, "linear_plans_unfused", (double)plans.unfused);
     host_mlp_free(&h);
+    cJSON_AddItemToObject(root, "decoder", bench_decoder(d, copy_gbps, reps));
     ops->close(d);
 
     /* peer all-reduce */

@@ -7,6 +7,7 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
   set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures (default: 80-real;90)")
 endif()
 enable_language(CUDA)
+enable_language(CXX) # test_cuda_emu compiles the decoder grids as C++ (pe_add_cuda_emu_test)
 # CMake 3.25.0 and 3.25.1 (Debian 12's) fail in FindCUDAToolkit ("set_property could not
 # find TARGET CUDA::nvToolsExt") when the toolkit has no libnvToolsExt, as CUDA 13 has
 # not, and the project requires >= 3.25. 3.25.2 fixed it. The failing step only marks that
@@ -106,4 +107,41 @@ function(pe_add_cuda_fake_engine_test name source)
   if(VALGRIND) # memcheck, helgrind and DRD on the CUDA backend's host side
     pe_valgrind_tests(${name})
   endif()
+endfunction()
+
+# pe_add_cuda_emu_test(): tests/test_cuda.c built a third time, as test_cuda_emu: like
+# test_cuda_fake, but the decoder grids themselves (cb_decoder.cu, cb_attention.cu,
+# cb_sample.cu) run instead of the fake launchers, compiled as C++ against the CPU
+# emulation of blocks, warps and shared memory in tests/cuda_emu.hpp. So the grids' own
+# code (tiling, splits, online softmax, radix selection, scans) is checked in CI against the
+# naive twins, without a GPU. Small sizes (PE_TEST_SMALL): an emulated thread is slow.
+function(pe_add_cuda_emu_test)
+  set(src ${PROJECT_SOURCE_DIR}/src)
+  set(emu_sources "")
+  foreach(grid cb_decoder cb_attention cb_sample)
+    set(f ${CMAKE_CURRENT_BINARY_DIR}/emu_${grid}.cpp)
+    file(CONFIGURE OUTPUT ${f} CONTENT "#include \"backend/cuda/${grid}.cu\"\n")
+    list(APPEND emu_sources ${f})
+  endforeach()
+  set_source_files_properties(${emu_sources} PROPERTIES
+    OBJECT_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu.hpp;${src}/backend/cuda/cb_grid.cuh;${src}/backend/cuda/cb_decoder.cu;${src}/backend/cuda/cb_attention.cu;${src}/backend/cuda/cb_sample.cu")
+  file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
+       ${src}/backend/cuda/*.c)
+  add_executable(test_cuda_emu test_cuda.c cuda_fake_runtime.c cuda_fake_libs.c
+    cuda_fake_nccl.c test_util.c ${backend_c} ${emu_sources})
+  target_link_libraries(test_cuda_emu PRIVATE pe_common pe_runtime pe_model pe_engine
+    PkgConfig::CMOCKA)
+  target_compile_definitions(test_cuda_emu PRIVATE PE_CUDA_FAKE=1 PE_CUDA_EMU=1)
+  target_include_directories(test_cuda_emu SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
+    ${CUDAToolkit_INCLUDE_DIRS})
+  set(cxx_flags -include ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu.hpp -Wall -Wextra -Wshadow)
+  if(PE_WERROR)
+    list(APPEND cxx_flags -Werror)
+  endif()
+  target_compile_options(test_cuda_emu PRIVATE $<$<COMPILE_LANGUAGE:C>:${PE_WARN_FLAGS}>
+    $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags}>)
+  set_target_properties(test_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  add_test(NAME test_cuda_emu COMMAND test_cuda_emu)
+  set_tests_properties(test_cuda_emu PROPERTIES LABELS "unit" TIMEOUT 1200
+    ENVIRONMENT "PE_TEST_SMALL=1;PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
 endfunction()

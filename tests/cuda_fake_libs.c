@@ -1,5 +1,5 @@
 /* cuda_fake_libs.c: fake cuBLAS GEMMs, a fake cuBLASLt and the kernel launchers of
- * cb_kernels.cu, for test_cuda_engine_logic: the CUDA backend's whole host side (and the
+ * cb_kernels.cu, cb_decoder.cu, cb_attention.cu and cb_sample.cu, for test_cuda_engine_logic: the CUDA backend's whole host side (and the
  * engine on it) runs without a GPU.
  *
  * The GEMMs are naive column-major loops with double sums, written from cuBLAS's
@@ -22,10 +22,13 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cb_launch.h"
+#include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
+#include "kernels/rope.h"
 #include "kernels/rowwise.h"
+#include "kernels/sample.h"
 
 /* ---- GEMM ------------------------------------------------------------------------------ */
 
@@ -401,3 +404,134 @@ cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in, si
         out[i] = pe_k_to_bf16(in[i]);
     return cudaSuccess;
 }
+
+/* ---- the decoder launchers (cb_decoder.cu, cb_attention.cu, cb_sample.cu) ---------------- */
+
+#ifndef PE_CUDA_EMU /* test_cuda_emu runs the grids themselves, emulated (cuda_emu.hpp) */
+
+cudaError_t cb_launch_rmsnorm(cudaStream_t s, float *out, const float *x, const float *w,
+                              size_t rows, size_t cols, float eps)
+{
+    (void)s;
+    for (size_t r = 0; r < rows; r++)
+        pe_k_rmsnorm_row(out + r * cols, x + r * cols, w, cols, eps);
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_rope(cudaStream_t s, float *x, size_t rows, size_t stride, size_t nheads,
+                           size_t head_dim, const int32_t *pos, const float *inv_freq)
+{
+    (void)s;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t h = 0; h < nheads; h++)
+            pe_k_rope_head(x + r * stride + h * head_dim, (int)head_dim, pos[r], inv_freq);
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_silu_mul(cudaStream_t s, float *out, const float *gate_up, size_t rows,
+                               size_t n)
+{
+    (void)s;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < n; c++)
+            out[r * n + c] = pe_k_silu_mul(gate_up[r * 2 * n + c], gate_up[r * 2 * n + n + c]);
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_kv_append(cudaStream_t s, void *pool, int bf16, pe_k_kv_shape shape,
+                                size_t nblocks, int layer, const float *k, const float *v,
+                                size_t stride, const int32_t *slots, size_t rows)
+{
+    (void)s;
+    const size_t hd = (size_t)shape.head_dim;
+    for (size_t r = 0; r < rows; r++) {
+        int32_t slot = slots[r];
+        if (slot < 0 || (size_t)slot >= nblocks * (size_t)shape.block_tokens)
+            continue; /* as the grid: never outside the pool */
+        int32_t block = slot / shape.block_tokens;
+        int row = (int)(slot % shape.block_tokens);
+        for (int h = 0; h < shape.kv_heads; h++)
+            for (size_t d = 0; d < hd; d++) {
+                size_t src = r * stride + (size_t)h * hd + d;
+                pe_k_kv_store(pool, bf16, pe_k_kv_index(shape, block, layer, 0, h, row) + d,
+                              k[src]);
+                pe_k_kv_store(pool, bf16, pe_k_kv_index(shape, block, layer, 1, h, row) + d,
+                              v[src]);
+            }
+    }
+    return cudaSuccess;
+}
+
+/* Every row through the naive twin, the chunk found as the grids find it (the first that
+ * holds the row). The split workspace is not used. */
+cudaError_t cb_launch_attention(cudaStream_t s, const cb_attn_args *a, float *ws,
+                                size_t ws_floats, int sms)
+{
+    (void)s, (void)ws, (void)ws_floats, (void)sms;
+    const int group = a->heads / a->shape.kv_heads, hd = a->shape.head_dim;
+    for (size_t r = 0; r < a->rows; r++) {
+        const int32_t *c = NULL;
+        for (size_t i = 0; i < a->nchunks && !c; i++) {
+            const int32_t *f = a->chunks + i * PE_K_CHUNK_FIELDS;
+            if (f[PE_K_CHUNK_ROW0] >= 0 && f[PE_K_CHUNK_N] > 0 &&
+                (size_t)f[PE_K_CHUNK_ROW0] <= r &&
+                r < (size_t)f[PE_K_CHUNK_ROW0] + (size_t)f[PE_K_CHUNK_N])
+                c = f;
+        }
+        if (!c)
+            continue;
+        int32_t qpos = c[PE_K_CHUNK_POS0] + (int32_t)(r - (size_t)c[PE_K_CHUNK_ROW0]);
+        if (qpos < 0)
+            continue;
+        float *scores = malloc(((size_t)qpos + 1) * sizeof *scores);
+        if (!scores)
+            return cudaErrorMemoryAllocation;
+        for (int h = 0; h < a->heads; h++)
+            pe_k_attend_naive(a->out + r * a->out_stride + (size_t)h * (size_t)hd,
+                              a->q + r * a->q_stride + (size_t)h * (size_t)hd, a->pool, a->bf16,
+                              a->shape, a->layer, h / group, a->block_tables + c[PE_K_CHUNK_BT],
+                              qpos, a->window, a->scale, scores);
+        free(scores);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_argmax(cudaStream_t s, const float *x, size_t rows, size_t n,
+                             int32_t *idx)
+{
+    (void)s;
+    for (size_t r = 0; r < rows; r++)
+        idx[r] = pe_k_argmax_row(x + r * n, (int32_t)n);
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_topk(cudaStream_t s, const float *x, size_t rows, size_t n, size_t k,
+                           int32_t *idx, float *val, float *lse)
+{
+    (void)s;
+    for (size_t r = 0; r < rows; r++) {
+        if (k)
+            pe_k_topk_row(x + r * n, (int32_t)n, (int32_t)k, idx + r * k, val + r * k);
+        if (lse)
+            lse[r] = pe_k_logsumexp_row(x + r * n, (int32_t)n);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,
+                             const pe_k_sampling *params, int32_t *tokens, float *logit)
+{
+    (void)s;
+    float *w = malloc((n ? n : 1) * sizeof *w), mass[256];
+    uint32_t hist[256];
+    if (!w)
+        return cudaErrorMemoryAllocation;
+    for (size_t r = 0; r < rows; r++) {
+        tokens[r] = pe_k_sample_row(x + r * n, (int32_t)n, params[r], w, hist, mass);
+        if (logit)
+            logit[r] = x[r * n + (size_t)tokens[r]];
+    }
+    free(w);
+    return cudaSuccess;
+}
+#endif

@@ -62,6 +62,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     return cudaGetDeviceProperties_v2(p, d);
 }
 
+/* 132 multiprocessors, as an H100 SXM, or $PE_CUDA_FAKE_SMS: attention sizes its split
+ * over the keys by them, and a test sets 1 to run long rows as many tiles of one block. */
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
+{
+    if (d < 0 || d >= FAKE_DEVICES)
+        return cudaErrorInvalidDevice;
+    const char *sms = getenv("PE_CUDA_FAKE_SMS");
+    *v = a == cudaDevAttrMultiProcessorCount ? (sms ? atoi(sms) : 132) : 0;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 {
     if (d < 0 || d >= FAKE_DEVICES || len < 13)

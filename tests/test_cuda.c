@@ -13,6 +13,13 @@
  *   product of random signs moves by ~2^-8 of its scale, 2e-2 leaves 5x margin);
  * - linear (cuBLASLt with a bias/ReLU/bf16 epilogue) against the host's linear, fp32 and
  *   bf16, with and without bias, every activation; at least one plan fused;
+ * - decoder ops: rmsnorm, rope, silu_mul against the src/kernels/ functions; kv_append
+ *   bit for bit against pe_k_kv_store into a host copy of the pool; attention against its
+ *   naive twin pe_k_attend_naive (decode, prefill and mixed steps of several chunks, GQA,
+ *   sliding window, fp32 and bf16 pools, normwise 1e-5); argmax and topk exactly, lse to
+ *   1e-5; sample against pe_k_sample_row over many rows, a different token allowed only
+ *   where the host's draw sits within 1e-4 of the mass from a boundary; bad arguments;
+ *   embedding with a bf16 table; outputs poisoned (NaN) before each run;
  * - GEMM fp32 against a naive double-accumulated GEMM, all transpose combinations;
  *   tolerance 1e-4 relative to max|C|: fp32 accumulation over K = 512 terms of size ~1
  *   errs by about sqrt(K) * 2^-24 ~ 1e-6 relative, so 1e-4 leaves 100x margin while still
@@ -37,10 +44,13 @@
 #ifdef PE_HAVE_CUDA /* this file builds without CUDA too (every test then skips) */
 #include "backend/cuda/cb_internal.h" /* cb_linear_plans: which linear plans were fused */
 #endif
+#include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
+#include "kernels/rope.h"
 #include "kernels/rowwise.h"
+#include "kernels/sample.h"
 
 #define MAXR 8
 
@@ -342,6 +352,23 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
+        /* a bf16 table: every element widened exactly, as pe_k_table_elem */
+        ids[5] = 4;
+        ids[9] = 49;
+        assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
+        uint16_t *t16 = malloc(vocab * dim * sizeof *t16);
+        for (size_t i = 0; i < vocab * dim; i++)
+            t16[i] = pe_k_to_bf16(table[i]);
+        void *dt16 = NULL;
+        assert_int_equal(ops->alloc(d, vocab * dim * sizeof *t16, &dt16), PE_OK);
+        assert_int_equal(ops->copy_h2d(d, dt16, t16, vocab * dim * sizeof *t16), PE_OK);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_BF16, dout, dt16, did, n, dim, vocab), PE_OK);
+        download(d, got, dout, n * dim);
+        for (size_t i = 0; i < n; i++)
+            pe_k_embedding_row(ref + i * dim, t16, 1, (size_t)ids[i], dim);
+        assert_memory_equal(got, ref, n * dim * sizeof(float));
+        ops->free(d, dt16);
+        free(t16);
         ops->free(d, dt);
         ops->free(d, did);
         ops->free(d, dout);
@@ -635,6 +662,604 @@ static void gemm_strided_batched_matches_naive_gemm(void **state)
             free(C);
             free(got);
         }
+    ops->close(d);
+}
+
+/* ---- decoder operations ---- */
+
+/* Fills bytes of device memory with 0xff (a NaN in every float, -1 in every int32), so an
+ * output the op failed to write shows. */
+static void poison(be_device *d, void *p, size_t bytes)
+{
+    unsigned char *h = malloc(bytes ? bytes : 1);
+    assert_non_null(h);
+    memset(h, 0xff, bytes);
+    assert_int_equal(ops->copy_h2d(d, p, h, bytes), PE_OK);
+    free(h);
+}
+
+static void *dev_bytes(be_device *d, size_t bytes)
+{
+    void *p = NULL;
+    assert_int_equal(ops->alloc(d, bytes ? bytes : 1, &p), PE_OK);
+    return p;
+}
+
+static void *upload_bytes(be_device *d, const void *x, size_t bytes)
+{
+    void *p = dev_bytes(d, bytes);
+    assert_int_equal(ops->copy_h2d(d, p, x, bytes), PE_OK);
+    return p;
+}
+
+static void download_bytes(be_device *d, void *x, const void *p, size_t bytes)
+{
+    assert_int_equal(ops->synchronize(d), PE_OK);
+    assert_int_equal(ops->copy_d2h(d, x, p, bytes), PE_OK);
+}
+
+/* rmsnorm (also in place), rope and silu_mul against the src/kernels/ functions run on the
+ * host, on float4-friendly and unaligned shapes. rmsnorm sums the squares in another order
+ * (1e-5 of outputs of size ~1); rope's and silu's cosf/sinf/expf on the device are within
+ * 2 ulp of the host's (1e-5 relative). */
+static void rmsnorm_rope_and_silu_mul_match_host_math(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    char what[128];
+    for (size_t si = 0; si < NSHAPES; si++)
+        for (size_t skew = 0; skew < 2; skew++) {
+            const size_t rows = shapes[si].rows, cols = shapes[si].cols, n = rows * cols;
+            float *x = host_random(n + skew, 300 + si), *w = host_random(cols + skew, 310 + si);
+            for (size_t i = 0; i < n + skew; i++)
+                x[i] = 2.0f * x[i] + 0.25f;
+            float *got = malloc((n + skew) * sizeof *got), *ref = malloc(n * sizeof *ref);
+            float *dx = upload(d, x, n + skew), *dw = upload(d, w, cols + skew);
+            float *dout = dev_bytes(d, (n + skew) * sizeof(float));
+            for (size_t r = 0; r < rows; r++)
+                pe_k_rmsnorm_row(ref + r * cols, x + skew + r * cols, w + skew, cols, 1e-6f);
+            poison(d, dout, (n + skew) * sizeof(float));
+            assert_int_equal(ops->rmsnorm(d, dout + skew, dx + skew, dw + skew, rows, cols, 1e-6f),
+                             PE_OK);
+            download(d, got, dout, n + skew);
+            snprintf(what, sizeof what, "rmsnorm %zux%zu skew %zu", rows, cols, skew);
+            expect_close(what, got + skew, ref, n, 1e-5, 1.0);
+            /* in place */
+            assert_int_equal(ops->rmsnorm(d, dx + skew, dx + skew, dw + skew, rows, cols, 1e-6f),
+                             PE_OK);
+            download(d, got, dx, n + skew);
+            expect_close(what, got + skew, ref, n, 1e-5, 1.0);
+
+            /* silu_mul: gate_up (rows, 2 * cols) -> out (rows, cols) */
+            float *gu = host_random(2 * n + skew, 320 + si);
+            for (size_t i = 0; i < 2 * n + skew; i++)
+                gu[i] *= 6.0f;
+            float *dgu = upload(d, gu, 2 * n + skew);
+            for (size_t r = 0; r < rows; r++)
+                for (size_t c = 0; c < cols; c++)
+                    ref[r * cols + c] = pe_k_silu_mul(gu[skew + r * 2 * cols + c],
+                                                      gu[skew + r * 2 * cols + cols + c]);
+            poison(d, dout, (n + skew) * sizeof(float));
+            assert_int_equal(ops->silu_mul(d, dout + skew, dgu + skew, rows, cols), PE_OK);
+            download(d, got, dout, n + skew);
+            snprintf(what, sizeof what, "silu_mul %zux%zu skew %zu", rows, cols, skew);
+            expect_close(what, got + skew, ref, n, 1e-5, 1e-3);
+            ops->free(d, dgu);
+            free(gu);
+            ops->free(d, dx);
+            ops->free(d, dw);
+            ops->free(d, dout);
+            free(x);
+            free(w);
+            free(got);
+            free(ref);
+        }
+
+    /* rope: query and key heads of a fused row (stride > heads * hd), positions up to 8191
+     * (large angles), inv_freq as Llama's (theta 500000); the padding stays untouched */
+    const size_t hds[] = {64, 128, 6};
+    for (size_t k = 0; k < sizeof hds / sizeof hds[0]; k++) {
+        const size_t hd = hds[k], nheads = 5, rows = 9, stride = nheads * hd + 7;
+        float *x = host_random(rows * stride, 330 + k), *inv = malloc(hd / 2 * sizeof *inv);
+        float *got = malloc(rows * stride * sizeof *got), *ref = malloc(rows * stride * sizeof *ref);
+        int32_t pos[9];
+        for (size_t r = 0; r < rows; r++)
+            pos[r] = (int32_t)((r * 977 + k) % 8192);
+        for (size_t i = 0; i < hd / 2; i++)
+            inv[i] = 1.0f / powf(500000.0f, (float)(2 * i) / (float)hd);
+        memcpy(ref, x, rows * stride * sizeof *ref);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t h = 0; h < nheads; h++)
+                pe_k_rope_head(ref + r * stride + h * hd, (int)hd, pos[r], inv);
+        float *dx = upload(d, x, rows * stride), *dinv = upload(d, inv, hd / 2);
+        int32_t *dpos = upload_bytes(d, pos, sizeof pos);
+        assert_int_equal(ops->rope(d, dx, rows, stride, nheads, hd, dpos, dinv), PE_OK);
+        download(d, got, dx, rows * stride);
+        snprintf(what, sizeof what, "rope hd %zu", hd);
+        expect_close(what, got, ref, rows * stride, 1e-5, 1.0);
+        for (size_t r = 0; r < rows; r++) /* the columns after the heads: untouched */
+            assert_memory_equal(got + r * stride + nheads * hd, x + r * stride + nheads * hd,
+                                7 * sizeof(float));
+        ops->free(d, dx);
+        ops->free(d, dinv);
+        ops->free(d, dpos);
+        free(x);
+        free(inv);
+        free(got);
+        free(ref);
+    }
+    ops->close(d);
+}
+
+/* kv_append: every element of the pool after the append equals the host's pe_k_kv_store
+ * of the same rows into a copy of the pool (bf16: the same rounding), bit for bit; slots
+ * outside the pool change nothing. */
+static void kv_append_stores_rows_at_their_slots(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const pe_k_kv_shape s = {.nlayers = 3, .kv_heads = 2, .block_tokens = 16, .head_dim = 24};
+    const size_t nblocks = 6, elems = nblocks * pe_k_kv_block_elems(s);
+    const size_t rows = 7, stride = (size_t)s.kv_heads * (size_t)s.head_dim + 5;
+    const int32_t slots[7] = {17, 0, 95, -1, 40, 96, 63}; /* -1 and 96 are outside the pool */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const size_t es = bf16 ? 2 : 4;
+        unsigned char *pool = malloc(elems * es), *got = malloc(elems * es);
+        float *init = host_random(elems, 400 + (uint64_t)bf16);
+        for (size_t i = 0; i < elems; i++)
+            pe_k_kv_store(pool, bf16, i, init[i]);
+        float *k = host_random(rows * stride, 410), *v = host_random(rows * stride, 411);
+        void *dpool = upload_bytes(d, pool, elems * es);
+        float *dk = upload(d, k, rows * stride), *dv = upload(d, v, rows * stride);
+        int32_t *dslots = upload_bytes(d, slots, sizeof slots);
+        be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32,
+                    .nblocks = nblocks, .shape = s};
+        assert_int_equal(ops->kv_append(d, &kv, 1, dk, dv, stride, dslots, rows), PE_OK);
+        download_bytes(d, got, dpool, elems * es);
+        for (size_t r = 0; r < rows; r++) {
+            if (slots[r] < 0 || (size_t)slots[r] >= nblocks * 16)
+                continue;
+            for (int h = 0; h < s.kv_heads; h++)
+                for (int dd = 0; dd < s.head_dim; dd++) {
+                    size_t src = r * stride + (size_t)h * (size_t)s.head_dim + (size_t)dd;
+                    int32_t b = slots[r] / 16;
+                    int row = slots[r] % 16;
+                    pe_k_kv_store(pool, bf16, pe_k_kv_index(s, b, 1, 0, h, row) + (size_t)dd, k[src]);
+                    pe_k_kv_store(pool, bf16, pe_k_kv_index(s, b, 1, 1, h, row) + (size_t)dd, v[src]);
+                }
+        }
+        assert_memory_equal(got, pool, elems * es);
+        ops->free(d, dpool);
+        ops->free(d, dk);
+        ops->free(d, dv);
+        ops->free(d, dslots);
+        free(pool);
+        free(got);
+        free(init);
+        free(k);
+        free(v);
+    }
+    ops->close(d);
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_case {
+    int heads, kv_heads, head_dim;
+    int32_t window;
+} attn_case;
+
+/* A step: chunk c has n[c] tokens at positions pos0[c].. of its own sequence. */
+typedef struct attn_step {
+    const char *name;
+    int nchunks;
+    int32_t n[6], pos0[6];
+} attn_step;
+
+/* Runs one step of one case on a pool of dtype bf16 and compares every output with
+ * pe_k_attend_naive on the host over the same pool and tables. The sequences' blocks are
+ * a shuffled set, so no table is contiguous; the tested layer is 1 of 2. Normwise 1e-5:
+ * the kernels sum in another order (tiles, splits, sum(e v) / sum(e)) in fp32. */
+static void check_attention(be_device *d, const attn_case *ac, const attn_step *st, int bf16,
+                            uint64_t seed)
+{
+    const pe_k_kv_shape s = {.nlayers = 2, .kv_heads = ac->kv_heads, .block_tokens = 16,
+                             .head_dim = ac->head_dim};
+    const int hd = ac->head_dim, B = 16, layer = 1;
+    size_t rows = 0, ntables = 0;
+    int32_t max_keys = 0, chunks[6 * PE_K_CHUNK_FIELDS], bt_at[6];
+    for (int c = 0; c < st->nchunks; c++) {
+        int32_t len = st->pos0[c] + st->n[c];
+        chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_ROW0] = (int32_t)rows;
+        chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_N] = st->n[c];
+        chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_POS0] = st->pos0[c];
+        chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_BT] = (int32_t)ntables;
+        bt_at[c] = (int32_t)ntables;
+        rows += (size_t)st->n[c];
+        ntables += (size_t)((len + B - 1) / B);
+        max_keys = len > max_keys ? len : max_keys;
+    }
+    const size_t nblocks = ntables + 3; /* three blocks nobody uses */
+    int32_t *tables = malloc(ntables * sizeof *tables);
+    for (size_t i = 0; i < ntables; i++)
+        tables[i] = (int32_t)i;
+    uint64_t rs = seed;
+    for (size_t i = ntables; i > 1; i--) { /* shuffle */
+        size_t j = (size_t)(pe_k_splitmix64(&rs) % i);
+        int32_t t = tables[i - 1];
+        tables[i - 1] = tables[j];
+        tables[j] = t;
+    }
+    for (size_t i = 0; i < ntables; i++)
+        tables[i] += 2; /* and skip blocks 0 and 1 */
+    const size_t elems = nblocks * pe_k_kv_block_elems(s), es = bf16 ? 2 : 4;
+    unsigned char *pool = malloc(elems * es);
+    float *init = host_random(elems, seed + 1);
+    for (size_t i = 0; i < elems; i++)
+        pe_k_kv_store(pool, bf16, i, init[i]);
+    const size_t q_stride = (size_t)ac->heads * (size_t)hd + 3;
+    const size_t out_stride = (size_t)ac->heads * (size_t)hd + 5;
+    float *q = host_random(rows * q_stride, seed + 2);
+    for (size_t i = 0; i < rows * q_stride; i++)
+        q[i] *= 3.0f; /* scores of a few units: a softmax that is neither flat nor one-hot */
+    float *ref = malloc(rows * out_stride * sizeof *ref), *got = malloc(rows * out_stride * sizeof *got);
+    float *scores = malloc((size_t)max_keys * sizeof *scores);
+    const float scale = 1.0f / sqrtf((float)hd);
+    memset(ref, 0xff, rows * out_stride * sizeof *ref);
+    for (int c = 0; c < st->nchunks; c++)
+        for (int32_t i = 0; i < st->n[c]; i++) {
+            size_t r = (size_t)chunks[c * PE_K_CHUNK_FIELDS] + (size_t)i;
+            for (int h = 0; h < ac->heads; h++)
+                pe_k_attend_naive(ref + r * out_stride + (size_t)h * (size_t)hd,
+                                  q + r * q_stride + (size_t)h * (size_t)hd, pool, bf16, s, layer,
+                                  h / (ac->heads / ac->kv_heads), tables + bt_at[c],
+                                  st->pos0[c] + i, ac->window, scale, scores);
+        }
+    void *dpool = upload_bytes(d, pool, elems * es);
+    float *dq = upload(d, q, rows * q_stride);
+    float *dout = dev_bytes(d, rows * out_stride * sizeof(float));
+    int32_t *dchunks = upload_bytes(d, chunks, (size_t)st->nchunks * PE_K_CHUNK_FIELDS * 4);
+    int32_t *dtables = upload_bytes(d, tables, ntables * sizeof *tables);
+    poison(d, dout, rows * out_stride * sizeof(float));
+    be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32, .nblocks = nblocks,
+                .shape = s};
+    be_attn a = {.rows = rows, .q = dq, .q_stride = q_stride, .out = dout,
+                 .out_stride = out_stride, .heads = ac->heads, .scale = scale,
+                 .window = ac->window, .nchunks = (size_t)st->nchunks, .chunks = dchunks,
+                 .block_tables = dtables, .max_keys = max_keys};
+    pe_status sst = ops->attention(d, &kv, layer, &a);
+    if (sst != PE_OK)
+        print_error("attention: %s\n", ops->last_error(d));
+    assert_int_equal(sst, PE_OK);
+    download(d, got, dout, rows * out_stride);
+    double mref = 0, merr = 0;
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t j = 0; j < (size_t)ac->heads * (size_t)hd; j++) {
+            double g = got[r * out_stride + j], e = ref[r * out_stride + j];
+            mref = fmax(mref, fabs(e));
+            merr = isnan(g) ? INFINITY : fmax(merr, fabs(g - e));
+        }
+        for (size_t j = (size_t)ac->heads * (size_t)hd; j < out_stride; j++) /* padding */
+            assert_true(isnan(got[r * out_stride + j]));
+    }
+    if (!(merr <= 1e-5 * mref))
+        print_error("attention %s: %d heads / %d KV heads x %d, window %ld, %s pool: max error "
+                    "%g of max %g\n",
+                    st->name, ac->heads, ac->kv_heads, hd, (long)ac->window,
+                    bf16 ? "bf16" : "fp32", merr, mref);
+    assert_true(merr <= 1e-5 * mref);
+    ops->free(d, dpool);
+    ops->free(d, dq);
+    ops->free(d, dout);
+    ops->free(d, dchunks);
+    ops->free(d, dtables);
+    free(tables);
+    free(pool);
+    free(init);
+    free(q);
+    free(ref);
+    free(got);
+    free(scores);
+}
+
+/* Decode steps (one token per chunk; positions far apart, one long enough to split its
+ * keys), a prefill chunk after a cached prefix, and mixed steps of chunks of several
+ * lengths; MHA, GQA (groups of 4 and of 6), head dims 64, 128, 80 (padded) and 256;
+ * sliding windows; fp32 and bf16 pools. */
+static void attention_matches_naive_twin(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const attn_case cases[] = {
+        {12, 12, 64, 0}, {8, 2, 128, 0}, {6, 1, 80, 0}, {4, 2, 256, 0}, {8, 2, 128, 7},
+        {12, 12, 64, 40},
+    };
+    const int32_t long_pos = tu_small() ? 150 : 1200;
+    const attn_step steps[] = {
+        {"decode", 5, {1, 1, 1, 1, 1}, {0, 3, 17, 40, long_pos}},
+        {"decode-one", 1, {1}, {long_pos}},
+        {"prefill", 1, {37}, {20}},
+        {"prefill-new", 1, {70}, {0}},
+        {"mixed", 4, {1, 9, 1, 20}, {50, 0, 5, 33}},
+        {"mixed-2", 3, {3, 2, 5}, {0, 30, 16}},
+    };
+    const size_t ncases = sizeof cases / sizeof cases[0], nsteps = sizeof steps / sizeof steps[0];
+    for (size_t c = 0; c < ncases; c++)
+        for (size_t k = 0; k < nsteps; k++)
+            for (int bf16 = 0; bf16 < 2; bf16++) {
+                if (tu_small() && (c + k + (size_t)bf16) % 3 != 0)
+                    continue; /* valgrind: a third of the grid, every case and step in it */
+                check_attention(d, &cases[c], &steps[k], bf16, 500 + 31 * c + 7 * k);
+            }
+    ops->close(d);
+#ifdef PE_CUDA_FAKE
+    /* A fake GPU of one multiprocessor: the decode grid hardly splits, so a long row runs as
+     * many key tiles of one block (the online softmax's rescaling across tiles), which the
+     * 132 of the default fake (splits of one tile each, at small sizes) do not reach. */
+    setenv("PE_CUDA_FAKE_SMS", "1", 1);
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    for (size_t c = 0; c < ncases; c++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            check_attention(d, &cases[c], &steps[(c + (size_t)bf16) % 2], bf16, 900 + c);
+    ops->close(d);
+    unsetenv("PE_CUDA_FAKE_SMS");
+#endif
+}
+
+/* ---- argmax, topk, sample ---- */
+
+#define TOPK_K 64 /* the largest k of the CUDA topk */
+
+/* Row r of a test matrix x(rows, n): random logits of a few units, some rows with many
+ * ties (values on a grid of 0.5), NaNs, -0/+0 and a repeated maximum. */
+static float *logit_rows(size_t rows, size_t n, uint64_t seed)
+{
+    float *x = host_random(rows * n, seed);
+    for (size_t r = 0; r < rows; r++) {
+        float *xr = x + r * n;
+        for (size_t i = 0; i < n; i++)
+            xr[i] *= 6.0f;
+        if (r % 3 == 1)
+            for (size_t i = 0; i < n; i++)
+                xr[i] = roundf(xr[i] * 2.0f) / 2.0f;
+        if (r % 4 == 2 && n > 3) {
+            xr[n / 2] = NAN;
+            xr[1] = -0.0f;
+            xr[2] = 0.0f;
+        }
+        if (r % 5 == 3 && n > 2)
+            xr[n - 1] = xr[n / 3] = 9.0f; /* the max twice: the first index wins */
+    }
+    return x;
+}
+
+static void argmax_topk_and_lse_match_host(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t widths[] = {1, 5, 1000, 50257};
+    const size_t nw = tu_small() ? 3 : 4, rows = 11;
+    for (size_t wi = 0; wi < nw; wi++) {
+        const size_t n = widths[wi];
+        float *x = logit_rows(rows, n, 600 + wi);
+        float *dx = upload(d, x, rows * n);
+        int32_t *didx = dev_bytes(d, rows * TOPK_K * sizeof(int32_t));
+        float *dval = dev_bytes(d, rows * TOPK_K * sizeof(float));
+        float *dlse = dev_bytes(d, rows * sizeof(float));
+        int32_t gi[11 * TOPK_K], ri[TOPK_K];
+        float gv[11 * TOPK_K], rv[TOPK_K], glse[11];
+        poison(d, didx, rows * sizeof(int32_t));
+        assert_int_equal(ops->argmax(d, dx, rows, n, didx), PE_OK);
+        download_bytes(d, gi, didx, rows * sizeof(int32_t));
+        for (size_t r = 0; r < rows; r++)
+            assert_int_equal(gi[r], pe_k_argmax_row(x + r * n, (int32_t)n));
+        const size_t ks[] = {1, 5, TOPK_K};
+        for (size_t ki = 0; ki < 3; ki++) {
+            const size_t k = ks[ki] < n ? ks[ki] : n;
+            poison(d, didx, rows * k * sizeof(int32_t));
+            poison(d, dval, rows * k * sizeof(float));
+            poison(d, dlse, rows * sizeof(float));
+            assert_int_equal(ops->topk(d, dx, rows, n, k, didx, dval, dlse), PE_OK);
+            download_bytes(d, gi, didx, rows * k * sizeof(int32_t));
+            download_bytes(d, gv, dval, rows * k * sizeof(float));
+            download_bytes(d, glse, dlse, rows * sizeof(float));
+            for (size_t r = 0; r < rows; r++) {
+                pe_k_topk_row(x + r * n, (int32_t)n, (int32_t)k, ri, rv);
+                for (size_t j = 0; j < k; j++)
+                    if (gi[r * k + j] != ri[j] || memcmp(&gv[r * k + j], &rv[j], sizeof rv[j]))
+                        fail_msg("topk n %zu k %zu row %zu: entry %zu is (%d, %g), host (%d, %g)",
+                                 n, k, r, j, gi[r * k + j], (double)gv[r * k + j], ri[j],
+                                 (double)rv[j]);
+                float l = pe_k_logsumexp_row(x + r * n, (int32_t)n);
+                if (isnan(l))
+                    assert_true(isnan(glse[r]));
+                else
+                    assert_true(fabs((double)glse[r] - l) <= 1e-5 * fmax(1.0, fabs(l)));
+            }
+        }
+        ops->free(d, dx);
+        ops->free(d, didx);
+        ops->free(d, dval);
+        ops->free(d, dlse);
+        free(x);
+    }
+    ops->close(d);
+}
+
+/* The host's rule in double (from the host's float weights) says how close row x's draw
+ * is to a boundary, relative to the mass involved: the smaller of |running sum - u kept|
+ * over the kept tokens and |mass at or above the top-p threshold - target|. A token that
+ * differs from the host's is allowed only where this is below 1e-4: another summation
+ * order (or an ulp of expf) can move the draw across such a boundary, nothing else can. */
+static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, uint32_t *hist,
+                          float *mass)
+{
+    if (!(p.temperature > 0.0f))
+        return INFINITY;
+    float tk = -INFINITY;
+    if (p.top_k > 0 && p.top_k < n)
+        tk = pe_k_kth_largest(x, n, p.top_k, hist);
+    float mx = x[pe_k_argmax_row(x, n)];
+    double z = 0, margin = INFINITY;
+    float zf = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        w[i] = x[i] >= tk ? expf((x[i] - mx) / p.temperature) : 0.0f;
+        z += w[i];
+        zf += w[i];
+    }
+    float tp = 0.0f;
+    if (p.top_p < 1.0f) {
+        tp = pe_k_mass_threshold(w, n, p.top_p * zf, mass);
+        double ge = 0, gt = 0, target = (double)p.top_p * z;
+        for (int32_t i = 0; i < n; i++) {
+            ge += w[i] >= tp ? w[i] : 0.0;
+            gt += w[i] > tp ? w[i] : 0.0;
+        }
+        margin = fmin(fabs(ge - target), fabs(gt - target)) / z;
+    }
+    double kept = 0, c = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (w[i] > 0.0f && w[i] >= tp)
+            kept += w[i];
+    const double r = (double)p.u * kept;
+    for (int32_t i = 0; i < n; i++)
+        if (w[i] > 0.0f && w[i] >= tp) {
+            c += w[i];
+            margin = fmin(margin, fabs(c - r) / kept);
+        }
+    return margin;
+}
+
+/* sample against pe_k_sample_row on the same logits and draws, over many rows: greedy,
+ * temperatures, top-k (1, 40, the whole row), top-p (0.5, 0.9, 1), together; the token
+ * the same except at a boundary (draw_margin), the logit output the chosen one's, and on
+ * the GPU the same tokens on a second run (fixed-point sums: no order dependence). */
+static void sample_agrees_with_host_rule(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t widths[] = {7, 1000, 50257};
+    const size_t nw = tu_small() ? 2 : 3;
+    const float temps[] = {0.0f, 0.7f, 1.0f, 1.6f};
+    const int32_t topks[] = {0, 1, 40, 1000000};
+    const float topps[] = {1.0f, 0.9f, 0.5f};
+    for (size_t wi = 0; wi < nw; wi++) {
+        const size_t n = widths[wi], rows = tu_small() ? 24 : (n > 10000 ? 96 : 480);
+        float *x = logit_rows(rows, n, 700 + wi);
+        for (size_t i = 0; i < rows * n; i++) /* no NaNs here: the host's rule is */
+            if (isnan(x[i]))                  /* undefined on them */
+                x[i] = -1.0f;
+        pe_k_sampling *ps = malloc(rows * sizeof *ps);
+        for (size_t r = 0; r < rows; r++) {
+            ps[r].temperature = temps[r % 4];
+            ps[r].top_k = topks[(r / 4) % 4];
+            ps[r].top_p = topps[(r / 16) % 3];
+            ps[r].u = pe_k_uniform(0x5eed + wi, r);
+        }
+        float *dx = upload(d, x, rows * n), *dlogit = dev_bytes(d, rows * sizeof(float));
+        void *dps = upload_bytes(d, ps, rows * sizeof *ps);
+        int32_t *dtok = dev_bytes(d, rows * sizeof(int32_t));
+        int32_t *tok = malloc(rows * sizeof *tok), *tok2 = malloc(rows * sizeof *tok2);
+        float *logit = malloc(rows * sizeof *logit), *w = malloc(n * sizeof *w), mass[256];
+        uint32_t hist[256];
+        poison(d, dtok, rows * sizeof(int32_t));
+        poison(d, dlogit, rows * sizeof(float));
+        assert_int_equal(ops->sample(d, dx, rows, n, dps, dtok, dlogit), PE_OK);
+        download_bytes(d, tok, dtok, rows * sizeof(int32_t));
+        download_bytes(d, logit, dlogit, rows * sizeof(float));
+        poison(d, dtok, rows * sizeof(int32_t));
+        assert_int_equal(ops->sample(d, dx, rows, n, dps, dtok, NULL), PE_OK);
+        download_bytes(d, tok2, dtok, rows * sizeof(int32_t));
+        assert_memory_equal(tok, tok2, rows * sizeof(int32_t));
+        size_t differ = 0;
+        for (size_t r = 0; r < rows; r++) {
+            const float *xr = x + r * n;
+            int32_t h = pe_k_sample_row(xr, (int32_t)n, ps[r], w, hist, mass);
+            assert_true(tok[r] >= 0 && (size_t)tok[r] < n);
+            assert_memory_equal(&logit[r], &xr[tok[r]], sizeof(float));
+            if (tok[r] == h)
+                continue;
+            differ++;
+            double m = draw_margin(xr, (int32_t)n, ps[r], w, hist, mass);
+            if (!(m < 1e-4))
+                fail_msg("sample n %zu row %zu (T %g, top_k %d, top_p %g, u %g): token %d, host "
+                         "%d, and the draw is %g of the mass from any boundary",
+                         n, r, (double)ps[r].temperature, ps[r].top_k, (double)ps[r].top_p,
+                         (double)ps[r].u, tok[r], h, m);
+        }
+        print_message("sample n %zu: %zu of %zu rows differ from the host, each at a boundary\n",
+                      n, differ, rows);
+        assert_true(differ * 50 <= rows); /* boundaries are rare: at most 2% */
+        ops->free(d, dx);
+        ops->free(d, dlogit);
+        ops->free(d, dps);
+        ops->free(d, dtok);
+        free(x);
+        free(ps);
+        free(tok);
+        free(tok2);
+        free(logit);
+        free(w);
+    }
+    ops->close(d);
+}
+
+/* Arguments the ops cannot run with are PE_EINVAL with a message naming the op. */
+static void decoder_ops_refuse_bad_arguments(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    float *buf = dev_bytes(d, 4096 * sizeof(float));
+    int32_t *ibuf = dev_bytes(d, 64 * sizeof(int32_t));
+    const pe_k_kv_shape s = {.nlayers = 2, .kv_heads = 2, .block_tokens = 16, .head_dim = 8};
+    be_kv kv = {.base = buf, .dtype = PE_DTYPE_FP32, .nblocks = 4, .shape = s};
+    be_attn a = {.rows = 1, .q = buf, .q_stride = 32, .out = buf, .out_stride = 32, .heads = 4,
+                 .scale = 0.5f, .nchunks = 1, .chunks = ibuf, .block_tables = ibuf,
+                 .max_keys = 1};
+#define REFUSED(call, word)                                                                   \
+    do {                                                                                      \
+        assert_int_equal((call), PE_EINVAL);                                                  \
+        if (!strstr(ops->last_error(d), word))                                                \
+            fail_msg("%s: message '%s' lacks '%s'", #call, ops->last_error(d), word);         \
+    } while (0)
+    REFUSED(ops->rmsnorm(d, buf, buf, buf, 2, 4, -1.0f), "rmsnorm");
+    REFUSED(ops->rope(d, buf, 2, 16, 2, 7, ibuf, buf), "odd");
+    REFUSED(ops->rope(d, buf, 2, 16, 2, 16, ibuf, buf), "stride");
+    REFUSED(ops->kv_append(d, &kv, 2, buf, buf, 16, ibuf, 1), "layer 2");
+    REFUSED(ops->kv_append(d, &kv, 0, buf, buf, 15, ibuf, 1), "stride");
+    REFUSED(ops->attention(d, &kv, 5, &a), "layer 5");
+    a.heads = 3;
+    REFUSED(ops->attention(d, &kv, 0, &a), "multiple");
+    a.heads = 4;
+    a.q_stride = 31;
+    REFUSED(ops->attention(d, &kv, 0, &a), "stride");
+    a.q_stride = 32;
+    a.max_keys = 0;
+    REFUSED(ops->attention(d, &kv, 0, &a), "max_keys");
+    kv.shape.head_dim = 512;
+    a.q_stride = a.out_stride = 4 * 512;
+    REFUSED(ops->attention(d, &kv, 0, &a), "head_dim 512");
+    REFUSED(ops->argmax(d, buf, 2, 0, ibuf), "argmax");
+    REFUSED(ops->topk(d, buf, 1, 100, 65, ibuf, buf, NULL), "k = 65");
+    REFUSED(ops->topk(d, buf, 1, 3, 4, ibuf, buf, NULL), "k = 4");
+    REFUSED(ops->sample(d, buf, 1, (size_t)1 << 24, NULL, ibuf, NULL), "sample");
+#undef REFUSED
+    /* the device still works */
+    assert_int_equal(ops->synchronize(d), PE_OK);
+    ops->free(d, buf);
+    ops->free(d, ibuf);
     ops->close(d);
 }
 
@@ -1056,8 +1681,22 @@ static void nccl_collectives_on_distinct_gpus(void **state)
     }
 }
 
+/* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+#define EXIT_SKIPPED 77
+
 int main(void)
 {
+    /* No device (a machine without a GPU, or a build without CUDA): the whole program is a
+     * skip, which ctest reports as such instead of a silent pass. The fake builds have
+     * four fake GPUs and run everything. */
+    const be_ops *cuda = be_cuda_ops();
+    int n = 0;
+    pe_err err = {{0}};
+    if (!cuda || cuda->device_count(&n, &err) != PE_OK || n < 1) {
+        printf("%s: skipped: no CUDA device (%s)\n", "test_cuda",
+               cuda ? err.msg : "pengine was built without CUDA");
+        return EXIT_SKIPPED;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(describe_gives_name_memory_and_bus_id),
         cmocka_unit_test(copies_round_trip_and_alloc_is_aligned),
@@ -1070,6 +1709,12 @@ int main(void)
         cmocka_unit_test(to_bf16_matches_host_rounding),
         cmocka_unit_test(gemm_bf16_matches_host_gemm_bf16),
         cmocka_unit_test(linear_matches_host_linear),
+        cmocka_unit_test(rmsnorm_rope_and_silu_mul_match_host_math),
+        cmocka_unit_test(kv_append_stores_rows_at_their_slots),
+        cmocka_unit_test(attention_matches_naive_twin),
+        cmocka_unit_test(argmax_topk_and_lse_match_host),
+        cmocka_unit_test(sample_agrees_with_host_rule),
+        cmocka_unit_test(decoder_ops_refuse_bad_arguments),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),
         cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
         cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),

@@ -383,12 +383,35 @@ static void check_table(const be_ops *ops)
 #undef X
 }
 
+/* The decoder operations (backend.h's last block). Checked on the CUDA table; the host
+ * table joins this check once its decoder ops are written (they are not in this tree). */
+#define BE_DECODER_OPS(X) \
+    X(rmsnorm) \
+    X(rope) \
+    X(silu_mul) \
+    X(kv_append) \
+    X(attention) \
+    X(argmax) \
+    X(topk) \
+    X(sample)
+
+static void check_decoder_ops(const be_ops *ops)
+{
+#define X(f)                                                                                  \
+    if (!ops->f)                                                                              \
+        fail_msg("the %s backend's be_ops has no " #f, ops->name);
+    BE_DECODER_OPS(X)
+#undef X
+}
+
 static void every_op_of_every_built_backend_is_set(void **state)
 {
     (void)state;
     check_table(be_host_ops());
-    if (be_cuda_ops())
+    if (be_cuda_ops()) {
         check_table(be_cuda_ops());
+        check_decoder_ops(be_cuda_ops());
+    }
 }
 
 int main(void)

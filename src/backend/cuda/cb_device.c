@@ -143,8 +143,17 @@ pe_status cb_open(int id, be_device **out, pe_err *err)
     else if ((e = cudaHostAlloc((void **)&d->bad_id_host, sizeof *d->bad_id_host,
                                 cudaHostAllocDefault)) != cudaSuccess)
         s = cb_cuda_fail(err, e, "cudaHostAlloc (embedding check word)", id);
-    else
+    else if ((e = cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, id)) !=
+             cudaSuccess)
+        s = cb_cuda_fail(err, e, "cudaDeviceGetAttribute (multiprocessors)", id);
+    /* attention's split workspace: made here, as nothing is allocated during a forward */
+    else if ((e = cudaMalloc((void **)&d->attn_ws, CB_ATTN_WS_FLOATS * sizeof(float))) !=
+             cudaSuccess)
+        s = cb_cuda_fail(err, e, "cudaMalloc (attention workspace)", id);
+    else {
+        d->attn_ws_floats = CB_ATTN_WS_FLOATS;
         s = cb_linear_prepare(d, err);
+    }
     if (s != PE_OK) {
         (void)cudaGetLastError();
         cb_close(d);
@@ -172,6 +181,8 @@ void cb_close(be_device *dev)
         (void)cudaFree(dev->bad_id);
     if (dev->bad_id_host)
         (void)cudaFreeHost(dev->bad_id_host);
+    if (dev->attn_ws)
+        (void)cudaFree(dev->attn_ws);
     if (dev->stream)
         (void)cudaStreamDestroy(dev->stream);
     (void)cudaGetLastError();

@@ -1,4 +1,5 @@
-/* cb_grid.cuh: launch geometry and block reductions shared by the .cu files. */
+/* cb_grid.cuh: launch geometry, the launch helper and block reductions shared by the .cu
+ * files. */
 #ifndef PE_CB_GRID_CUH
 #define PE_CB_GRID_CUH
 
@@ -35,6 +36,19 @@ inline int row_threads(size_t work)
 
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+#ifndef PE_CUDA_EMU
+/* Enqueues kernel k on stream s and returns the launch error. The decoder grids launch
+ * through it, the one place that knows the <<<>>> syntax: tests/cuda_emu.hpp defines its
+ * own, which runs the same grids on a CPU emulation of blocks and warps (test_cuda_emu). */
+template <class... P, class... A>
+inline cudaError_t launch(void (*k)(P...), unsigned blocks, int threads, cudaStream_t s,
+                          A... args)
+{
+    k<<<blocks, threads, 0, s>>>(args...);
+    return cudaGetLastError();
+}
+#endif
+
 __device__ inline size_t thread_index() { return blockIdx.x * (size_t)blockDim.x + threadIdx.x; }
 __device__ inline size_t grid_stride() { return (size_t)gridDim.x * blockDim.x; }
 
@@ -50,6 +64,36 @@ __device__ inline float warp_max(float v)
     for (int o = 16; o > 0; o >>= 1) {
         float w = __shfl_xor_sync(0xffffffffu, v, o);
         v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* The sum of v over aligned groups of W lanes (W a power of two <= 32); every lane of a
+ * group gets its group's sum. */
+template <int W> __device__ inline float group_sum(float v)
+{
+    for (int o = W / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int W> __device__ inline float group_max(float v)
+{
+    for (int o = W / 2; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Inclusive prefix sum of v over the lanes of the warp (lane 0 first). */
+template <class T> __device__ inline T warp_scan(T v)
+{
+    int lane = threadIdx.x & 31;
+    for (int o = 1; o < 32; o <<= 1) {
+        T w = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o)
+            v += w;
     }
     return v;
 }

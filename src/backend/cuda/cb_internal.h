@@ -30,6 +30,9 @@ struct be_device {
     pe_err err;           /* the last failure on this device */
     int counted;          /* counted in the registry's opened devices per GPU */
     struct cb_lt *lt;     /* linear's cuBLASLt state: made by open, freed by close */
+    float *attn_ws;       /* attention's split workspace (CB_ATTN_WS_FLOATS), made by open */
+    size_t attn_ws_floats;
+    int sms;              /* multiprocessors: attention sizes its split by them */
     /* Peer-path channels this device sends on: synchronize() waits until the receivers
      * took every send. Edited under the registry lock of cb_device.c (comm_create and
      * comm_destroy run on any thread; a device may be closed before its groups are
@@ -37,6 +40,10 @@ struct be_device {
     struct cb_chan **out_chans; /* (n_out_chans) */
     int n_out_chans, cap_out_chans;
 };
+
+/* Floats of attention's workspace: the partial outputs of a decode step split over the keys
+ * (rows x heads x splits x (head_dim + 2)); a larger step splits less. 16 MiB. */
+#define CB_ATTN_WS_FLOATS ((size_t)4 << 20)
 
 /* ---- errors: each fills dev->err (or err) and returns the status ---- */
 pe_status cb_cuda_fail(pe_err *err, cudaError_t e, const char *call, int dev);
@@ -114,6 +121,20 @@ pe_status cb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n);
 pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
                        const int32_t *ids, size_t n, size_t dim, size_t vocab);
+
+pe_status cb_rmsnorm(be_device *dev, float *out, const float *x, const float *w, size_t rows,
+                     size_t cols, float eps);
+pe_status cb_rope(be_device *dev, float *x, size_t rows, size_t stride, size_t nheads,
+                  size_t head_dim, const int32_t *pos, const float *inv_freq);
+pe_status cb_silu_mul(be_device *dev, float *out, const float *gate_up, size_t rows, size_t n);
+pe_status cb_kv_append(be_device *dev, const be_kv *kv, int layer, const float *k,
+                       const float *v, size_t stride, const int32_t *slots, size_t rows);
+pe_status cb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn *a);
+pe_status cb_argmax(be_device *dev, const float *x, size_t rows, size_t n, int32_t *idx);
+pe_status cb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t k,
+                  int32_t *idx, float *val, float *lse);
+pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,
+                    const pe_k_sampling *params, int32_t *tokens, float *logit);
 
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void cb_comm_abort(be_comm *comm);

@@ -12,6 +12,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/attention.h"
+#include "kernels/sample.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +37,68 @@ cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in, si
 cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table, int bf16,
                                 const int32_t *ids, size_t n, size_t dim, size_t vocab,
                                 int32_t *bad);
+
+/* ---- decoder operations (cb_decoder.cu, cb_attention.cu, cb_sample.cu) ---- */
+
+/* out(rows, cols) = rmsnorm of x(rows, cols) times w(cols); out may be x */
+cudaError_t cb_launch_rmsnorm(cudaStream_t s, float *out, const float *x, const float *w,
+                              size_t rows, size_t cols, float eps);
+/* rope of heads [0, nheads) of each row of x(rows, stride), in place; pos(rows),
+ * inv_freq(head_dim / 2) */
+cudaError_t cb_launch_rope(cudaStream_t s, float *x, size_t rows, size_t stride, size_t nheads,
+                           size_t head_dim, const int32_t *pos, const float *inv_freq);
+/* out(rows, n) = silu(gate_up[:, :n]) * gate_up[:, n:] */
+cudaError_t cb_launch_silu_mul(cudaStream_t s, float *out, const float *gate_up, size_t rows,
+                               size_t n);
+/* k and v rows (rows, stride) into layer `layer` of a pool of nblocks blocks, at slots(rows);
+ * a slot outside the pool is skipped */
+cudaError_t cb_launch_kv_append(cudaStream_t s, void *pool, int bf16, pe_k_kv_shape shape,
+                                size_t nblocks, int layer, const float *k, const float *v,
+                                size_t stride, const int32_t *slots, size_t rows);
+
+/* One attention call as the grids take it (backend.h's be_kv and be_attn, flattened). */
+typedef struct cb_attn_args {
+    const void *pool; /* (nblocks, pe_k_kv_block_elems(shape)), fp32 or bf16 */
+    int bf16;
+    pe_k_kv_shape shape;
+    size_t nblocks;
+    int layer;
+    const float *q; /* (rows, q_stride) */
+    size_t q_stride;
+    float *out; /* (rows, out_stride) */
+    size_t out_stride;
+    size_t rows;
+    int heads;
+    float scale;
+    int32_t window;
+    size_t nchunks;
+    const int32_t *chunks;       /* (nchunks, PE_K_CHUNK_FIELDS) */
+    const int32_t *block_tables; /* the chunks' block tables end to end */
+    int32_t max_keys;
+} cb_attn_args;
+
+/* Largest head_dim the attention grids take. */
+#define CB_ATTN_MAX_HEAD_DIM 256
+
+/* a->out = attention of a->q over the pool. ws (ws_floats floats of device memory) holds
+ * the partial results of a split over the keys (flash-decoding); sms is the device's
+ * multiprocessor count, which sizes the split. */
+cudaError_t cb_launch_attention(cudaStream_t s, const cb_attn_args *a, float *ws,
+                                size_t ws_floats, int sms);
+
+/* idx(rows) = the first index of the largest value of each row of x(rows, n) */
+cudaError_t cb_launch_argmax(cudaStream_t s, const float *x, size_t rows, size_t n,
+                             int32_t *idx);
+/* the k (<= CB_TOPK_MAX) largest of each row of x(rows, n), largest first, ties in index
+ * order: idx(rows, k), val(rows, k); lse(rows) or NULL */
+#define CB_TOPK_MAX 64
+cudaError_t cb_launch_topk(cudaStream_t s, const float *x, size_t rows, size_t n, size_t k,
+                           int32_t *idx, float *val, float *lse);
+/* tokens(rows) by sample.h's rule with params(rows); logit(rows) or NULL. n <= CB_SAMPLE_MAX_N:
+ * the grid sums the weights in 2^-40 fixed point, in 64 bits. */
+#define CB_SAMPLE_MAX_N ((size_t)1 << 23)
+cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,
+                             const pe_k_sampling *params, int32_t *tokens, float *logit);
 
 /* out(count) = in[0] + in[1] + ... + in[nin-1], added in that order for every element, so
  * every caller gets the same bits. out may be one of the inputs. nin <= CB_PEER_MAX_RANKS. */
