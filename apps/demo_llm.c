@@ -96,6 +96,42 @@ static void free_prompts(int32_t **p, int batch)
     free(p);
 }
 
+/* On CUDA: the same positions scored by a host engine; fp32 within 1e-4 of max |logit|
+ * (cuBLAS and OpenBLAS sum in other orders), bf16 within 2e-2 (an order change flips a bf16
+ * rounding by 2^-8). Returns 1 when they agree. */
+static int against_host(cli_report *r, const cli_options *o, const pe_engine_info *info,
+                        const int32_t *tok, int n, const float *got, size_t V)
+{
+    static const int host0 = 0;
+    cli_options ho = *o;
+    ho.backend = PE_BACKEND_HOST;
+    ho.ndevices = 1;
+    ho.devices[0] = host0;
+    ho.dp = ho.pp = ho.tp = 1;
+    ho.kv_tokens = (size_t)n + 16;
+    pe_engine *h = NULL;
+    float *ref = malloc((size_t)n * V * sizeof *ref);
+    int ok = ref && cli_llm_open(&ho, &h) == CLI_OK && pe_score(h, tok, (size_t)n, 1, ref) == PE_OK;
+    if (!ok) {
+        cli_errorf("the host backend's check could not run: %s", pe_last_error());
+    } else {
+        cli_rule rule = {info->dtype == PE_DTYPE_BF16 ? 2e-2 : 1e-4,
+                         info->dtype == PE_DTYPE_BF16 ? "within 2e-2 of max |ref| (bf16)"
+                                                      : "within 1e-4 of max |ref|",
+                         "the host backend (one device)"};
+        cli_check c;
+        cli_compare(got, ref, (size_t)n * V, &rule, &c);
+        cli_report_check(r, "host_backend", "the same logits on the host backend", &c);
+        ok = c.match;
+        if (!ok)
+            cli_errorf("verification failed: the GPU's logits differ from the host backend's by "
+                       "%.3g of their scale", c.max_rel);
+    }
+    pe_engine_destroy(h);
+    free(ref);
+    return ok;
+}
+
 /* Sequence 0 (its prompt and its first LLM_VERIFY_GENERATED tokens) scored by the engine and
  * by the reference; the greedy tokens must be the reference's argmax (or tie with it within
  * the tolerance). */
@@ -168,6 +204,8 @@ static int verify(cli_report *r, const cli_options *o, pe_engine *e, const pe_mo
         report_int(r, "greedy_checked", NULL, checked, NULL);
         report_str(r, "rule", "rule", rule.text);
         int ok = c.match && agree == checked;
+        if (info->backend == PE_BACKEND_CUDA) /* and the GPU's logits against the host's */
+            ok &= against_host(r, o, info, tok, n, got, V);
         report_bool(r, "match", "match", ok, "YES", "NO");
         if (!ok) {
             cli_errorf("verification failed: the decoder's logits differ from the naive "

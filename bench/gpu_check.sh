@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the CUDA backend checked end to end on a GPU machine, in a few minutes:
 #   1. builds for the GPU it finds (-DCMAKE_CUDA_ARCHITECTURES from nvidia-smi, else native)
-#   2. runs the tests labelled `cuda` (test_cuda, test_cuda_modes), test_device_list and
-#      test_cuda_peer_logic
+#   2. runs the tests labelled `cuda` (test_cuda, test_cuda_modes, test_cuda_decoder),
+#      test_device_list and test_cuda_peer_logic
 #   3. runs `pengine --backend cuda --mode dp|tp|pp --gpus 0,0 --dtype fp32|bf16` (and 0,1
-#      where two GPUs exist) with verification (exit 1 on a mismatch with the host backend)
+#      where two GPUs exist) with verification (exit 1 on a mismatch with the host backend);
+#      then the decoders: the 124m GPT-2 preset (pengine gen), a batch of 8 prompts of 128
+#      tokens (prefill) and 32 decoded tokens each, fp32 and bf16, its logits verified
+#      against the naive reference and the host backend
 #   4. runs bench_cuda (GEMM fp32 and bf16, the model's MLP forward and batch-1 bandwidth
 #      in fp32 and bf16, peer all-reduce, targets)
 #   5. runs compute-sanitizer (memcheck) on test_cuda where the tool exists
@@ -162,7 +165,7 @@ if built tests/test_cuda; then
   cat "$out/tests.txt" >>"$log"
   skipped=$(grep -o "SKIPPED \] [0-9]* test" "$out/tests.txt" | awk '{s += $3} END {print s + 0}')
   passed=$(grep -c "\[       OK \]" "$out/tests.txt" || true)
-  detail="cuda label (test_cuda, test_cuda_modes), test_device_list, test_cuda_peer_logic: $passed cmocka tests passed, $skipped skipped"
+  detail="cuda label (test_cuda, test_cuda_modes, test_cuda_decoder), test_device_list, test_cuda_peer_logic: $passed cmocka tests passed, $skipped skipped"
   if [ $rc_c -eq 0 ] && [ $rc_d -eq 0 ]; then
     step tests ok $(($(date +%s) - t0)) "$detail"
   else
@@ -204,6 +207,32 @@ if built pengine; then
   done
 else
   step "pengine modes" skipped 0 "pengine not built"
+fi
+
+# ---- 3b. the decoders: the 124m GPT-2 preset, prefill and decode, fp32 and bf16 ----
+# pengine --model DIR runs a batch of prompts (prefill), then decodes, and verifies the logits
+# against the naive double-precision reference and, on CUDA, against the host backend.
+if built pengine; then
+  m124=$tmp/gpt2-124m
+  run_step "gen gpt2 124m" 180 - "$build/pengine" gen gpt2 --preset 124m --out "$m124"
+  if [ $rc -eq 0 ]; then
+    for dtype in fp32 bf16; do
+      f=$tmp/pengine_llm_${dtype}.json
+      run_step "pengine llm $dtype" 300 "$f" "$build/pengine" --backend cuda --model "$m124" \
+        --gpus 0 --dtype "$dtype" --batch 8 --prompt-len 128 --max-tokens 32 --verify --json
+      rc_p=$rc
+      raw=""
+      is_json "$f" && raw=$(cat "$f")
+      name="pengine --backend cuda --model gpt2-124m --gpus 0 --dtype $dtype"
+      if [ $rc_p -eq 0 ]; then
+        step "$name" ok "$secs" "verified against the naive reference and the host backend" "$raw"
+      else
+        step "$name" failed "$secs" "exit $rc_p (see the log)" "$raw"
+      fi
+    done
+  else
+    step "gen gpt2 124m" failed "$secs" "exit $rc"
+  fi
 fi
 
 # ---- 4. bench_cuda ----
