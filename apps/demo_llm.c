@@ -13,7 +13,7 @@
 #include "pengine/pengine_tools.h"
 
 /* The reference is plain double loops: verify only where it takes seconds, not hours. */
-#define LLM_VERIFY_MAX_MACS 1e10
+#define LLM_VERIFY_MAX_MACS 3e10
 #define LLM_VERIFY_GENERATED 8 /* generated tokens checked after the prompt */
 
 static void header(cli_report *r, const cli_options *o, const pe_engine_info *info,
