@@ -383,12 +383,23 @@ static void check_table(const be_ops *ops)
 #undef X
 }
 
+/* Ops only a host backend has (NULL elsewhere, as backend.h says). */
+#define BE_HOST_ONLY_FUNCTIONS(X) \
+    X(set_compute_threads) \
+    X(compute_threads)
+
 static void every_op_of_every_built_backend_is_set(void **state)
 {
     (void)state;
     check_table(be_host_ops());
     if (be_cuda_ops())
         check_table(be_cuda_ops());
+    const be_ops *host = be_host_ops();
+#define X(f)                                                                                  \
+    if (!host->f)                                                                             \
+        fail_msg("the host backend's be_ops has no " #f);
+    BE_HOST_ONLY_FUNCTIONS(X)
+#undef X
 }
 
 int main(void)

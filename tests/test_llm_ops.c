@@ -43,13 +43,11 @@ static int teardown(void **state)
 }
 
 /* The thread counts every op runs with. */
-static const int thread_counts[] = {1};
+static const int thread_counts[] = {1, 2};
 enum { NCOUNTS = sizeof thread_counts / sizeof thread_counts[0] };
 
 static void use_threads(be_device *dev, int n)
 {
-    if (!ops->set_compute_threads)
-        return;
     if (ops->set_compute_threads(dev, n) != PE_OK)
         fail_msg("set_compute_threads(%d): %s", n, ops->last_error(dev));
     assert_int_equal(ops->compute_threads(dev), n);

@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "runtime/pool.h"
+#include "runtime/topology.h"
 
 #define HB_DEVICE_COUNT 64 /* host device ids 0..63 */
 #define HB_ALIGN 64        /* bytes: alignment of every allocation (a cache line) */
@@ -50,9 +52,15 @@ struct be_device {
     hb_pending *pend;  /* this device's sends in flight */
     float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
     size_t widened_cap;
-    int nthreads;      /* compute threads (1 until the pool exists) */
-    hb_scratch *tls;   /* (nthreads) per-thread scratch */
-    hb_scratch call;   /* scratch of the owning thread for one call (unit tables, ...) */
+    /* compute threads (hb_parallel.c) */
+    rt_topology *topo;  /* the machine, NULL when hwloc cannot read it */
+    rt_binding *cores;  /* (ncores) the cores of the opening thread, one PU set each */
+    int ncores;
+    int bound;          /* 1: the opening thread was bound to those cores; pin helpers */
+    rt_pool *pool;      /* nthreads threads, the owning worker included */
+    int nthreads;
+    hb_scratch *tls;    /* (nthreads) per-thread scratch */
+    hb_scratch call;    /* scratch of the owning thread for one call (unit tables, ...) */
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
@@ -82,8 +90,11 @@ void *hb_call_scratch(be_device *dev, size_t bytes, const char *op);
 /* Rows per piece of a row-wise op with cols elements a row: enough work to pay for a
  * region (hb_norm.c). */
 size_t hb_row_grain(size_t cols);
+/* Starts the pool over the calling (opening) thread's cores; close stops it. */
 pe_status hb_threads_open(be_device *dev);
 void hb_threads_close(be_device *dev);
+pe_status hb_set_compute_threads(be_device *dev, int n);
+int hb_compute_threads(const be_device *dev);
 
 /* ---- GEMM (hb_gemm.c) ---- */
 /* Makes OpenBLAS compute on the calling thread (once per process). */
