@@ -112,7 +112,11 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
                        float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
                        size_t ldb, float beta, float *C, size_t ldc);
 
-/* gemm, bias, activation and rounding as separate loops (be_linear_unfused). */
+/* Largest dimension a cblas call takes (blasint is int or int64 depending on the build). */
+#define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
+
+/* ---- Linear (hb_linear.c) ---- */
+#define HB_GEMV_MAX_M 8 /* rows of x up to which linear runs the GEMV kernel */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);
