@@ -17,11 +17,13 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host/hb_internal.h"
 #include "backend/host/hb_simd.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 
 static const be_ops *ops;
+static hb_linear_path linear_path; /* check_linear's path: AUTO is ops->linear */
 static const float SENTINEL = 12345.5f; /* fills the gaps between ld and the row length */
 
 static int setup(void **state)
@@ -226,8 +228,12 @@ static void check_linear(be_device *dev, pe_dtype dt, int y_bf16, size_t M, size
     }
     naive_linear(dt, M, N, K, x, W, b, act, ref, mag);
     float *tmp = malloc((M * N + 1) * sizeof *tmp);
-    pe_status s = ops->linear(dev, dt, M, N, K, xin, Win, b, act, y_bf16 ? (void *)yh : got,
-                              y_bf16, y_bf16 ? tmp : NULL);
+    void *y = y_bf16 ? (void *)yh : got;
+    pe_status s = linear_path == HB_LINEAR_AUTO
+                      ? ops->linear(dev, dt, M, N, K, xin, Win, b, act, y, y_bf16,
+                                    y_bf16 ? tmp : NULL)
+                      : hb_linear_with(dev, linear_path, dt, M, N, K, xin, Win, b, act, y,
+                                       y_bf16, y_bf16 ? tmp : NULL);
     free(tmp);
     if (s != PE_OK)
         fail_msg("linear: %s", ops->last_error(dev));
@@ -280,7 +286,8 @@ static void test_linear_is_gemm_bias_activation_and_rounding(void **state)
     assert_non_null(strstr(ops->last_error(dev), "tmp buffer"));
 }
 
-/* Both of linear's paths (the GEMV kernel up to M = 8, the sliced sgemm beyond), fp32 and
+/* Both of linear's paths (the GEMV kernel up to M = 8, the sliced sgemm beyond; and each
+ * path forced at every M), fp32 and
  * bf16 weights, widths that are not multiples of the vector width, 1 and 2 threads, the
  * vector loops this CPU runs and the portable ones, against the naive Linear in double. */
 static void test_linear_paths_match_a_naive_double_gemm(void **state)
@@ -294,16 +301,20 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
         hb_simd_use(versions[v]);
         for (int threads = 1; threads <= 2; threads++) {
             assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
-            for (size_t i = 0; i < nM; i++)
-                for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
-                    size_t M = Ms[i], N = NK[s][0], K = NK[s][1];
-                    be_act act = (be_act)((i + s) % 3);
-                    check_linear(dev, PE_DTYPE_FP32, 0, M, N, K, (int)(i & 1), act);
-                    check_linear(dev, PE_DTYPE_BF16, 0, M, N, K, (int)(s & 1), act);
-                    check_linear(dev, PE_DTYPE_BF16, 1, M, N, K, 1, act);
-                }
+            for (int p = HB_LINEAR_AUTO; p <= HB_LINEAR_SGEMM; p++) {
+                linear_path = (hb_linear_path)p;
+                for (size_t i = 0; i < nM; i++)
+                    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+                        size_t M = Ms[i], N = NK[s][0], K = NK[s][1];
+                        be_act act = (be_act)((i + s) % 3);
+                        check_linear(dev, PE_DTYPE_FP32, 0, M, N, K, (int)(i & 1), act);
+                        check_linear(dev, PE_DTYPE_BF16, 0, M, N, K, (int)(s & 1), act);
+                        check_linear(dev, PE_DTYPE_BF16, 1, M, N, K, 1, act);
+                    }
+            }
         }
     }
+    linear_path = HB_LINEAR_AUTO;
     hb_simd_use(NULL);
 }
 

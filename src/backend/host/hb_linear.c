@@ -22,6 +22,7 @@
 #include "kernels/elementwise.h"
 
 #define HB_GEMV_TILE 64                 /* rows of W per GEMV piece */
+#define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
 #define HB_WIDEN_TILE_FLOATS (1u << 18) /* a thread's widened tile of bf16 W: 1 MiB */
 
@@ -60,18 +61,24 @@ static void epilogue(const lin_job *j, size_t n0, size_t nn)
     }
 }
 
+/* A tile of W against the rows of x, HB_GEMV_ROWS at a time (at large M, when the GEMV path
+ * is chosen, a block of x and the tile stay in L2 while they meet). */
 static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
 {
     const lin_job *j = arg;
     (void)thread;
     for (size_t nb = n0; nb < n1; nb += HB_GEMV_TILE) {
         size_t nn = n1 - nb < HB_GEMV_TILE ? n1 - nb : HB_GEMV_TILE;
-        if (j->bf16)
-            j->simd->gemv_bf16(j->sums + nb, j->N, j->x, j->M,
-                               (const uint16_t *)j->W + nb * j->K, j->K, nn);
-        else
-            j->simd->gemv_f32(j->sums + nb, j->N, j->x, j->M, (const float *)j->W + nb * j->K,
-                              j->K, nn);
+        for (size_t mb = 0; mb < j->M; mb += HB_GEMV_ROWS) {
+            size_t mm = j->M - mb < HB_GEMV_ROWS ? j->M - mb : HB_GEMV_ROWS;
+            float *out = j->sums + mb * j->N + nb;
+            const float *x = j->x + mb * j->K;
+            if (j->bf16)
+                j->simd->gemv_bf16(out, j->N, x, mm, (const uint16_t *)j->W + nb * j->K, j->K,
+                                   nn);
+            else
+                j->simd->gemv_f32(out, j->N, x, mm, (const float *)j->W + nb * j->K, j->K, nn);
+        }
         epilogue(j, nb, nn);
     }
 }
@@ -126,6 +133,13 @@ pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp)
 {
+    return hb_linear_with(dev, HB_LINEAR_AUTO, dtype, M, N, K, x, W, b, act, y, y_bf16, tmp);
+}
+
+pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, size_t M,
+                         size_t N, size_t K, const void *x, const void *W, const float *b,
+                         be_act act, void *y, int y_bf16, float *tmp)
+{
     if (y_bf16 && (dtype != PE_DTYPE_BF16 || !tmp))
         return hb_fail(dev, PE_EINVAL, "linear: a bf16 output needs dtype bf16 and a tmp "
                                        "buffer of M x N floats");
@@ -160,7 +174,7 @@ pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K
         hb_for(dev, M, hb_row_grain(K), widen_rows, &wj);
         j.x = xf;
     }
-    if (M <= HB_GEMV_MAX_M) {
+    if (path == HB_LINEAR_GEMV || (path == HB_LINEAR_AUTO && M <= HB_GEMV_MAX_M)) {
         double work = (double)M * (double)N * (double)K;
         hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : HB_GEMV_TILE, gemv_cols, &j);
         return PE_OK;
