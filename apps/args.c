@@ -140,7 +140,7 @@ static const flag_def flags[] = {
     {"--schedule", 1}, {"--split", 1},    {"--iters", 1},        {"--warmup", 1},
     {"--seed", 1},    {"--backend", 1},   {"--trace", 1},        {"--json", 0},
     {"--verify", 0},  {"--no-verify", 0}, {"--topology", 0},     {"--help", 0},
-    {"-h", 0},        {"--version", 0},   {"--dtype", 1},
+    {"-h", 0},        {"--version", 0},   {"--dtype", 1},        {"--threads", 1},
 };
 
 static const flag_def *find_flag(const char *name, size_t len)
@@ -216,6 +216,8 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         if (!strcmp(v, "fp32")) o->dtype = PE_DTYPE_FP32;
         else if (!strcmp(v, "bf16")) o->dtype = PE_DTYPE_BF16;
         else return fail(msg, len, "unknown dtype '%s'; use --dtype fp32 or bf16", v);
+    } else if (!strcmp(f, "--threads")) {
+        return set_int(f, v, 0, 256, &o->threads, msg, len);
     } else if (!strcmp(f, "--trace")) {
         if (!*v)
             return fail(msg, len, "--trace is empty; give a file name, e.g. --trace trace.json");

@@ -32,6 +32,7 @@ typedef struct cli_options {
     uint64_t seed;             /* model and input seed, default 1 */
     pe_backend_kind backend;   /* --backend, default auto */
     pe_dtype dtype;            /* --dtype, default fp32 */
+    int threads;               /* --threads: cores per host device, 0 = an even share */
     int json;                  /* --json: one JSON object on stdout, nothing else */
     const char *trace_path;    /* --trace FILE, NULL = none */
     int verify;                /* 1 (default) = compare against a reference run (verify.h) */

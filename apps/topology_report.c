@@ -139,7 +139,8 @@ int cli_topology(const cli_options *o)
         free(p.desc);
         p.desc = NULL;
     }
-    if (rc == CLI_OK && rt_topology_plan(t, n, p.near, p.plan, &err) != PE_OK) {
+    if (rc == CLI_OK &&
+        rt_topology_plan_cores(t, n, p.near, o->threads, p.plan, &err) != PE_OK) {
         cli_error(err.msg);
         rc = CLI_USAGE;
     }

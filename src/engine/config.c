@@ -52,6 +52,10 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
                        cfg->queue_capacity);
     if (cfg->dtype != PE_DTYPE_FP32 && cfg->dtype != PE_DTYPE_BF16)
         return pe_fail(err, PE_EINVAL, "unknown dtype %d: use fp32 or bf16", (int)cfg->dtype);
+    if (cfg->threads < 0 || cfg->threads > 256)
+        return pe_fail(err, PE_EINVAL,
+                       "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",
+                       cfg->threads);
     if (cfg->stage_layers) {
         for (int p = 0; p < pp; p++)
             if (cfg->stage_layers[p] < 1)
