@@ -43,6 +43,8 @@ typedef struct lin_job {
 /* Bias, activation and rounding of the columns [n0, n0 + nn) of every row. */
 static void epilogue(const lin_job *j, size_t n0, size_t nn)
 {
+    if (!j->b && j->act == BE_ACT_NONE && !j->ybf)
+        return; /* the sums are y already */
     for (size_t m = 0; m < j->M; m++) {
         float *s = j->sums + m * j->N + n0;
         for (size_t c = 0; c < nn; c++) {
