@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,18 +19,27 @@ struct rt_topology {
     int numa;
 };
 
+/* hwloc_topology_load touches globals of the library (helgrind and DRD see two threads
+ * race on one), so loads take turns: host devices load one each as their workers open
+ * them, at the same time. */
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
 pe_status rt_topology_load(rt_topology **out, pe_err *err)
 {
     *out = NULL;
     rt_topology *t = calloc(1, sizeof *t);
     if (!t)
         return pe_fail(err, PE_ENOMEM, "out of memory for the topology");
+    pthread_mutex_lock(&load_mu);
     if (hwloc_topology_init(&t->topo) != 0) {
-        free(t);
-        return pe_fail(err, PE_ENOMEM, "hwloc_topology_init failed: %s", strerror(errno));
-    }
-    if (hwloc_topology_load(t->topo) != 0) {
         int e = errno;
+        pthread_mutex_unlock(&load_mu);
+        free(t);
+        return pe_fail(err, PE_ENOMEM, "hwloc_topology_init failed: %s", strerror(e));
+    }
+    int rc = hwloc_topology_load(t->topo), e = errno;
+    pthread_mutex_unlock(&load_mu);
+    if (rc != 0) {
         hwloc_topology_destroy(t->topo);
         free(t);
         return pe_fail(err, PE_EDEVICE,
