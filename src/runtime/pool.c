@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -49,6 +50,15 @@ struct rt_pool {
     int started;     /* helpers running */
 };
 
+/* Every 64 spins: 1 once the spin budget is spent. In between, the spinner yields, so a
+ * thread it waits for that the OS put on the same core (an unpinned pool on a busy
+ * machine) gets to run in microseconds, not after the spinner's whole budget. */
+static int spin_over(uint64_t until)
+{
+    sched_yield();
+    return rt_now_ns() > until;
+}
+
 /* Claims pieces until the region's items run out. */
 static void run_pieces(rt_pool *p, int thread)
 {
@@ -74,7 +84,7 @@ static uint64_t await_generation(rt_pool *p, uint64_t gen)
             w = atomic_load_explicit(&p->word, memory_order_seq_cst);
             if ((w >> 16) != gen)
                 return w;
-            if ((i & 63) == 0 && rt_now_ns() > until)
+            if ((i & 63) == 0 && spin_over(until))
                 break;
         }
     }
@@ -125,7 +135,7 @@ static void wait_helpers(rt_pool *p)
         uint64_t until = rt_now_ns() + p->spin_ns;
         for (unsigned i = 1; atomic_load_explicit(&p->busy, memory_order_seq_cst) != 0; i++) {
             rt_cpu_relax();
-            if ((i & 63) == 0 && rt_now_ns() > until)
+            if ((i & 63) == 0 && spin_over(until))
                 break;
         }
     }

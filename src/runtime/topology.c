@@ -216,6 +216,9 @@ done:
     return st;
 }
 
+/* 1 once this thread was bound with rt_topology_bind_self (rt_topology_thread_cores). */
+static _Thread_local int self_bound;
+
 pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_err *err)
 {
     if (!b || !b->cpulist[0])
@@ -233,6 +236,8 @@ pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_er
                      "cannot bind this thread to PUs %s: %s; the OS or the container refuses "
                      "CPU binding (check its cpuset), so run without binding",
                      b->cpulist, strerror(e));
+    } else {
+        self_bound = 1;
     }
     hwloc_bitmap_free(set);
     return st;
@@ -266,7 +271,8 @@ int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, i
     *bound = 0;
     if (mine && part && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
         hwloc_bitmap_and(mine, mine, all);
-        *bound = !hwloc_bitmap_iszero(mine) && !hwloc_bitmap_isincluded(all, mine);
+        *bound = !hwloc_bitmap_iszero(mine) &&
+                 (self_bound || !hwloc_bitmap_isincluded(all, mine));
     }
     if (mine && !*bound)
         hwloc_bitmap_copy(mine, all);
@@ -288,6 +294,19 @@ int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, i
         n = 1;
     }
     return n;
+}
+
+void rt_topology_thread_binding(const rt_topology *t, rt_binding *out)
+{
+    out->cpulist[0] = '\0';
+    out->shared = 0;
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+    if (mine && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
+        int n = hwloc_bitmap_list_snprintf(out->cpulist, sizeof out->cpulist, mine);
+        if (n < 0 || (size_t)n >= sizeof out->cpulist)
+            out->cpulist[0] = '\0';
+    }
+    hwloc_bitmap_free(mine);
 }
 
 /* Writes the logical indexes of the cores that meet the PUs of cpulist into buf. */

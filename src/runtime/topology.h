@@ -46,9 +46,13 @@ pe_status rt_topology_bind_thread(const rt_topology *t, pthread_t th, const rt_b
 
 /* The cores the calling thread runs on: those of its binding, or every core this process
  * may use when it is not bound. cores[i] gets core i's PUs within the binding; returns the
- * count (at most max, >= 1). *bound = 1 when the thread is bound to fewer PUs than the
- * process may use. A binding hwloc cannot read counts as unbound. */
+ * count (at most max, >= 1). *bound = 1 when the thread was bound with
+ * rt_topology_bind_self (to any set, all of the machine included), or runs on fewer PUs
+ * than the process may use. A binding hwloc cannot read counts as unbound. */
 int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, int *bound);
+
+/* The PUs the calling thread may run on, in out->cpulist ("" when hwloc cannot tell). */
+void rt_topology_thread_binding(const rt_topology *t, rt_binding *out);
 
 /* Prints the machine (cores, PUs, NUMA nodes) and each planned binding, for --topology. */
 void rt_topology_print(const rt_topology *t, FILE *out, int n, const rt_binding *plan,

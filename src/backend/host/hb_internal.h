@@ -56,7 +56,9 @@ struct be_device {
     rt_topology *topo;  /* the machine, NULL when hwloc cannot read it */
     rt_binding *cores;  /* (ncores) the cores of the opening thread, one PU set each */
     int ncores;
-    int bound;          /* 1: the opening thread was bound to those cores; pin helpers */
+    int bound;          /* 1: the opening thread was bound to those cores; pin the pool */
+    rt_binding home;    /* the opening thread's PUs, restored when its pin is undone */
+    int owner_pinned;   /* the owner is bound to cores[0] while the pool runs */
     rt_pool *pool;      /* nthreads threads, the owning worker included */
     int nthreads;
     hb_scratch *tls;    /* (nthreads) per-thread scratch */

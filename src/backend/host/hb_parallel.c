@@ -6,11 +6,14 @@
 
 #include "backend/host/hb_internal.h"
 
-/* Frees the pool and the per-thread scratch. */
+/* Frees the pool and the per-thread scratch; the owner goes back to its own cores. */
 static void stop_pool(be_device *dev)
 {
     rt_pool_destroy(dev->pool);
     dev->pool = NULL;
+    if (dev->owner_pinned)
+        (void)rt_topology_bind_self(dev->topo, &dev->home, NULL);
+    dev->owner_pinned = 0;
     for (int t = 0; dev->tls && t < dev->nthreads; t++)
         free(dev->tls[t].p);
     free(dev->tls);
@@ -18,7 +21,10 @@ static void stop_pool(be_device *dev)
     dev->nthreads = 0;
 }
 
-/* n threads; helper i pinned to core i (round-robin past the cores) of a bound worker. */
+/* n threads. A bound worker's threads get a core each: the owner core 0 of its set,
+ * helper i core i (round-robin past the cores), so no spinning thread of the pool ever
+ * waits for one that the OS put on its core. An unbound worker's threads stay where the
+ * OS puts them (other devices may share those cores). */
 static pe_status start_pool(be_device *dev, int n)
 {
     dev->tls = calloc((size_t)n, sizeof *dev->tls);
@@ -41,6 +47,9 @@ static pe_status start_pool(be_device *dev, int n)
         return hb_fail(dev, s, "host device %d: %s", dev->id, err.msg);
     }
     dev->nthreads = n;
+    if (dev->bound && n > 1 && dev->home.cpulist[0] &&
+        rt_topology_bind_self(dev->topo, &dev->cores[0], NULL) == PE_OK)
+        dev->owner_pinned = 1;
     return PE_OK;
 }
 
@@ -54,9 +63,11 @@ pe_status hb_threads_open(be_device *dev)
     /* Without a topology (hwloc cannot read the machine) the device computes on its
      * worker thread alone. */
     pe_err err = {{0}};
-    if (rt_topology_load(&dev->topo, &err) == PE_OK)
+    if (rt_topology_load(&dev->topo, &err) == PE_OK) {
         dev->ncores = rt_topology_thread_cores(dev->topo, dev->cores, HB_MAX_THREADS,
                                                &dev->bound);
+        rt_topology_thread_binding(dev->topo, &dev->home);
+    }
     return start_pool(dev, dev->ncores);
 }
 
