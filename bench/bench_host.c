@@ -1,7 +1,7 @@
 /* bench_host.c: the host backend on one device's cores, side by side in one run:
  *   - memory read bandwidth: a vectorized sum over 1 GiB on every thread of the device
  *     (the ceiling of a decode step, which reads every weight once);
- *   - Linear FLOP/s at M = 1, 8, 128, 1024 for K = 768 and N = 2304, 3072, 50257 (GPT-2
+ *   - Linear FLOP/s at M = 1, 8, 16, 32, 128, 1024 for K = 768 and N = 2304, 3072, 50257 (GPT-2
  *     small's qkv, MLP and LM head), by the three ways of part 3 of the design:
  *       blis   BLIS's bli_sgemm_ex with an rntm_t of T threads (one call; libblis.so.4 is
  *              dlopen'ed with RTLD_DEEPBIND, so its BLAS symbols never meet OpenBLAS's);
@@ -14,7 +14,8 @@
  *   - the GEMV's bytes of W per second, fp32 and bf16, M = 1 and 8, as a ratio to the
  *     bandwidth;
  *   - attention per decode step (one layer, 12 heads of 64, fp32 and bf16 KV) at positions
- *     10 and 1000, for one sequence and for 8, on T threads and on one;
+ *     10 and 1000, for one sequence and for 8, on T threads and on one, each step timed
+ *     alone (best and median of 300);
  *   - the pool's empty region: back to back (helpers spinning) and after 1 ms idle
  *     (helpers parked).
  * Every figure is the best of several repetitions (the least disturbed by other processes
@@ -279,17 +280,19 @@ static timing time_attention(pe_dtype dt, int32_t pos, int nseq)
     b.a = (be_attn){.rows = (size_t)nseq, .q = q, .q_stride = width, .out = out,
                     .out_stride = width, .heads = H, .scale = 0.125f, .nchunks = (size_t)nseq,
                     .chunks = chunks, .block_tables = bt, .max_keys = pos + 1};
-    /* a decode step is short: time 50 steps per repetition */
-    timing t = {0, 0};
-    double reps[MAXREPS];
-    for (int r = 0; r < MAXREPS; r++) {
+    /* each step timed alone: a step in which another process took one of the pool's
+     * cores waits for it (milliseconds on a busy machine); the best step is what the
+     * cores do, the median what this machine gave */
+    enum { STEPS = 300 };
+    double *steps = xalloc(STEPS * sizeof *steps);
+    run_attention(&b);
+    for (int r = 0; r < STEPS; r++) {
         double t0 = rt_now_us();
-        for (int i = 0; i < 50; i++)
-            run_attention(&b);
-        reps[r] = (rt_now_us() - t0) * 1e-6 / 50;
+        run_attention(&b);
+        steps[r] = (rt_now_us() - t0) * 1e-6;
     }
-    t.best = bu_min(reps, MAXREPS);
-    t.median = bu_median(reps, MAXREPS);
+    timing t = {bu_min(steps, STEPS), bu_median(steps, STEPS)};
+    free(steps);
     if (b.status != PE_OK)
         fprintf(stderr, "attention failed: %s\n", ops->last_error(dev));
     free(b.kv.base);
@@ -413,7 +416,8 @@ int main(int argc, char **argv)
     const int have_blis = 0;
     printf("(BLIS: built without blis.h; install libblis-pthread-dev)\n");
 #endif
-    const size_t Ms[] = {1, 8, 128, 1024}, Ns[] = {2304, 3072, 50257}, K = 768;
+    /* M = 16 and 32 place the switch from the GEMV kernel to the sgemm slices */
+    const size_t Ms[] = {1, 8, 16, 32, 128, 1024}, Ns[] = {2304, 3072, 50257}, K = 768;
     cJSON *jl = cJSON_AddArrayToObject(root, "linear");
     printf("\nLinear y(M, N) = x(M, K) W(N, K)^T, K = %zu, GFLOP/s (best of repetitions); "
            "W from memory\n",
@@ -502,9 +506,9 @@ int main(int argc, char **argv)
         }
 
     /* attention */
-    printf("\nattention, one layer's decode step (12 heads x 64), us per call (best)\n");
-    printf("%5s %5s %6s | %9s %9s | %s\n", "seqs", "pos", "kv", "1 thread", "T threads",
-           "speedup");
+    printf("\nattention, one layer's decode step (12 heads x 64), us per call: best (median)\n");
+    printf("%5s %5s %6s | %17s %17s | %s\n", "seqs", "pos", "kv", "1 thread", "T threads",
+           "speedup (best)");
     cJSON *ja = cJSON_AddArrayToObject(root, "attention");
     const int32_t positions[] = {10, 1000};
     const int seqs[] = {1, 8};
@@ -516,8 +520,9 @@ int main(int argc, char **argv)
                 timing t1 = time_attention(dt, positions[pi], seqs[si]);
                 ops->set_compute_threads(dev, threads);
                 timing tt = time_attention(dt, positions[pi], seqs[si]);
-                printf("%5d %5d %6s | %9.2f %9.2f | %.2f\n", seqs[si], positions[pi],
-                       h ? "bf16" : "fp32", t1.best * 1e6, tt.best * 1e6, t1.best / tt.best);
+                printf("%5d %5d %6s | %7.1f (%7.1f) %7.1f (%7.1f) | %.2f\n", seqs[si],
+                       positions[pi], h ? "bf16" : "fp32", t1.best * 1e6, t1.median * 1e6,
+                       tt.best * 1e6, tt.median * 1e6, t1.best / tt.best);
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddNumberToObject(o, "seqs", seqs[si]);
                 cJSON_AddNumberToObject(o, "pos", positions[pi]);

@@ -5,9 +5,11 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
-          libcmocka-dev libcjson-dev libudev-dev valgrind)
+          libcmocka-dev libcjson-dev libudev-dev valgrind libblis-pthread-dev)
 # libudev-dev: `pkg-config --static --libs hwloc` names -ludev, which a static link of
 # libpengine.a from outside needs (tests/test_install.sh).
+# libblis-pthread-dev: bench_host measures BLIS beside OpenBLAS (dlopen'ed, header only at
+# build time); the library itself does not use it.
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,8 +1,11 @@
 /* hb_internal.h: the host backend's private types and the functions behind its be_ops.
  *
- * A host device is a set of cores (the runtime decides which, and binds the worker);
- * its memory is aligned host memory, its GEMM is serial OpenBLAS, its kernels are the
- * element math of src/kernels/, and its collectives are shared-memory algorithms among
+ * A host device is a set of cores (the runtime decides which, and binds the worker); it
+ * computes with a pool of threads over them (hb_parallel.c: the worker and one helper per
+ * further core). Its memory is aligned host memory; Linear is a vectorized GEMV for
+ * decode-shaped calls and single-threaded OpenBLAS calls on slices of the output beyond
+ * (hb_linear.c); its kernels are the element math of src/kernels/ with vectorized inner
+ * loops where they matter (hb_simd.h); its collectives are shared-memory algorithms among
  * the threads of one process (hb_comm.h).
  */
 #ifndef PE_BACKEND_HOST_HB_INTERNAL_H
