@@ -218,7 +218,7 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         else if (!strcmp(v, "bf16")) o->dtype = PE_DTYPE_BF16;
         else return fail(msg, len, "unknown dtype '%s'; use --dtype fp32 or bf16", v);
     } else if (!strcmp(f, "--threads")) {
-        return set_int(f, v, 1, 4096, &o->threads, msg, len);
+        return set_int(f, v, 0, 256, &o->threads, msg, len);
     } else if (!strcmp(f, "--kv-tokens")) {
         long x;
         if (cli_parse_long(f, v, 1, 1L << 30, &x, msg, len))

@@ -32,11 +32,11 @@ typedef struct cli_options {
     uint64_t seed;             /* model and input seed, default 1 */
     pe_backend_kind backend;   /* --backend, default auto */
     pe_dtype dtype;            /* --dtype, default fp32 */
+    int threads;               /* --threads: cores per host device, 0 = an even share */
     int json;                  /* --json: one JSON object on stdout, nothing else */
     const char *trace_path;    /* --trace FILE, NULL = none */
     int verify;                /* 1 (default) = compare against a reference run (verify.h) */
     int topology;              /* --topology: print the machine and the core plan */
-    int threads;               /* --threads: cores per host device, 0 = an even share */
     size_t kv_tokens;          /* --kv-tokens: a decoder replica's KV pool, 0 = default */
     int prompt_len;            /* --prompt-len: the decoder demo's prompts (default 32) */
     int max_tokens;            /* --max-tokens: the decoder demo's generated tokens (32) */

@@ -53,6 +53,7 @@ void cli_config_grid(const cli_options *o, int microbatches, pe_schedule schedul
     cfg->stage_layers = split;
     cfg->trace_capacity = trace_capacity;
     cfg->dtype = o->dtype;
+    cfg->threads = o->threads;
 }
 
 void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg)
@@ -65,6 +66,7 @@ void cli_config_single(const cli_options *o, int microbatches, pe_config *cfg)
     cfg->microbatches = microbatches;
     cfg->schedule = microbatches > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
     cfg->dtype = o->dtype;
+    cfg->threads = o->threads;
 }
 
 void cli_config_reference(const cli_options *o, pe_backend_kind under_test, int microbatches,

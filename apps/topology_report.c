@@ -9,7 +9,7 @@
 int cli_topology(const cli_options *o)
 {
     pe_status s = pe_topology_report(o->backend, o->ndevices ? o->devices : NULL, o->ndevices,
-                                     o->json, stdout);
+                                     o->threads, o->json, stdout);
     if (s == PE_OK)
         return CLI_OK;
     cli_error(pe_last_error());

@@ -23,6 +23,8 @@ void cli_usage(FILE *out)
 "  --dp N --pp N --tp N  any grid; dp * pp * tp must equal the number of devices\n"
 "  --backend B           auto (default: CUDA if a GPU answers, else host), host or cuda\n"
 "  --dtype D             fp32 (default) or bf16 (bf16 weights and GEMM inputs, fp32 sums)\n"
+"  --threads N           host backend: cores each device computes with (default 0: an\n"
+"                        even share of the machine's cores)\n"
 "  --split A,B,...       layers per pipeline stage (default: balanced by FLOPs)\n"
 "\n"
 "workload:\n"

@@ -5,7 +5,8 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
-          libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev)
+          libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev
+          libblis-pthread-dev)
 # libonig-dev, libutf8proc-dev: the tokenizer (tokenizer.json's split regexes, NFC/NFKC).
 # nodejs and npm: the tokenizer tests' JavaScript references (tests/tokenizer), only where
 # no node is installed already.
@@ -14,6 +15,8 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 # libudev-dev: `pkg-config --static --libs hwloc` names -ludev, which a static link of
 # libpengine.a from outside needs (tests/test_install.sh).
+# libblis-pthread-dev: bench_host measures BLIS beside OpenBLAS (dlopen'ed, header only at
+# build time); the library itself does not use it.
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -150,6 +150,7 @@ static void test_help_and_version_exit_0(void **state)
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "--mode dp|tp|pp"));
     assert_non_null(strstr(r.out, "--gpus"));
+    assert_non_null(strstr(r.out, "--threads N"));
     assert_non_null(strstr(r.out, "exit codes"));
     assert_string_equal(r.err, "");
     run_free(&r);
@@ -181,6 +182,12 @@ static void test_unknown_mode_or_flag_is_usage_error(void **state)
     run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--dtype", "fp16");
     EXPECT_USAGE(r, "unknown dtype 'fp16'", "--dtype fp32 or bf16");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--threads", "257");
+    EXPECT_USAGE(r, "--threads");
+    run_free(&r);
+    r = RUN("--mode", "pp", "--gpus", "0,1", "--threads", "two");
+    EXPECT_USAGE(r, "--threads 'two'");
     run_free(&r);
     r = RUN("--mode", "pp", "--gpus"); /* a value is missing */
     EXPECT_USAGE(r, "--gpus needs a value");
@@ -584,6 +591,18 @@ static void test_topology_report(void **state)
         print_run(&r);
     assert_int_equal(r.status, 0);
     assert_true(strlen(r.out) > 0);
+    run_free(&r);
+    /* --threads 1: the device's worker gets one core, core 0 */
+    r = RUN("--topology", "--gpus", "0", "--backend", "host", "--threads", "1");
+    assert_int_equal(r.status, 0);
+    assert_true(strstr(r.out, "): cores 0\n") || strstr(r.out, "): cores 0 (PUs"));
+    run_free(&r);
+    /* and a demo runs with it */
+    r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--threads", "1", "--iters",
+            "2", "--warmup", "0");
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
     run_free(&r);
     r = RUN("--topology", "--json", "--backend", "host");
     assert_int_equal(r.status, 0);

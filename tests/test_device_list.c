@@ -383,8 +383,7 @@ static void check_table(const be_ops *ops)
 #undef X
 }
 
-/* The decoder operations (backend.h's last block). Checked on the CUDA table; the host
- * table joins this check once its decoder ops are written (they are not in this tree). */
+/* The decoder operations (backend.h's last block). */
 #define BE_DECODER_OPS(X) \
     X(rmsnorm) \
     X(rope) \
@@ -404,6 +403,11 @@ static void check_decoder_ops(const be_ops *ops)
 #undef X
 }
 
+/* Ops only a host backend has (NULL elsewhere, as backend.h says). */
+#define BE_HOST_ONLY_FUNCTIONS(X) \
+    X(set_compute_threads) \
+    X(compute_threads)
+
 static void every_op_of_every_built_backend_is_set(void **state)
 {
     (void)state;
@@ -412,6 +416,13 @@ static void every_op_of_every_built_backend_is_set(void **state)
         check_table(be_cuda_ops());
         check_decoder_ops(be_cuda_ops());
     }
+    check_decoder_ops(be_host_ops());
+    const be_ops *host = be_host_ops();
+#define X(f)                                                                                  \
+    if (!host->f)                                                                             \
+        fail_msg("the host backend's be_ops has no " #f);
+    BE_HOST_ONLY_FUNCTIONS(X)
+#undef X
 }
 
 int main(void)

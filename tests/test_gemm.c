@@ -2,7 +2,9 @@
  * combinations, odd shapes, the M = 1 and N = 1 (gemv) paths, alpha/beta (beta = 0 never
  * reads C), row strides longer than the rows, strided batches, argument checks, and the
  * bf16-input GEMM against the same loop over the rounded inputs, and linear (GEMM, bias,
- * activation, rounding to bf16) against a naive Linear.
+ * activation, rounding to bf16) against a naive Linear: both of its paths (the GEMV kernel
+ * for decode-shaped M, the sliced sgemm beyond), fp32 and bf16 weights, on 1 and 2
+ * threads, and the GEMV's independence of M and of the thread count.
  *
  * Tolerance, per element: |C - ref| <= 2 (K + 2) eps_float (|alpha| sum_k |a_ik b_kj| +
  * |beta c_ij|) + tiny, the classic bound for a float dot product of length K.
@@ -15,10 +17,13 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host/hb_internal.h"
+#include "backend/host/hb_simd.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 
 static const be_ops *ops;
+static hb_linear_path linear_path; /* check_linear's path: AUTO is ops->linear */
 static const float SENTINEL = 12345.5f; /* fills the gaps between ld and the row length */
 
 static int setup(void **state)
@@ -223,8 +228,12 @@ static void check_linear(be_device *dev, pe_dtype dt, int y_bf16, size_t M, size
     }
     naive_linear(dt, M, N, K, x, W, b, act, ref, mag);
     float *tmp = malloc((M * N + 1) * sizeof *tmp);
-    pe_status s = ops->linear(dev, dt, M, N, K, xin, Win, b, act, y_bf16 ? (void *)yh : got,
-                              y_bf16, y_bf16 ? tmp : NULL);
+    void *y = y_bf16 ? (void *)yh : got;
+    pe_status s = linear_path == HB_LINEAR_AUTO
+                      ? ops->linear(dev, dt, M, N, K, xin, Win, b, act, y, y_bf16,
+                                    y_bf16 ? tmp : NULL)
+                      : hb_linear_with(dev, linear_path, dt, M, N, K, xin, Win, b, act, y,
+                                       y_bf16, y_bf16 ? tmp : NULL);
     free(tmp);
     if (s != PE_OK)
         fail_msg("linear: %s", ops->last_error(dev));
@@ -275,6 +284,76 @@ static void test_linear_is_gemm_bias_activation_and_rounding(void **state)
                                  NULL),
                      PE_EINVAL); /* no tmp for the fp32 result */
     assert_non_null(strstr(ops->last_error(dev), "tmp buffer"));
+}
+
+/* Both of linear's paths (the GEMV kernel up to M = 8, the sliced sgemm beyond; and each
+ * path forced at every M), fp32 and
+ * bf16 weights, widths that are not multiples of the vector width, 1 and 2 threads, the
+ * vector loops this CPU runs and the portable ones, against the naive Linear in double. */
+static void test_linear_paths_match_a_naive_double_gemm(void **state)
+{
+    be_device *dev = *state;
+    const size_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 128};
+    const size_t NK[][2] = {{37, 29}, {131, 75}, {70, 264}};
+    const size_t nM = tu_small() ? 6 : sizeof Ms / sizeof Ms[0];
+    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
+    for (int v = 0; v < 2; v++) {
+        hb_simd_use(versions[v]);
+        for (int threads = 1; threads <= 2; threads++) {
+            assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
+            for (int p = HB_LINEAR_AUTO; p <= HB_LINEAR_SGEMM; p++) {
+                linear_path = (hb_linear_path)p;
+                for (size_t i = 0; i < nM; i++)
+                    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+                        size_t M = Ms[i], N = NK[s][0], K = NK[s][1];
+                        be_act act = (be_act)((i + s) % 3);
+                        check_linear(dev, PE_DTYPE_FP32, 0, M, N, K, (int)(i & 1), act);
+                        check_linear(dev, PE_DTYPE_BF16, 0, M, N, K, (int)(s & 1), act);
+                        check_linear(dev, PE_DTYPE_BF16, 1, M, N, K, 1, act);
+                    }
+            }
+        }
+    }
+    linear_path = HB_LINEAR_AUTO;
+    hb_simd_use(NULL);
+}
+
+/* The GEMV path computes each output the same way whatever M (up to 8) and the thread
+ * count: row m of a call with M rows has the bits of a call with that row alone. */
+static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
+{
+    be_device *dev = *state;
+    const size_t N = 203, K = 333, M = 8;
+    for (int bf = 0; bf < 2; bf++) {
+        pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+        float *x = matrix(M, K, K, 501), *W = matrix(N, K, K, 502), *b = matrix(1, N, N, 503);
+        uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
+        const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
+        size_t xelem = bf ? sizeof(uint16_t) : sizeof(float);
+        float *all = malloc(M * N * sizeof *all);
+        assert_int_equal(ops->set_compute_threads(dev, 1), PE_OK);
+        assert_int_equal(ops->linear(dev, dt, M, N, K, xin, Win, b, BE_ACT_GELU, all, 0, NULL),
+                         PE_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
+            for (size_t m = 0; m < M; m++)
+                for (size_t rows = 1; m + rows <= M; rows += 3) {
+                    float *part = malloc(rows * N * sizeof *part);
+                    const char *xr = (const char *)xin + m * K * xelem;
+                    assert_int_equal(ops->linear(dev, dt, rows, N, K, xr, Win, b, BE_ACT_GELU,
+                                                 part, 0, NULL),
+                                     PE_OK);
+                    assert_memory_equal(part, all + m * N, rows * N * sizeof *part);
+                    free(part);
+                }
+        }
+        free(x);
+        free(W);
+        free(b);
+        free(xh);
+        free(Wh);
+        free(all);
+    }
 }
 
 static void test_strided_batched_matches_each_product(void **state)
@@ -357,6 +436,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_linear_is_gemm_bias_activation_and_rounding, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_linear_paths_match_a_naive_double_gemm, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gemv_rows_do_not_depend_on_the_batch_or_threads,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

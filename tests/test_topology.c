@@ -2,6 +2,7 @@
  * cores and flag sharing beyond, and the printout names every device. */
 #include "test_util.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,93 @@ static void test_plan_disjoint_up_to_cores_shared_beyond(void **state)
     rt_topology_free(t);
 }
 
+/* threads > 0: each host device gets that many cores, consecutive, wrapping around once
+ * the cores run out (then flagged shared); all of them when it asks for more. */
+static void test_plan_gives_host_devices_threads_cores(void **state)
+{
+    (void)state;
+    pe_err err = {{0}};
+    rt_topology *t;
+    assert_int_equal(rt_topology_load(&t, &err), PE_OK);
+    int cores = rt_topology_cores(t), pus = rt_topology_pus(t), per_core = pus / cores;
+    rt_binding *plan = calloc((size_t)cores + 1, sizeof *plan);
+    assert_non_null(plan);
+    /* one device, one core */
+    assert_int_equal(rt_topology_plan_cores(t, 1, NULL, 1, plan, &err), PE_OK);
+    assert_int_equal(check_plan(plan, 1).sizes_max, per_core);
+    /* one core each for as many devices as cores: disjoint, every core used */
+    assert_int_equal(rt_topology_plan_cores(t, cores, NULL, 1, plan, &err), PE_OK);
+    plan_stats st = check_plan(plan, cores);
+    assert_int_equal(st.overlaps, 0);
+    assert_int_equal(st.covered, pus);
+    assert_int_equal(st.sizes_max, per_core);
+    /* one device more: it wraps onto device 0's core, and both say so */
+    assert_int_equal(rt_topology_plan_cores(t, cores + 1, NULL, 1, plan, &err), PE_OK);
+    st = check_plan(plan, cores + 1);
+    assert_string_equal(plan[cores].cpulist, plan[0].cpulist);
+    assert_int_equal(plan[0].shared, 1);
+    assert_int_equal(plan[cores].shared, 1);
+    /* more threads than cores: every core, once */
+    assert_int_equal(rt_topology_plan_cores(t, 1, NULL, cores + 3, plan, &err), PE_OK);
+    assert_int_equal(check_plan(plan, 1).sizes_max, pus);
+    /* 0 is the even share, as rt_topology_plan */
+    rt_binding even;
+    assert_int_equal(rt_topology_plan_cores(t, 1, NULL, 0, plan, &err), PE_OK);
+    assert_int_equal(rt_topology_plan(t, 1, NULL, &even, &err), PE_OK);
+    assert_string_equal(plan[0].cpulist, even.cpulist);
+    free(plan);
+    rt_topology_free(t);
+}
+
+typedef struct cores_probe {
+    const rt_topology *t;
+    rt_binding bind; /* "" = stay unbound */
+    pe_status bind_status;
+    int n, bound;
+    rt_binding cores[64];
+} cores_probe;
+
+static void *probe_cores(void *arg)
+{
+    cores_probe *p = arg;
+    pe_err err = {{0}};
+    p->bind_status = rt_topology_bind_self(p->t, &p->bind, &err);
+    p->n = rt_topology_thread_cores(p->t, p->cores, 64, &p->bound);
+    return NULL;
+}
+
+/* A thread's cores are those it is bound to; an unbound thread has every core. */
+static void test_thread_cores_follow_the_binding(void **state)
+{
+    (void)state;
+    pe_err err = {{0}};
+    rt_topology *t;
+    assert_int_equal(rt_topology_load(&t, &err), PE_OK);
+    int cores = rt_topology_cores(t);
+    cores_probe *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    p->t = t;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, probe_cores, p), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(p->n, cores < 64 ? cores : 64);
+    assert_int_equal(p->bound, 0);
+    if (cores >= 2) {
+        rt_binding plan[2];
+        assert_int_equal(rt_topology_plan_cores(t, 2, NULL, 1, plan, &err), PE_OK);
+        p->bind = plan[1];
+        assert_int_equal(pthread_create(&th, NULL, probe_cores, p), 0);
+        pthread_join(th, NULL);
+        if (p->bind_status == PE_OK) { /* else the OS refuses binding: nothing to check */
+            assert_int_equal(p->n, 1);
+            assert_int_equal(p->bound, 1);
+            assert_string_equal(p->cores[0].cpulist, plan[1].cpulist);
+        }
+    }
+    free(p);
+    rt_topology_free(t);
+}
+
 static void test_bind_self(void **state)
 {
     (void)state;
@@ -210,6 +298,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_counts),
         cmocka_unit_test(test_plan_disjoint_up_to_cores_shared_beyond),
+        cmocka_unit_test(test_plan_gives_host_devices_threads_cores),
+        cmocka_unit_test(test_thread_cores_follow_the_binding),
         cmocka_unit_test(test_bind_self),
         cmocka_unit_test(test_print_names_every_device),
     };

@@ -167,9 +167,10 @@ pe_status pe_devices_check(pe_backend_kind kind, const int *ids, int n);
 
 /* The machine as hwloc sees it (cores, hardware threads, NUMA nodes), the backend's devices,
  * and the cores each worker of the device list ids(n) would be bound to (ids NULL: one
- * worker per core), as text or one JSON object, on out (pengine --topology). */
-pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int json,
-                             FILE *out);
+ * worker per core; threads: each host device's cores, 0 = an even share), as text or one
+ * JSON object, on out (pengine --topology). */
+pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int threads,
+                             int json, FILE *out);
 
 /* ---- MLP files and demo inputs ------------------------------------------------------------ */
 

@@ -52,14 +52,17 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
                        cfg->queue_capacity);
     if (cfg->dtype != PE_DTYPE_FP32 && cfg->dtype != PE_DTYPE_BF16)
         return pe_fail(err, PE_EINVAL, "unknown dtype %d: use fp32 or bf16", (int)cfg->dtype);
-    if (cfg->kv_block_tokens < 0 || cfg->max_seqs < 0 || cfg->max_step_tokens < 0 ||
-        cfg->threads < 0)
-        return pe_fail(err, PE_EINVAL, "kv_block_tokens %d, max_seqs %d, max_step_tokens %d, "
-                       "threads %d: use 0 for the default or a positive number",
-                       cfg->kv_block_tokens, cfg->max_seqs, cfg->max_step_tokens, cfg->threads);
+    if (cfg->kv_block_tokens < 0 || cfg->max_seqs < 0 || cfg->max_step_tokens < 0)
+        return pe_fail(err, PE_EINVAL, "kv_block_tokens %d, max_seqs %d, max_step_tokens %d: "
+                       "use 0 for the default or a positive number",
+                       cfg->kv_block_tokens, cfg->max_seqs, cfg->max_step_tokens);
     if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE)
         return pe_fail(err, PE_EINVAL, "unknown kv_full %d: use PE_KV_WAIT or PE_KV_REFUSE",
                        (int)cfg->kv_full);
+    if (cfg->threads < 0 || cfg->threads > 256)
+        return pe_fail(err, PE_EINVAL,
+                       "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",
+                       cfg->threads);
     if (cfg->stage_layers) {
         for (int p = 0; p < pp; p++)
             if (cfg->stage_layers[p] < 1)

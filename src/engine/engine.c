@@ -145,7 +145,7 @@ static pe_status plan_binding(pe_engine *e, pe_err *err)
         near[r] = desc[r].cpulist;
     }
     if (s == PE_OK)
-        s = rt_topology_plan(e->topo, e->world, near, plan, err);
+        s = rt_topology_plan_cores(e->topo, e->world, near, e->cfg.threads, plan, err);
     for (int r = 0; s == PE_OK && r < e->world; r++)
         e->workers[r].bind = plan[r];
     free(near);
@@ -478,5 +478,7 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     }
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
     snprintf(out->collectives, sizeof out->collectives, "%s", e->collectives);
+    for (int r = 0; r < e->world && r < 64; r++)
+        out->threads[r] = e->workers[r].threads;
     return PE_OK;
 }

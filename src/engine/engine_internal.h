@@ -78,6 +78,7 @@ typedef struct en_worker {
     rt_worker *thread;
     rt_binding bind;
     be_device *dev;
+    int threads;         /* the cores its device computes with (host; 0 on CUDA), from setup */
     be_comm *world_comm; /* every worker; this one is its world rank (stage send/recv) */
     be_comm *tp_comm;    /* TP group of (d, p): tp ranks, this one is rank t; NULL if tp 1 */
     be_comm *dp_comm;    /* DP group of (p, t): dp ranks, this one is rank d; NULL if dp 1 */

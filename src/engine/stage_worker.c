@@ -23,6 +23,18 @@ pe_status en_worker_setup(void *ctx, pe_err *err)
     en_worker *w = ctx;
     pe_engine *e = w->e;
     pe_status s = e->ops->open(w->device_id, &w->dev, err);
+    /* A bound worker's device computes with the cores of its binding (the plan gave it
+     * cfg.threads); an unbound one with every core unless cfg.threads says otherwise. */
+    if (s == PE_OK && !e->topo && e->cfg.threads > 0 && e->ops->set_compute_threads) {
+        s = e->ops->set_compute_threads(w->dev, e->cfg.threads);
+        if (s != PE_OK) { /* a failed setup undoes itself */
+            pe_fail(err, s, "worker %d: %s", w->rank, e->ops->last_error(w->dev));
+            e->ops->close(w->dev);
+            w->dev = NULL;
+        }
+    }
+    if (s == PE_OK && e->ops->compute_threads)
+        w->threads = e->ops->compute_threads(w->dev);
     count_done(e, &e->setup_done);
     return s;
 }

@@ -96,8 +96,8 @@ static pe_status print_json(const rt_topology *t, const be_ops *ops, const topo_
     return PE_OK;
 }
 
-pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int json,
-                             FILE *out)
+pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int threads,
+                             int json, FILE *out)
 {
     pe_err err = {{0}};
     rt_topology *t = NULL;
@@ -138,7 +138,8 @@ pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int js
         free(p.desc);
         p.desc = NULL;
     }
-    if (rc == PE_OK && (rc = rt_topology_plan(t, n, p.near, p.plan, &err)) != PE_OK)
+    if (rc == PE_OK &&
+        (rc = rt_topology_plan_cores(t, n, p.near, threads, p.plan, &err)) != PE_OK)
         pe_set_last_error(err.msg);
     if (rc == PE_OK) {
         if (notice[0])

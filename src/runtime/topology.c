@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,18 +19,27 @@ struct rt_topology {
     int numa;
 };
 
+/* hwloc_topology_load touches globals of the library (helgrind and DRD see two threads
+ * race on one), so loads take turns: host devices load one each as their workers open
+ * them, at the same time. */
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
 pe_status rt_topology_load(rt_topology **out, pe_err *err)
 {
     *out = NULL;
     rt_topology *t = calloc(1, sizeof *t);
     if (!t)
         return pe_fail(err, PE_ENOMEM, "out of memory for the topology");
+    pthread_mutex_lock(&load_mu);
     if (hwloc_topology_init(&t->topo) != 0) {
-        free(t);
-        return pe_fail(err, PE_ENOMEM, "hwloc_topology_init failed: %s", strerror(errno));
-    }
-    if (hwloc_topology_load(t->topo) != 0) {
         int e = errno;
+        pthread_mutex_unlock(&load_mu);
+        free(t);
+        return pe_fail(err, PE_ENOMEM, "hwloc_topology_init failed: %s", strerror(e));
+    }
+    int rc = hwloc_topology_load(t->topo), e = errno;
+    pthread_mutex_unlock(&load_mu);
+    if (rc != 0) {
         hwloc_topology_destroy(t->topo);
         free(t);
         return pe_fail(err, PE_EDEVICE,
@@ -106,10 +116,17 @@ static int count_cores(const rt_topology *t, hwloc_const_bitmap_t set)
     return k;
 }
 
-/* Workers with the same candidate set (all of the machine for host devices) split its
- * cores: evenly while there are at least as many cores as workers, round-robin beyond. */
 pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
                            rt_binding *out, pe_err *err)
+{
+    return rt_topology_plan_cores(t, n, near, 0, out, err);
+}
+
+/* Workers with the same candidate set (all of the machine for host devices) split its
+ * cores: evenly while there are at least as many cores as workers, round-robin beyond;
+ * or, for host devices with threads > 0, `threads` consecutive cores each, wrapping. */
+pe_status rt_topology_plan_cores(const rt_topology *t, int n, const char *const *near,
+                                 int threads, rt_binding *out, pe_err *err)
 {
     if (n < 1 || !out)
         return pe_fail(err, PE_EINVAL, "plan for %d workers: need at least one worker", n);
@@ -117,7 +134,8 @@ pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
     hwloc_bitmap_t *cand = calloc((size_t)n, sizeof *cand); /* (n) candidate PUs */
     hwloc_bitmap_t *mine = calloc((size_t)n, sizeof *mine); /* (n) planned PUs */
     hwloc_const_bitmap_t all = hwloc_get_root_obj(t->topo)->cpuset;
-    if (!cand || !mine) {
+    hwloc_bitmap_t one = hwloc_bitmap_alloc(); /* one core's PUs */
+    if (!cand || !mine || !one) {
         st = pe_fail(err, PE_ENOMEM, "out of memory planning %d workers", n);
         goto done;
     }
@@ -153,7 +171,15 @@ pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
         int ncores = count_cores(t, cand[i]);
         if (ncores == 0)
             continue; /* mine[i] stays empty: do not bind */
-        if (members <= ncores) {
+        int host = !near || !near[i] || !*near[i];
+        if (host && threads > 0) {
+            int take = threads < ncores ? threads : ncores;
+            for (int k = 0; k < take; k++) {
+                int c = (int)(((long)rank * threads + k) % ncores);
+                take_cores(t, cand[i], c, c + 1, one);
+                hwloc_bitmap_or(mine[i], mine[i], one);
+            }
+        } else if (members <= ncores) {
             int first = (int)((long)rank * ncores / members);
             int last = (int)((long)(rank + 1) * ncores / members);
             take_cores(t, cand[i], first, last, mine[i]);
@@ -186,8 +212,12 @@ done:
     }
     free(cand);
     free(mine);
+    hwloc_bitmap_free(one);
     return st;
 }
+
+/* 1 once this thread was bound with rt_topology_bind_self (rt_topology_thread_cores). */
+static _Thread_local int self_bound;
 
 pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_err *err)
 {
@@ -206,9 +236,77 @@ pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_er
                      "cannot bind this thread to PUs %s: %s; the OS or the container refuses "
                      "CPU binding (check its cpuset), so run without binding",
                      b->cpulist, strerror(e));
+    } else {
+        self_bound = 1;
     }
     hwloc_bitmap_free(set);
     return st;
+}
+
+pe_status rt_topology_bind_thread(const rt_topology *t, pthread_t th, const rt_binding *b,
+                                  pe_err *err)
+{
+    if (!b || !b->cpulist[0])
+        return PE_OK;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (!set)
+        return pe_fail(err, PE_ENOMEM, "out of memory binding a thread to cores %s",
+                       b->cpulist);
+    pe_status st = PE_OK;
+    if (hwloc_bitmap_list_sscanf(set, b->cpulist) != 0 || hwloc_bitmap_iszero(set))
+        st = pe_fail(err, PE_EINVAL, "cpulist '%s' is not in list syntax (e.g. \"0-3,8\")",
+                     b->cpulist);
+    else if (hwloc_set_thread_cpubind(t->topo, th, set, 0) != 0)
+        st = pe_fail(err, PE_EDEVICE, "cannot bind a thread to PUs %s: %s", b->cpulist,
+                     strerror(errno));
+    hwloc_bitmap_free(set);
+    return st;
+}
+
+int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, int *bound)
+{
+    hwloc_const_bitmap_t all = hwloc_get_root_obj(t->topo)->cpuset;
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc(), part = hwloc_bitmap_alloc();
+    int n = 0;
+    *bound = 0;
+    if (mine && part && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
+        hwloc_bitmap_and(mine, mine, all);
+        *bound = !hwloc_bitmap_iszero(mine) &&
+                 (self_bound || !hwloc_bitmap_isincluded(all, mine));
+    }
+    if (mine && !*bound)
+        hwloc_bitmap_copy(mine, all);
+    for (int c = 0; mine && part && c < t->cores && n < max; c++) {
+        hwloc_obj_t core = core_obj(t, c);
+        if (!core || !hwloc_bitmap_intersects(core->cpuset, mine))
+            continue;
+        hwloc_bitmap_and(part, core->cpuset, mine);
+        cores[n].shared = 0;
+        if (hwloc_bitmap_list_snprintf(cores[n].cpulist, sizeof cores[n].cpulist, part) < 0)
+            cores[n].cpulist[0] = '\0';
+        n++;
+    }
+    hwloc_bitmap_free(mine);
+    hwloc_bitmap_free(part);
+    if (n == 0) { /* nothing readable: one core, not bound */
+        cores[0].cpulist[0] = '\0';
+        cores[0].shared = 0;
+        n = 1;
+    }
+    return n;
+}
+
+void rt_topology_thread_binding(const rt_topology *t, rt_binding *out)
+{
+    out->cpulist[0] = '\0';
+    out->shared = 0;
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+    if (mine && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
+        int n = hwloc_bitmap_list_snprintf(out->cpulist, sizeof out->cpulist, mine);
+        if (n < 0 || (size_t)n >= sizeof out->cpulist)
+            out->cpulist[0] = '\0';
+    }
+    hwloc_bitmap_free(mine);
 }
 
 /* Writes the logical indexes of the cores that meet the PUs of cpulist into buf. */

@@ -7,6 +7,7 @@
 #ifndef PE_RUNTIME_TOPOLOGY_H
 #define PE_RUNTIME_TOPOLOGY_H
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "common/error.h"
@@ -30,9 +31,28 @@ int rt_topology_numa_nodes(const rt_topology *t); /* >= 1 */
  * and round-robin once there are more workers than cores. */
 pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
                            rt_binding *out, pe_err *err);
+/* As rt_topology_plan, with `threads` cores for each host device (near NULL or "") when
+ * threads > 0: worker k of those gets the next `threads` cores, round-robin once the cores
+ * run out (then shared); all of them when threads >= the cores. GPU workers as before. */
+pe_status rt_topology_plan_cores(const rt_topology *t, int n, const char *const *near,
+                                 int threads, rt_binding *out, pe_err *err);
 
 /* Binds the calling thread to b's cores (no-op for an empty cpulist). */
 pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_err *err);
+
+/* Binds thread th (any thread of this process) to b's cores (no-op for an empty cpulist). */
+pe_status rt_topology_bind_thread(const rt_topology *t, pthread_t th, const rt_binding *b,
+                                  pe_err *err);
+
+/* The cores the calling thread runs on: those of its binding, or every core this process
+ * may use when it is not bound. cores[i] gets core i's PUs within the binding; returns the
+ * count (at most max, >= 1). *bound = 1 when the thread was bound with
+ * rt_topology_bind_self (to any set, all of the machine included), or runs on fewer PUs
+ * than the process may use. A binding hwloc cannot read counts as unbound. */
+int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, int *bound);
+
+/* The PUs the calling thread may run on, in out->cpulist ("" when hwloc cannot tell). */
+void rt_topology_thread_binding(const rt_topology *t, rt_binding *out);
 
 /* Prints the machine (cores, PUs, NUMA nodes) and each planned binding, for --topology. */
 void rt_topology_print(const rt_topology *t, FILE *out, int n, const rt_binding *plan,

@@ -119,12 +119,7 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
                     l[qi] *= corr;
                     m[qi] = mx;
                 }
-                float sum = 0.0f;
-                for (int t = 0; t < nk; t++) {
-                    p[t] = expf(p[t] - m[qi]);
-                    sum += p[t];
-                }
-                l[qi] += sum;
+                l[qi] += j->simd->exp_sum(p, nk, m[qi]);
                 j->simd->accum(ac, p, Vr, nk, hd);
             }
         }

@@ -120,12 +120,13 @@ static pe_status hb_open(int id, be_device **out, pe_err *err)
     }
     dev->id = id;
     hb_gemm_init();
-    if (hb_threads_open(dev) != PE_OK) {
-        pe_fail(err, PE_ENOMEM, "%s", dev->err.msg);
+    pe_status s = hb_threads_open(dev);
+    if (s != PE_OK) {
+        pe_fail(err, s, "%s", dev->err.msg);
         hb_threads_close(dev);
         hb_pending_release(dev->pend);
         free(dev);
-        return PE_ENOMEM;
+        return s;
     }
     *out = dev;
     return PE_OK;
@@ -241,6 +242,8 @@ static const be_ops hb_ops = {
     .open = hb_open,
     .close = hb_close,
     .last_error = hb_last_error,
+    .set_compute_threads = hb_set_compute_threads,
+    .compute_threads = hb_compute_threads,
     .alloc = hb_alloc,
     .free = hb_free,
     .copy_h2d = hb_copy_h2d,

@@ -16,9 +16,6 @@
 #include "backend/host/hb_internal.h"
 #include "kernels/bf16.h"
 
-/* Largest dimension a cblas call takes (blasint is int or int64 depending on the build). */
-#define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
-
 static size_t max1(size_t x) { return x ? x : 1; }
 
 static void blas_one_thread(void) { openblas_set_num_threads(1); }
@@ -177,14 +174,4 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
     gemm_checked(trans_a, trans_b, M, N, K, alpha, a, max1(a_cols), b, max1(b_cols), beta, C,
                  ldc);
     return PE_OK;
-}
-
-pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
-                    const void *x, const void *W, const float *b, be_act act, void *y,
-                    int y_bf16, float *tmp)
-{
-    if (y_bf16 && (dtype != PE_DTYPE_BF16 || !tmp))
-        return hb_fail(dev, PE_EINVAL, "linear: a bf16 output needs dtype bf16 and a tmp "
-                                       "buffer of M x N floats");
-    return be_linear_unfused(be_host_ops(), dev, dtype, M, N, K, x, W, b, act, y, y_bf16, tmp);
 }

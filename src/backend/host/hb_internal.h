@@ -1,8 +1,11 @@
 /* hb_internal.h: the host backend's private types and the functions behind its be_ops.
  *
- * A host device is a set of cores (the runtime decides which, and binds the worker);
- * its memory is aligned host memory, its GEMM is serial OpenBLAS, its kernels are the
- * element math of src/kernels/, and its collectives are shared-memory algorithms among
+ * A host device is a set of cores (the runtime decides which, and binds the worker); it
+ * computes with a pool of threads over them (hb_parallel.c: the worker and one helper per
+ * further core). Its memory is aligned host memory; Linear is a vectorized GEMV for
+ * decode-shaped calls and single-threaded OpenBLAS calls on slices of the output beyond
+ * (hb_linear.c); its kernels are the element math of src/kernels/ with vectorized inner
+ * loops where they matter (hb_simd.h); its collectives are shared-memory algorithms among
  * the threads of one process (hb_comm.h).
  */
 #ifndef PE_BACKEND_HOST_HB_INTERNAL_H
@@ -13,6 +16,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "runtime/pool.h"
+#include "runtime/topology.h"
 
 #define HB_DEVICE_COUNT 64 /* host device ids 0..63 */
 #define HB_ALIGN 64        /* bytes: alignment of every allocation (a cache line) */
@@ -50,9 +55,17 @@ struct be_device {
     hb_pending *pend;  /* this device's sends in flight */
     float *widened;    /* (widened_cap) gemm_bf16's operands widened to fp32 */
     size_t widened_cap;
-    int nthreads;      /* compute threads (1 until the pool exists) */
-    hb_scratch *tls;   /* (nthreads) per-thread scratch */
-    hb_scratch call;   /* scratch of the owning thread for one call (unit tables, ...) */
+    /* compute threads (hb_parallel.c) */
+    rt_topology *topo;  /* the machine, NULL when hwloc cannot read it */
+    rt_binding *cores;  /* (ncores) the cores of the opening thread, one PU set each */
+    int ncores;
+    int bound;          /* 1: the opening thread was bound to those cores; pin the pool */
+    rt_binding home;    /* the opening thread's PUs, restored when its pin is undone */
+    int owner_pinned;   /* the owner is bound to cores[0] while the pool runs */
+    rt_pool *pool;      /* nthreads threads, the owning worker included */
+    int nthreads;
+    hb_scratch *tls;    /* (nthreads) per-thread scratch */
+    hb_scratch call;    /* scratch of the owning thread for one call (unit tables, ...) */
 };
 
 /* Records a failure on dev and returns s (printf-style message). */
@@ -82,8 +95,11 @@ void *hb_call_scratch(be_device *dev, size_t bytes, const char *op);
 /* Rows per piece of a row-wise op with cols elements a row: enough work to pay for a
  * region (hb_norm.c). */
 size_t hb_row_grain(size_t cols);
+/* Starts the pool over the calling (opening) thread's cores; close stops it. */
 pe_status hb_threads_open(be_device *dev);
 void hb_threads_close(be_device *dev);
+pe_status hb_set_compute_threads(be_device *dev, int n);
+int hb_compute_threads(const be_device *dev);
 
 /* ---- GEMM (hb_gemm.c) ---- */
 /* Makes OpenBLAS compute on the calling thread (once per process). */
@@ -101,10 +117,20 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
                        float alpha, const uint16_t *A, size_t lda, const uint16_t *B,
                        size_t ldb, float beta, float *C, size_t ldc);
 
-/* gemm, bias, activation and rounding as separate loops (be_linear_unfused). */
+/* Largest dimension a cblas call takes (blasint is int or int64 depending on the build). */
+#define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
+
+/* ---- Linear (hb_linear.c) ---- */
+#define HB_GEMV_MAX_M 8 /* rows of x up to which linear runs the GEMV kernel */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);
+/* linear on a chosen path (the benchmark and the tests compare them): AUTO as linear; GEMV:
+ * the GEMV kernel at any M; SGEMM: the per-thread OpenBLAS slices at any M. */
+typedef enum hb_linear_path { HB_LINEAR_AUTO = 0, HB_LINEAR_GEMV, HB_LINEAR_SGEMM } hb_linear_path;
+pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, size_t M,
+                         size_t N, size_t K, const void *x, const void *W, const float *b,
+                         be_act act, void *y, int y_bf16, float *tmp);
 
 /* ---- kernels (hb_kernels.c) ---- */
 pe_status hb_bias_add(be_device *dev, float *x, const float *bias, size_t rows, size_t cols);

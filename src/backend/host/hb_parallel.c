@@ -1,36 +1,105 @@
-/* hb_parallel.c: a host device's compute threads: parallel regions over item ranges and
- * the per-thread scratch the kernels use inside them. */
+/* hb_parallel.c: a host device's compute threads: its pool (the worker thread and one
+ * helper per further core of the worker's binding), parallel regions over item ranges,
+ * and the scratch the kernels use inside them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/host/hb_internal.h"
 
-pe_status hb_threads_open(be_device *dev)
+/* Frees the pool and the per-thread scratch; the owner goes back to its own cores. */
+static void stop_pool(be_device *dev)
 {
-    dev->nthreads = 1;
-    dev->tls = calloc(1, sizeof *dev->tls);
-    if (!dev->tls)
-        return hb_fail(dev, PE_ENOMEM, "host device %d: out of memory for its threads",
-                       dev->id);
-    return PE_OK;
-}
-
-void hb_threads_close(be_device *dev)
-{
+    rt_pool_destroy(dev->pool);
+    dev->pool = NULL;
+    if (dev->owner_pinned)
+        (void)rt_topology_bind_self(dev->topo, &dev->home, NULL);
+    dev->owner_pinned = 0;
     for (int t = 0; dev->tls && t < dev->nthreads; t++)
         free(dev->tls[t].p);
     free(dev->tls);
     dev->tls = NULL;
+    dev->nthreads = 0;
+}
+
+/* n threads. A bound worker's threads get a core each: the owner core 0 of its set,
+ * helper i core i (round-robin past the cores), so no spinning thread of the pool ever
+ * waits for one that the OS put on its core. An unbound worker's threads stay where the
+ * OS puts them (other devices may share those cores). */
+static pe_status start_pool(be_device *dev, int n)
+{
+    dev->tls = calloc((size_t)n, sizeof *dev->tls);
+    rt_binding *pins = dev->bound ? calloc((size_t)n, sizeof *pins) : NULL;
+    if (!dev->tls || (dev->bound && !pins)) {
+        free(pins);
+        free(dev->tls);
+        dev->tls = NULL;
+        return hb_fail(dev, PE_ENOMEM, "host device %d: out of memory for %d compute threads",
+                       dev->id, n);
+    }
+    for (int i = 0; pins && i < n; i++)
+        pins[i] = dev->cores[i % dev->ncores];
+    pe_err err = {{0}};
+    pe_status s = rt_pool_create(n, dev->bound ? dev->topo : NULL, pins, &dev->pool, &err);
+    free(pins);
+    if (s != PE_OK) {
+        free(dev->tls);
+        dev->tls = NULL;
+        return hb_fail(dev, s, "host device %d: %s", dev->id, err.msg);
+    }
+    dev->nthreads = n;
+    if (dev->bound && n > 1 && dev->home.cpulist[0] &&
+        rt_topology_bind_self(dev->topo, &dev->cores[0], NULL) == PE_OK)
+        dev->owner_pinned = 1;
+    return PE_OK;
+}
+
+pe_status hb_threads_open(be_device *dev)
+{
+    dev->ncores = 1;
+    dev->cores = calloc(HB_MAX_THREADS, sizeof *dev->cores);
+    if (!dev->cores)
+        return hb_fail(dev, PE_ENOMEM, "host device %d: out of memory for its core list",
+                       dev->id);
+    /* Without a topology (hwloc cannot read the machine) the device computes on its
+     * worker thread alone. */
+    pe_err err = {{0}};
+    if (rt_topology_load(&dev->topo, &err) == PE_OK) {
+        dev->ncores = rt_topology_thread_cores(dev->topo, dev->cores, HB_MAX_THREADS,
+                                               &dev->bound);
+        rt_topology_thread_binding(dev->topo, &dev->home);
+    }
+    return start_pool(dev, dev->ncores);
+}
+
+void hb_threads_close(be_device *dev)
+{
+    stop_pool(dev);
+    rt_topology_free(dev->topo);
+    dev->topo = NULL;
+    free(dev->cores);
+    dev->cores = NULL;
     free(dev->call.p);
     dev->call = (hb_scratch){0};
 }
 
+pe_status hb_set_compute_threads(be_device *dev, int n)
+{
+    if (n < 1 || n > HB_MAX_THREADS)
+        return hb_fail(dev, PE_EINVAL,
+                       "host device %d: %d compute threads; a host device computes with 1 to "
+                       "%d threads",
+                       dev->id, n, HB_MAX_THREADS);
+    if (n == dev->nthreads)
+        return PE_OK;
+    stop_pool(dev);
+    return start_pool(dev, n);
+}
+
+int hb_compute_threads(const be_device *dev) { return dev->nthreads; }
+
 void hb_for(be_device *dev, size_t n, size_t grain, hb_range_fn fn, void *arg)
 {
-    (void)grain;
-    if (n)
-        fn(arg, 0, n, 0);
-    (void)dev;
+    rt_pool_for(dev->pool, n, grain, fn, arg);
 }
 
 /* Grows s to at least bytes (by doubling, so a growing size costs few allocations). */

@@ -5,6 +5,8 @@
 
 #include <pthread.h>
 
+#include <math.h>
+
 #include "kernels/bf16.h"
 
 /* ---- portable ------------------------------------------------------------------------ */
@@ -18,6 +20,16 @@ static void scores_c(float *s, const float *q, const float *K, int nk, int hd, f
             dot += q[d] * k[d];
         s[t] = dot * scale;
     }
+}
+
+static float exp_sum_c(float *p, int n, float m)
+{
+    float sum = 0.0f;
+    for (int t = 0; t < n; t++) {
+        p[t] = expf(p[t] - m);
+        sum += p[t];
+    }
+    return sum;
 }
 
 static void rescale_c(float *acc, float c, int hd)
@@ -71,6 +83,7 @@ static void gemv_bf16_c(float *y, size_t ldy, const float *x, size_t M, const ui
 static const hb_simd portable = {
     .name = "portable",
     .scores = scores_c,
+    .exp_sum = exp_sum_c,
     .rescale = rescale_c,
     .accum = accum_c,
     .widen = widen_c,
@@ -85,6 +98,8 @@ const hb_simd *hb_simd_portable(void) { return &portable; }
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma")))
+/* Unrolls a loop over accumulators so they stay in registers (GCC does not at -O2). */
+#define UNROLL8 _Pragma("GCC unroll 8")
 
 AVX2 static inline float hsum(__m256 v)
 {
@@ -151,6 +166,57 @@ AVX2 static void scores_avx2(float *s, const float *q, const float *K, int nk, i
     }
 }
 
+/* exp(x), 8 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in
+ * r, times 2^n). Arguments below -87.3 give about 1e-38 instead of a denormal or 0; NaN
+ * stays NaN (min/max return their second operand for a NaN). */
+AVX2 static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3365478515625f), x);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                                  23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+AVX2 static float exp_sum_avx2(float *p, int n, float m)
+{
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), mv));
+        _mm256_storeu_ps(p + t, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (t < n) { /* the tail through a padded lane buffer: the same polynomial */
+        float buf[8];
+        int r = n - t;
+        for (int i = 0; i < 8; i++)
+            buf[i] = i < r ? p[t + i] : m - 1000.0f;
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(buf), mv));
+        _mm256_storeu_ps(buf, e);
+        for (int i = 0; i < r; i++)
+            p[t + i] = buf[i];
+        acc = _mm256_add_ps(acc, _mm256_blendv_ps(_mm256_setzero_ps(), e,
+                                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                                                       _mm256_set1_epi32(r),
+                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6,
+                                                                         7)))));
+    }
+    return hsum(acc);
+}
+
 AVX2 static void rescale_avx2(float *acc, float c, int hd)
 {
     const __m256 cv = _mm256_set1_ps(c);
@@ -168,15 +234,15 @@ AVX2 static void accum_avx2(float *acc, const float *p, const float *V, int nk, 
     size_t d = 0;
     for (; d + 64 <= h; d += 64) {
         __m256 a[8];
-        for (int j = 0; j < 8; j++)
+        UNROLL8 for (int j = 0; j < 8; j++)
             a[j] = _mm256_loadu_ps(acc + d + 8 * (size_t)j);
         for (int t = 0; t < nk; t++) {
             const __m256 pv = _mm256_set1_ps(p[t]);
             const float *v = V + (size_t)t * h + d;
-            for (int j = 0; j < 8; j++)
+            UNROLL8 for (int j = 0; j < 8; j++)
                 a[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8 * j), a[j]);
         }
-        for (int j = 0; j < 8; j++)
+        UNROLL8 for (int j = 0; j < 8; j++)
             _mm256_storeu_ps(acc + d + 8 * (size_t)j, a[j]);
     }
     for (; d + 8 <= h; d += 8) {
@@ -202,9 +268,23 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         dst[i] = pe_k_from_bf16(src[i]);
 }
 
-/* The GEMV kernels: 4 rows of W against 2 rows of x (8 accumulators), and the 4x1, 1x2
- * and 1x1 edges. Each W tile of 4 rows is read from memory once and from L1 for the
- * other rows of x. LOAD_W is load_f32 or load_bf16. */
+/* Prefetches the lines of 4 rows of W at element k, ahead of the loads (the next rows:
+ * rows of W are short, 768 elements, so the hardware prefetcher has little time to catch
+ * each row's stream before it ends). */
+#define PREFETCH4(w0, w1, w2, w3, k)                                                          \
+    do {                                                                                       \
+        _mm_prefetch((const char *)((w0) + (k)), _MM_HINT_T0);                                \
+        _mm_prefetch((const char *)((w1) + (k)), _MM_HINT_T0);                                \
+        _mm_prefetch((const char *)((w2) + (k)), _MM_HINT_T0);                                \
+        _mm_prefetch((const char *)((w3) + (k)), _MM_HINT_T0);                                \
+    } while (0)
+
+/* The GEMV kernels. M = 1 and 2: 4 rows of W against 1 or 2 rows of x (4 or 8 independent
+ * accumulators); M = 3..8: one row of W against every row of x (M accumulators), so W is
+ * read once and in order; M > 8 (only when the GEMV path is forced): 4x2 tiles over pairs
+ * of rows of x, the tile of W from L1 after the first pair. Every output is the same
+ * sequence of FMAs over k in steps of 8, then its lanes' sum and the tail, in every
+ * kernel. LOAD_W is load_f32 or load_bf16. */
 #define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH)                                                 \
     AVX2 static void gemv_4x2_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
                                     size_t K)                                                 \
@@ -215,6 +295,7 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                    \
         __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                    \
         for (size_t k = 0; k < k8; k += 8) {                                                   \
+            PREFETCH4(w0, w1, w2, w3, k + 4 * K);                                             \
             __m256 v0 = LOAD_W(w0 + k), v1 = LOAD_W(w1 + k), v2 = LOAD_W(w2 + k),             \
                    v3 = LOAD_W(w3 + k);                                                       \
             __m256 u0 = load_f32(x0 + k), u1 = load_f32(x1 + k);                              \
@@ -242,6 +323,7 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         const WT *w0 = W, *w1 = W + K, *w2 = W + 2 * K, *w3 = W + 3 * K;                      \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                           \
         for (size_t k = 0; k < k8; k += 8) {                                                   \
+            PREFETCH4(w0, w1, w2, w3, k + 4 * K);                                             \
             __m256 u = load_f32(x + k);                                                        \
             a0 = _mm256_fmadd_ps(u, LOAD_W(w0 + k), a0);                                      \
             a1 = _mm256_fmadd_ps(u, LOAD_W(w1 + k), a1);                                      \
@@ -261,9 +343,43 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
             a = _mm256_fmadd_ps(load_f32(x + k), LOAD_W(w + k), a);                           \
         y[0] = FINISH(a, x, w, k8, K);                                                        \
     }                                                                                          \
+    /* one row of W against MM (3..8) rows of x: W read once, in order */                    \
+    AVX2 static inline __attribute__((always_inline)) void gemv_1xm_##SUF(                    \
+        float *y, size_t ldy, const float *x, const WT *w, size_t K, const int MM)            \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        __m256 a[8];                                                                           \
+        UNROLL8 for (int m = 0; m < MM; m++)                                                   \
+            a[m] = _mm256_setzero_ps();                                                        \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            _mm_prefetch((const char *)(w + k + 2 * K), _MM_HINT_T0);                         \
+            __m256 v = LOAD_W(w + k);                                                          \
+            UNROLL8 for (int m = 0; m < MM; m++)                                               \
+                a[m] = _mm256_fmadd_ps(load_f32(x + (size_t)m * K + k), v, a[m]);             \
+        }                                                                                      \
+        UNROLL8 for (int m = 0; m < MM; m++)                                                   \
+            y[(size_t)m * ldy] = FINISH(a[m], x + (size_t)m * K, w, k8, K);                   \
+    }                                                                                          \
+    AVX2 static void gemv_1xM_##SUF(float *y, size_t ldy, const float *x, size_t M,           \
+                                    const WT *w, size_t K)                                    \
+    {                                                                                          \
+        switch (M) {                                                                           \
+        case 3: gemv_1xm_##SUF(y, ldy, x, w, K, 3); break;                                     \
+        case 4: gemv_1xm_##SUF(y, ldy, x, w, K, 4); break;                                     \
+        case 5: gemv_1xm_##SUF(y, ldy, x, w, K, 5); break;                                     \
+        case 6: gemv_1xm_##SUF(y, ldy, x, w, K, 6); break;                                     \
+        case 7: gemv_1xm_##SUF(y, ldy, x, w, K, 7); break;                                     \
+        default: gemv_1xm_##SUF(y, ldy, x, w, K, 8); break;                                    \
+        }                                                                                      \
+    }                                                                                          \
     AVX2 static void gemv_##SUF##_avx2(float *y, size_t ldy, const float *x, size_t M,        \
                                        const WT *W, size_t K, size_t nrows)                   \
     {                                                                                          \
+        if (M >= 3 && M <= 8) { /* decode batches: every row of W once, all of x per row */   \
+            for (size_t n = 0; n < nrows; n++)                                                 \
+                gemv_1xM_##SUF(y + n, ldy, x, M, W + n * K, K);                               \
+            return;                                                                            \
+        }                                                                                      \
         size_t n = 0;                                                                          \
         for (; n + 4 <= nrows; n += 4) {                                                       \
             size_t m = 0;                                                                      \
@@ -283,6 +399,7 @@ GEMV_KERNELS(bf16, uint16_t, load_bf16, finish_bf16)
 static const hb_simd avx2 = {
     .name = "avx2",
     .scores = scores_avx2,
+    .exp_sum = exp_sum_avx2,
     .rescale = rescale_avx2,
     .accum = accum_avx2,
     .widen = widen_avx2,

@@ -16,6 +16,9 @@ typedef struct hb_simd {
     const char *name; /* "avx2" or "portable" */
     /* s(nk) = scale * (q(hd) . K(nk, hd) row t) */
     void (*scores)(float *s, const float *q, const float *K, int nk, int hd, float scale);
+    /* p(n) = exp(p(n) - m); returns their sum (portable: expf; AVX2: a degree-6 polynomial
+     * after range reduction, within 2 ulp of expf) */
+    float (*exp_sum)(float *p, int n, float m);
     /* acc(hd) = c * acc(hd) */
     void (*rescale)(float *acc, float c, int hd);
     /* acc(hd) += sum over t < nk, in order, of p(t) * V(t, hd) */

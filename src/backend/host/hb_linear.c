@@ -1,0 +1,193 @@
+/* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
+ * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
+ *
+ * Decode-shaped (M <= HB_GEMV_MAX_M): hb_simd's GEMV kernel, the output columns split
+ * over the threads in tiles of rows of W, so W is read once, at the memory's pace; a bf16
+ * W is read as bf16 and widened in registers. Each output is the same sum whatever the
+ * tile, the thread count or M.
+ * Larger M: the output columns split into one slice per thread, each an OpenBLAS sgemm
+ * (single-threaded) on its slice of W; a bf16 W is widened tile by tile into the thread's
+ * scratch (a GEMM does K multiply-adds per element it reads, so the widening is cheap),
+ * never all of W at once. docs/architecture.md has the measurements behind the choice.
+ *
+ * Bias, activation and the bf16 rounding of y apply to each tile right after its sums, on
+ * the thread that computed it, in the order be_linear_unfused applies them.
+ */
+#include <cblas.h>
+#include <limits.h>
+
+#include "backend/host/hb_internal.h"
+#include "backend/host/hb_simd.h"
+#include "kernels/bf16.h"
+#include "kernels/elementwise.h"
+
+#define HB_GEMV_TILE 64                 /* rows of W per GEMV piece */
+#define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
+#define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
+#define HB_WIDEN_TILE_FLOATS (1u << 18) /* a thread's widened tile of bf16 W: 1 MiB */
+
+typedef struct lin_job {
+    be_device *dev;
+    const hb_simd *simd;
+    int bf16;
+    size_t M, N, K;
+    const float *x;  /* (M, K) fp32: the input, or the bf16 input widened */
+    const void *W;   /* (N, K) fp32 or bf16 */
+    const float *b;  /* (N) or NULL */
+    be_act act;
+    float *sums;     /* (M, N) the fp32 results: y, or tmp when y is bf16 */
+    uint16_t *ybf;   /* (M, N) bf16 y, or NULL */
+    size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
+} lin_job;
+
+/* Bias, activation and rounding of the columns [n0, n0 + nn) of every row. */
+static void epilogue(const lin_job *j, size_t n0, size_t nn)
+{
+    if (!j->b && j->act == BE_ACT_NONE && !j->ybf)
+        return; /* the sums are y already */
+    for (size_t m = 0; m < j->M; m++) {
+        float *s = j->sums + m * j->N + n0;
+        for (size_t c = 0; c < nn; c++) {
+            float v = s[c];
+            if (j->b)
+                v = pe_k_add(v, j->b[n0 + c]);
+            if (j->act == BE_ACT_RELU)
+                v = pe_k_relu(v);
+            else if (j->act == BE_ACT_GELU)
+                v = pe_k_gelu(v);
+            s[c] = v;
+        }
+        if (j->ybf)
+            for (size_t c = 0; c < nn; c++)
+                j->ybf[m * j->N + n0 + c] = pe_k_to_bf16(s[c]);
+    }
+}
+
+/* A tile of W against the rows of x, HB_GEMV_ROWS at a time (at large M, when the GEMV path
+ * is chosen, a block of x and the tile stay in L2 while they meet). */
+static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
+{
+    const lin_job *j = arg;
+    (void)thread;
+    for (size_t nb = n0; nb < n1; nb += HB_GEMV_TILE) {
+        size_t nn = n1 - nb < HB_GEMV_TILE ? n1 - nb : HB_GEMV_TILE;
+        for (size_t mb = 0; mb < j->M; mb += HB_GEMV_ROWS) {
+            size_t mm = j->M - mb < HB_GEMV_ROWS ? j->M - mb : HB_GEMV_ROWS;
+            float *out = j->sums + mb * j->N + nb;
+            const float *x = j->x + mb * j->K;
+            if (j->bf16)
+                j->simd->gemv_bf16(out, j->N, x, mm, (const uint16_t *)j->W + nb * j->K, j->K,
+                                   nn);
+            else
+                j->simd->gemv_f32(out, j->N, x, mm, (const float *)j->W + nb * j->K, j->K, nn);
+        }
+        epilogue(j, nb, nn);
+    }
+}
+
+/* C(M, nn) = x(M, K) . Wt(nn, K)^T into the sums' columns from n0, one OpenBLAS call. */
+static void sgemm_cols(const lin_job *j, const float *Wt, size_t n0, size_t nn)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->M, (blasint)nn,
+                (blasint)j->K, 1.0f, j->x, (blasint)j->K, Wt, (blasint)j->K, 0.0f,
+                j->sums + n0, (blasint)j->N);
+}
+
+static void gemm_cols(void *arg, size_t n0, size_t n1, int thread)
+{
+    const lin_job *j = arg;
+    if (!j->bf16) {
+        sgemm_cols(j, (const float *)j->W + n0 * j->K, n0, n1 - n0);
+        epilogue(j, n0, n1 - n0);
+        return;
+    }
+    float *wt = hb_tls(j->dev, thread); /* (wtile, K) */
+    for (size_t nb = n0; nb < n1; nb += j->wtile) {
+        size_t nn = n1 - nb < j->wtile ? n1 - nb : j->wtile;
+        j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
+        sgemm_cols(j, wt, nb, nn);
+        epilogue(j, nb, nn);
+    }
+}
+
+typedef struct widen_job {
+    const hb_simd *simd;
+    float *dst;
+    const uint16_t *src;
+    size_t K;
+} widen_job;
+
+static void widen_rows(void *arg, size_t r0, size_t r1, int thread)
+{
+    const widen_job *j = arg;
+    (void)thread;
+    j->simd->widen(j->dst + r0 * j->K, j->src + r0 * j->K, (r1 - r0) * j->K);
+}
+
+/* Output columns per piece: a GEMV tile, or one slice per thread (in multiples of 16). */
+static size_t gemm_grain(const be_device *dev, size_t N)
+{
+    size_t t = (size_t)dev->nthreads, g = (N + t - 1) / t;
+    return (g + 15) / 16 * 16;
+}
+
+pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
+                    const void *x, const void *W, const float *b, be_act act, void *y,
+                    int y_bf16, float *tmp)
+{
+    return hb_linear_with(dev, HB_LINEAR_AUTO, dtype, M, N, K, x, W, b, act, y, y_bf16, tmp);
+}
+
+pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, size_t M,
+                         size_t N, size_t K, const void *x, const void *W, const float *b,
+                         be_act act, void *y, int y_bf16, float *tmp)
+{
+    if (y_bf16 && (dtype != PE_DTYPE_BF16 || !tmp))
+        return hb_fail(dev, PE_EINVAL, "linear: a bf16 output needs dtype bf16 and a tmp "
+                                       "buffer of M x N floats");
+    if (dtype != PE_DTYPE_FP32 && dtype != PE_DTYPE_BF16)
+        return hb_fail(dev, PE_EINVAL, "linear on host device %d: dtype %d is not fp32 or bf16",
+                       dev->id, (int)dtype);
+    if (M > HB_BLAS_MAX || N > HB_BLAS_MAX || K > HB_BLAS_MAX)
+        return hb_fail(dev, PE_EINVAL,
+                       "linear on host device %d: M=%zu N=%zu K=%zu exceeds what BLAS accepts "
+                       "(%zu); split the layer",
+                       dev->id, M, N, K, (size_t)HB_BLAS_MAX);
+    if (M == 0 || N == 0)
+        return PE_OK;
+    HB_NEED(dev, y, 1, "linear");
+    HB_NEED(dev, x, K, "linear");
+    HB_NEED(dev, W, K, "linear");
+    const int bf16 = dtype == PE_DTYPE_BF16;
+    lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, W, b, act,
+                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0};
+    if (K == 0) { /* empty sums: y = act(b) */
+        for (size_t m = 0; m < M; m++)
+            for (size_t n = 0; n < N; n++)
+                j.sums[m * N + n] = 0.0f;
+        epilogue(&j, 0, N);
+        return PE_OK;
+    }
+    if (bf16) { /* x widened to fp32 (exact), M x K: small next to W */
+        float *xf = hb_call_scratch(dev, M * K * sizeof *xf, "linear");
+        if (!xf)
+            return PE_ENOMEM;
+        widen_job wj = {j.simd, xf, x, K};
+        hb_for(dev, M, hb_row_grain(K), widen_rows, &wj);
+        j.x = xf;
+    }
+    if (path == HB_LINEAR_GEMV || (path == HB_LINEAR_AUTO && M <= HB_GEMV_MAX_M)) {
+        double work = (double)M * (double)N * (double)K;
+        hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : HB_GEMV_TILE, gemv_cols, &j);
+        return PE_OK;
+    }
+    if (bf16) {
+        size_t rows = HB_WIDEN_TILE_FLOATS / K;
+        j.wtile = rows < 16 ? 16 : rows / 16 * 16;
+        pe_status s = hb_scratch_reserve(dev, j.wtile * K * sizeof(float), "linear");
+        if (s != PE_OK)
+            return s;
+    }
+    hb_for(dev, N, gemm_grain(dev, N), gemm_cols, &j);
+    return PE_OK;
+}
