@@ -94,49 +94,13 @@ typedef struct sum_job {
     float partial[HB_MAX_THREADS * 16]; /* one cache line per thread */
 } sum_job;
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static float sum_avx2(const float *x, size_t n)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
-    }
-    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float lanes[8], s = 0.0f;
-    _mm256_storeu_ps(lanes, a);
-    for (int k = 0; k < 8; k++)
-        s += lanes[k];
-    for (; i < n; i++)
-        s += x[i];
-    return s;
-}
-#endif
-
-static float sum_plain(const float *x, size_t n)
-{
-    float s = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        s += x[i];
-    return s;
-}
-
 static void sum_slice(void *arg, size_t b, size_t e, int thread)
 {
     sum_job *j = arg;
     /* pieces are multiples of 64 floats, so every slice starts 256-byte aligned */
     const float *x = j->x + b * 64;
     size_t n = (e - b) * 64;
-#if defined(__x86_64__)
-    float s = hb_simd_avx2() ? sum_avx2(x, n) : sum_plain(x, n);
-#else
-    float s = sum_plain(x, n);
-#endif
-    j->partial[thread * 16] += s;
+    j->partial[thread * 16] += bu_sum(x, n);
 }
 
 static void run_sum(void *arg)

@@ -72,27 +72,10 @@ typedef struct sum_arg {
     double s;
 } sum_arg;
 
-__attribute__((target("avx2"))) static double sum_avx2(const float *x, size_t n)
-{
-    float acc[8][8] = {{0}};
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 8; k++)
-            for (int j = 0; j < 8; j++)
-                acc[k][j] += x[i + (size_t)k * 8 + (size_t)j];
-    double s = 0;
-    for (int k = 0; k < 8; k++)
-        for (int j = 0; j < 8; j++)
-            s += acc[k][j];
-    for (; i < n; i++)
-        s += x[i];
-    return s;
-}
-
 static void *sum_thread(void *p)
 {
     sum_arg *a = p;
-    a->s = sum_avx2(a->x, a->n);
+    a->s = bu_sum(a->x, a->n);
     return NULL;
 }
 
@@ -100,8 +83,8 @@ static void *sum_thread(void *p)
 static double read_bandwidth(void)
 {
     const size_t n = ((size_t)(g_quick ? 256 : 1024) << 20) / sizeof(float);
-    float *x = malloc(n * sizeof *x);
-    if (!x)
+    float *x = NULL;
+    if (posix_memalign((void **)&x, 64, n * sizeof *x) != 0)
         return 0;
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(i & 1023) * 1e-3f;

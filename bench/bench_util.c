@@ -5,6 +5,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static float sum_avx2(const float *x, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
+    }
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float lanes[8], s = 0.0f;
+    _mm256_storeu_ps(lanes, a);
+    for (int k = 0; k < 8; k++)
+        s += lanes[k];
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+#endif
+
+float bu_sum(const float *x, size_t n)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        return sum_avx2(x, n);
+#endif
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
