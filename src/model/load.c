@@ -28,30 +28,53 @@ static size_t tensor_bytes(const md_tensor *t, pe_dtype dtype)
     return (t->rows + t->pad_rows) * t->cols * elem_bytes(t, dtype);
 }
 
-/* Element i of a checkpoint tensor as a float. */
-static float read_elem(const st_tensor *x, size_t i)
+/* count elements of checkpoint tensor x from element `start` into dst, element k at
+ * dst[k * stride], as fp32 or (dst_bf16) bf16 rounded to nearest even. Copies bytes where
+ * the types agree; converts in one loop per dtype otherwise. */
+static void convert_run(void *dst, int dst_bf16, size_t stride, const st_tensor *x,
+                        size_t start, size_t count)
 {
-    const unsigned char *p = x->data;
-    switch (x->dtype) {
-    case ST_F32: {
-        float v;
-        memcpy(&v, p + 4 * i, sizeof v);
-        return v;
+    const unsigned char *src = (const unsigned char *)x->data + start * st_dtype_size(x->dtype);
+    if (stride == 1 && ((x->dtype == ST_F32 && !dst_bf16) || (x->dtype == ST_BF16 && dst_bf16))) {
+        memcpy(dst, src, count * st_dtype_size(x->dtype));
+        return;
     }
-    case ST_BF16: return st_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-    case ST_F16: return st_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-    default: return 0.0f; /* md_expect refused other dtypes */
+    float *df = dst;
+    uint16_t *dh = dst;
+    for (size_t k = 0; k < count; k++) {
+        float v;
+        if (x->dtype == ST_F32)
+            memcpy(&v, src + 4 * k, sizeof v);
+        else if (x->dtype == ST_BF16)
+            v = st_bf16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+        else /* F16: md_expect refused every other dtype */
+            v = st_f16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+        if (dst_bf16)
+            dh[k * stride] = pe_k_to_bf16(v);
+        else
+            df[k * stride] = v;
     }
 }
 
-/* Logical element (r, c) of a piece's (out, in) matrix, from its stored layout. */
-static float piece_elem(const md_piece *pc, size_t r, size_t c)
+/* Rows [r0, r0 + n) of a piece's (out, in) matrix into buf (n, cols) of the tensor's type.
+ * A row-major piece is n runs; a transposed one (stored (in, out)) is read a stored row at
+ * a time, each run scattered down one column of buf. */
+static void convert_rows(void *buf, int bf16, size_t cols, const md_piece *pc, size_t r0,
+                         size_t n)
 {
     const st_tensor *x = pc->src;
-    size_t R = pc->row0 + r, Cc = pc->col0 + c;
-    if (x->ndim < 2) /* a vector: (n, 1) */
-        return read_elem(x, R);
-    return pc->transposed ? read_elem(x, Cc * x->shape[1] + R) : read_elem(x, R * x->shape[1] + Cc);
+    const size_t eb = bf16 ? sizeof(uint16_t) : sizeof(float);
+    if (x->ndim < 2) { /* a vector: (n, 1) */
+        convert_run(buf, bf16, 1, x, pc->row0 + r0, n);
+    } else if (!pc->transposed) {
+        for (size_t r = 0; r < n; r++)
+            convert_run((char *)buf + r * cols * eb, bf16, 1, x,
+                        (pc->row0 + r0 + r) * x->shape[1] + pc->col0, cols);
+    } else {
+        for (size_t c = 0; c < cols; c++)
+            convert_run((char *)buf + c * eb, bf16, cols, x,
+                        (pc->col0 + c) * x->shape[1] + pc->row0 + r0, n);
+    }
 }
 
 /* Writes v as element i of the staging buffer in the tensor's device type. */
@@ -96,14 +119,8 @@ static pe_status upload_tensor(const md_tensor *t, pe_dtype dtype, const be_ops 
                     put(staging, bf16, i, t->host[r0 * t->cols + i]);
             else if (!pc)
                 memset(staging, 0, n * row_bytes);
-            else if (pc->transposed) /* walk stored rows (inputs) outermost: contiguous reads */
-                for (size_t c = 0; c < t->cols; c++)
-                    for (size_t r = 0; r < n; r++)
-                        put(staging, bf16, r * t->cols + c, piece_elem(pc, r0 + r, c));
             else
-                for (size_t r = 0; r < n; r++)
-                    for (size_t c = 0; c < t->cols; c++)
-                        put(staging, bf16, r * t->cols + c, piece_elem(pc, r0 + r, c));
+                convert_rows(staging, bf16, t->cols, pc, r0, n);
             s = ops->copy_h2d(dev, dst + (done + r0) * row_bytes, staging, n * row_bytes);
             if (s == PE_OK && pc)
                 release_rows(pc, r0, r0 + n);
