@@ -4,12 +4,13 @@
 #ifndef PE_TEST_MODELS_H
 #define PE_TEST_MODELS_H
 
+#include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include "pengine/pengine.h"
 #include "pengine/pengine_tools.h"
