@@ -318,14 +318,15 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
     hb_simd_use(NULL);
 }
 
-/* The GEMV path computes each output the same way whatever M (up to 8) and the thread
- * count: row m of a call with M rows has the bits of a call with that row alone. */
+/* The GEMV path computes each output the same way whatever M (up to the GEMV's limit) and
+ * the thread count: row m of a call with M rows has the bits of a call with fewer rows. */
 static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
 {
     be_device *dev = *state;
-    const size_t N = 203, K = 333, M = 8;
+    const size_t N = 203, K = 333;
     for (int bf = 0; bf < 2; bf++) {
         pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+        const size_t M = bf ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M;
         float *x = matrix(M, K, K, 501), *W = matrix(N, K, K, 502), *b = matrix(1, N, N, 503);
         uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
         const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;

@@ -1,10 +1,10 @@
 /* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
  * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
  *
- * Decode-shaped (M <= HB_GEMV_MAX_M): hb_simd's GEMV kernel, the output columns split
- * over the threads in tiles of rows of W, so W is read once, at the memory's pace; a bf16
- * W is read as bf16 and widened in registers. Each output is the same sum whatever the
- * tile, the thread count or M.
+ * Decode-shaped (M <= HB_GEMV_MAX_M, or HB_GEMV_MAX_M_BF16 for bf16 W): hb_simd's GEMV
+ * kernel, the output columns split over the threads in tiles of rows of W, so W is read
+ * once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
+ * output is the same sum whatever the tile, the thread count or M.
  * Larger M: the output columns split into one slice per thread, each an OpenBLAS sgemm
  * (single-threaded) on its slice of W; a bf16 W is widened tile by tile into the thread's
  * scratch (a GEMM does K multiply-adds per element it reads, so the widening is cheap),
@@ -176,7 +176,8 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
         hb_for(dev, M, hb_row_grain(K), widen_rows, &wj);
         j.x = xf;
     }
-    if (path == HB_LINEAR_GEMV || (path == HB_LINEAR_AUTO && M <= HB_GEMV_MAX_M)) {
+    if (path == HB_LINEAR_GEMV ||
+        (path == HB_LINEAR_AUTO && M <= (bf16 ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M))) {
         double work = (double)M * (double)N * (double)K;
         hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : HB_GEMV_TILE, gemv_cols, &j);
         return PE_OK;
