@@ -1,6 +1,6 @@
 /* bench_host.c: the host backend on one device's cores, side by side in one run:
- *   - memory read bandwidth: a vectorized sum over 1 GiB on every thread of the device
- *     (the ceiling of a decode step, which reads every weight once);
+ *   - memory read bandwidth: a vectorized sum over 1 GiB on every thread of the device, 4
+ *     streams per thread (the ceiling of a decode step, which reads every weight once);
  *   - Linear FLOP/s at M = 1, 8, 16, 32, 128, 1024 for K = 768 and N = 2304, 3072, 50257 (GPT-2
  *     small's qkv, MLP and LM head), by the three ways of part 3 of the design:
  *       blis   BLIS's bli_sgemm_ex with an rntm_t of T threads (one call; libblis.so.4 is
@@ -326,60 +326,88 @@ static int bind_main_thread(int want, char *cores, size_t len)
     return n;
 }
 
-int main(int argc, char **argv)
+/* The bandwidth of a vectorized sum over 1 GiB on every thread; returns the best bytes/s. */
+static double bench_bandwidth(cJSON *root)
 {
-    bu_args args;
-    bu_parse_args(argc, argv, &args);
-    quick = args.quick;
-    int want = 0;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            want = atoi(argv[++i]);
-    char cores[300], load0[128], load1[128];
-    loadavg(load0, sizeof load0);
-    threads = bind_main_thread(want, cores, sizeof cores);
-
-    ops = be_host_ops();
-    pe_err err = {{0}};
-    if (ops->open(0, &dev, &err) != PE_OK || ops->set_compute_threads(dev, threads) != PE_OK) {
-        fprintf(stderr, "bench_host: cannot open a host device with %d threads: %s %s\n",
-                threads, err.msg, dev ? ops->last_error(dev) : "");
-        return 1;
-    }
-    printf("bench_host: %d threads on %s, vector loops %s, load average %s\n", threads, cores,
-           hb_simd_get()->name, load0);
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "threads", threads);
-    cJSON_AddStringToObject(root, "cores", cores);
-    cJSON_AddStringToObject(root, "simd", hb_simd_get()->name);
-    cJSON_AddStringToObject(root, "loadavg_before", load0);
-
-    /* memory bandwidth */
     sum_job *sj = calloc(1, sizeof *sj);
     sj->n = (quick ? (size_t)256 : (size_t)1024) << 20 >> 2; /* floats */
     sj->x = xalloc(sj->n * sizeof(float));
     fill((float *)sj->x, sj->n, 1);
     timing tb = measure(run_sum, sj, quick ? 1.0 : 3.0);
-    double bytes = (double)sj->n * sizeof(float), bw = bytes / tb.best, bw_med = bytes / tb.median;
+    double bytes = (double)sj->n * sizeof(float), bw = bytes / tb.best;
     printf("\nmemory read bandwidth (sum over %.0f MiB, %d threads): %.2f GB/s best, %.2f "
            "median\n",
-           bytes / (1 << 20), threads, bw * 1e-9, bw_med * 1e-9);
+           bytes / (1 << 20), threads, bw * 1e-9, bytes / tb.median * 1e-9);
     cJSON_AddItemToObject(root, "bandwidth", timing_json(tb, bytes, "bytes_per_s"));
     free((void *)sj->x);
     free(sj);
+    return bw;
+}
 
-    /* Linear */
+/* 1 when BLIS could be loaded (its sgemm through dlopen). */
+static int load_blis(void)
+{
 #ifdef PE_HAVE_BLIS_H
     blis_lib = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (blis_lib)
         blis_sgemm = (blis_sgemm_ex_fn)dlsym(blis_lib, "bli_sgemm_ex");
-    const int have_blis = blis_sgemm != NULL;
-    if (!have_blis)
+    if (!blis_sgemm)
         printf("(BLIS: libblis.so.4 not loadable: %s)\n", dlerror());
+    return blis_sgemm != NULL;
 #else
-    const int have_blis = 0;
     printf("(BLIS: built without blis.h; install libblis-pthread-dev)\n");
+    return 0;
 #endif
+}
+
+/* One (M, N) row of the Linear table: every way, GFLOP/s; the GEMV's bytes/s at N = 50257
+ * and M = 1 or 8 go to gemv_bytes[M == 8][bf16]. */
+static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double gemv_bytes[2][2])
+{
+    const size_t M = b->M, N = b->N, K = b->K, wn = N * K;
+    double flop = 2.0 * (double)M * (double)N * (double)K, gf[NWAYS];
+    cJSON *row = cJSON_CreateObject();
+    cJSON_AddNumberToObject(row, "M", (double)M);
+    cJSON_AddNumberToObject(row, "N", (double)N);
+    cJSON_AddNumberToObject(row, "K", (double)K);
+    int fastest = -1;
+    for (int w = 0; w < NWAYS; w++) {
+        gf[w] = NAN;
+        if (w == WAY_BLIS && !have_blis)
+            continue;
+        b->w = (way)w;
+        b->status = PE_OK;
+        /* BLIS's threads inherit this thread's cores: while the pool runs, the pool pins it
+         * to the first core, so BLIS runs with the pool stopped */
+        if (w == WAY_BLIS)
+            ops->set_compute_threads(dev, 1);
+        timing t = measure(run_linear, b, quick ? 0.5 : 2.0);
+        if (w == WAY_BLIS)
+            ops->set_compute_threads(dev, threads);
+        if (b->status != PE_OK) {
+            fprintf(stderr, "%s failed: %s\n", way_names[w], ops->last_error(dev));
+            continue;
+        }
+        gf[w] = flop / t.best * 1e-9;
+        cJSON_AddItemToObject(row, way_names[w], timing_json(t, flop, "flop_per_s"));
+        if (w != WAY_SLICE16 && w != WAY_OWN16 && (fastest < 0 || gf[w] > gf[fastest]))
+            fastest = w;
+        if (N == 50257 && (M == 1 || M == 8) && (w == WAY_OWN || w == WAY_OWN16))
+            gemv_bytes[M == 8][w == WAY_OWN16] =
+                (double)wn * (w == WAY_OWN16 ? 2.0 : 4.0) / t.best;
+    }
+    printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N, gf[WAY_BLIS],
+           gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_OWN], gf[WAY_OWN16],
+           fastest >= 0 ? way_names[fastest] : "-",
+           fastest >= 0 ? gf[WAY_OWN] / gf[fastest] : NAN);
+    cJSON_AddStringToObject(row, "fastest_fp32", fastest >= 0 ? way_names[fastest] : "none");
+    cJSON_AddItemToArray(jl, row);
+}
+
+/* The Linear table over M and N (K = 768), then the GEMV against the bandwidth bw. */
+static void bench_linear(cJSON *root, double bw)
+{
+    const int have_blis = load_blis();
     /* M = 16 and 32 place the switch from the GEMV kernel to the sgemm slices */
     const size_t Ms[] = {1, 8, 16, 32, 128, 1024}, Ns[] = {2304, 3072, 50257}, K = 768;
     cJSON *jl = cJSON_AddArrayToObject(root, "linear");
@@ -412,39 +440,7 @@ int main(int argc, char **argv)
             b.x = x;
             b.xh = xh;
             b.y = xalloc(M * N * sizeof(float));
-            double flop = 2.0 * (double)M * (double)N * (double)K;
-            double gf[NWAYS];
-            cJSON *row = cJSON_CreateObject();
-            cJSON_AddNumberToObject(row, "M", (double)M);
-            cJSON_AddNumberToObject(row, "N", (double)N);
-            cJSON_AddNumberToObject(row, "K", (double)K);
-            int fastest = -1;
-            for (int w = 0; w < NWAYS; w++) {
-                gf[w] = NAN;
-                if (w == WAY_BLIS && !have_blis)
-                    continue;
-                b.w = (way)w;
-                b.status = PE_OK;
-                timing t = measure(run_linear, &b, quick ? 0.5 : 2.0);
-                if (b.status != PE_OK) {
-                    fprintf(stderr, "%s failed: %s\n", way_names[w], ops->last_error(dev));
-                    continue;
-                }
-                gf[w] = flop / t.best * 1e-9;
-                cJSON_AddItemToObject(row, way_names[w], timing_json(t, flop, "flop_per_s"));
-                if (w != WAY_SLICE16 && w != WAY_OWN16 && (fastest < 0 || gf[w] > gf[fastest]))
-                    fastest = w;
-                if (N == 50257 && (M == 1 || M == 8) && (w == WAY_OWN || w == WAY_OWN16))
-                    gemv_bytes[M == 8][w == WAY_OWN16] =
-                        (double)wn * (w == WAY_OWN16 ? 2.0 : 4.0) / t.best;
-            }
-            printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N,
-                   gf[WAY_BLIS], gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_OWN], gf[WAY_OWN16],
-                   fastest >= 0 ? way_names[fastest] : "-",
-                   fastest >= 0 ? gf[WAY_OWN] / gf[fastest] : NAN);
-            cJSON_AddStringToObject(row, "fastest_fp32",
-                                    fastest >= 0 ? way_names[fastest] : "none");
-            cJSON_AddItemToArray(jl, row);
+            bench_linear_shape(&b, have_blis, jl, gemv_bytes);
             free(x);
             free(xh);
             free(b.y);
@@ -453,7 +449,6 @@ int main(int argc, char **argv)
         free(b.Wh);
     }
 
-    /* the GEMV against the bandwidth */
     printf("\nGEMV (own kernel), W (50257, 768) from memory: bytes of W per second / "
            "bandwidth\n");
     cJSON *jg = cJSON_AddArrayToObject(root, "gemv");
@@ -468,8 +463,11 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(o, "ratio_to_bandwidth", gemv_bytes[m][h] / bw);
             cJSON_AddItemToArray(jg, o);
         }
+}
 
-    /* attention */
+/* Attention's decode steps on one thread and on the device's threads. */
+static void bench_attention(cJSON *root)
+{
     printf("\nattention, one layer's decode step (12 heads x 64), us per call: best (median)\n");
     printf("%5s %5s %6s | %17s %17s | %s\n", "seqs", "pos", "kv", "1 thread", "T threads",
            "speedup (best)");
@@ -495,8 +493,10 @@ int main(int argc, char **argv)
                 cJSON_AddItemToObject(o, "threads", timing_json(tt, 0, NULL));
                 cJSON_AddItemToArray(ja, o);
             }
+}
 
-    /* the pool's region */
+static void bench_region(cJSON *root)
+{
     timing hot = time_region(quick ? 2000 : 20000, 0);
     timing cold = time_region(quick ? 50 : 300, 1000);
     printf("\nempty parallel region over %d threads: %.2f us median (%.2f best) back to back, "
@@ -505,6 +505,40 @@ int main(int argc, char **argv)
     cJSON *jp = cJSON_AddObjectToObject(root, "region");
     cJSON_AddItemToObject(jp, "back_to_back", timing_json(hot, 0, NULL));
     cJSON_AddItemToObject(jp, "after_idle_1ms", timing_json(cold, 0, NULL));
+}
+
+int main(int argc, char **argv)
+{
+    bu_args args;
+    bu_parse_args(argc, argv, &args);
+    quick = args.quick;
+    int want = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            want = atoi(argv[++i]);
+    char cores[300], load0[128], load1[128];
+    loadavg(load0, sizeof load0);
+    threads = bind_main_thread(want, cores, sizeof cores);
+
+    ops = be_host_ops();
+    pe_err err = {{0}};
+    if (ops->open(0, &dev, &err) != PE_OK || ops->set_compute_threads(dev, threads) != PE_OK) {
+        fprintf(stderr, "bench_host: cannot open a host device with %d threads: %s %s\n",
+                threads, err.msg, dev ? ops->last_error(dev) : "");
+        return 1;
+    }
+    printf("bench_host: %d threads on %s, vector loops %s, load average %s\n", threads, cores,
+           hb_simd_get()->name, load0);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "threads", threads);
+    cJSON_AddStringToObject(root, "cores", cores);
+    cJSON_AddStringToObject(root, "simd", hb_simd_get()->name);
+    cJSON_AddStringToObject(root, "loadavg_before", load0);
+
+    double bw = bench_bandwidth(root);
+    bench_linear(root, bw);
+    bench_attention(root);
+    bench_region(root);
 
     loadavg(load1, sizeof load1);
     printf("\nload average after: %s\n", load1);

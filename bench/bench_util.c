@@ -7,22 +7,37 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+/* Sums x(n) as 4 streams at once (its quarters), with software prefetch: one stream per
+ * thread leaves the memory system idle between the hardware prefetcher's requests, and
+ * would understate the bandwidth a GEMV (4 rows of W at once) reaches. */
 __attribute__((target("avx2"))) static float sum_avx2(const float *x, size_t n)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
+    const size_t q = n / 4 / 16 * 16; /* floats per stream, a multiple of 16 */
+    const float *s0 = x, *s1 = x + q, *s2 = x + 2 * q, *s3 = x + 3 * q;
+    __m256 a[8];
+    for (int k = 0; k < 8; k++)
+        a[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < q; i += 16) {
+        _mm_prefetch((const char *)(s0 + i + 512), _MM_HINT_T0);
+        _mm_prefetch((const char *)(s1 + i + 512), _MM_HINT_T0);
+        _mm_prefetch((const char *)(s2 + i + 512), _MM_HINT_T0);
+        _mm_prefetch((const char *)(s3 + i + 512), _MM_HINT_T0);
+        a[0] = _mm256_add_ps(a[0], _mm256_load_ps(s0 + i));
+        a[1] = _mm256_add_ps(a[1], _mm256_load_ps(s0 + i + 8));
+        a[2] = _mm256_add_ps(a[2], _mm256_load_ps(s1 + i));
+        a[3] = _mm256_add_ps(a[3], _mm256_load_ps(s1 + i + 8));
+        a[4] = _mm256_add_ps(a[4], _mm256_load_ps(s2 + i));
+        a[5] = _mm256_add_ps(a[5], _mm256_load_ps(s2 + i + 8));
+        a[6] = _mm256_add_ps(a[6], _mm256_load_ps(s3 + i));
+        a[7] = _mm256_add_ps(a[7], _mm256_load_ps(s3 + i + 8));
     }
-    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    for (int k = 1; k < 8; k++)
+        a[0] = _mm256_add_ps(a[0], a[k]);
     float lanes[8], s = 0.0f;
-    _mm256_storeu_ps(lanes, a);
+    _mm256_storeu_ps(lanes, a[0]);
     for (int k = 0; k < 8; k++)
         s += lanes[k];
-    for (; i < n; i++)
+    for (size_t i = 4 * q; i < n; i++)
         s += x[i];
     return s;
 }

@@ -18,8 +18,9 @@ typedef struct bu_args {
 } bu_args;
 void bu_parse_args(int argc, char **argv, bu_args *out);
 
-/* The float sum of x(n), read once at full speed (AVX2 with four accumulators where the CPU
- * has it): the kernel of the benchmarks' memory read bandwidth. x 32-byte aligned. */
+/* The float sum of x(n), read once at full speed (AVX2, four streams with software
+ * prefetch, where the CPU has it): the kernel of the benchmarks' memory read bandwidth.
+ * x 32-byte aligned. */
 float bu_sum(const float *x, size_t n);
 
 /* Writes root to path (pretty). Returns 0 on success, prints an error otherwise. */

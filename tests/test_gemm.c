@@ -318,14 +318,15 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
     hb_simd_use(NULL);
 }
 
-/* The GEMV path computes each output the same way whatever M (up to 8) and the thread
- * count: row m of a call with M rows has the bits of a call with that row alone. */
+/* The GEMV path computes each output the same way whatever M (up to the GEMV's limit) and
+ * the thread count: row m of a call with M rows has the bits of a call with fewer rows. */
 static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
 {
     be_device *dev = *state;
-    const size_t N = 203, K = 333, M = 8;
+    const size_t N = 203, K = 333;
     for (int bf = 0; bf < 2; bf++) {
         pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+        const size_t M = bf ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M;
         float *x = matrix(M, K, K, 501), *W = matrix(N, K, K, 502), *b = matrix(1, N, N, 503);
         uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
         const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
@@ -354,6 +355,45 @@ static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
         free(Wh);
         free(all);
     }
+}
+
+/* The sgemm path (M beyond the GEMV's) gives the same bits on 1, 2 and 3 threads: its
+ * calls to OpenBLAS are fixed by N, not by the thread count (with one slice per thread,
+ * M = 17, N = 131 and M = 64 or 128, N = 37 came out differently: OpenBLAS's small-matrix
+ * kernels sum in another order). */
+static void test_sgemm_path_does_not_depend_on_threads(void **state)
+{
+    be_device *dev = *state;
+    const size_t mn[][2] = {{17, 131}, {64, 37}, {128, 37}, {40, 768}, {33, 2304}};
+    const size_t K = tu_small() ? 96 : 768;
+    for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
+        for (int bf = 0; bf < 2; bf++) {
+            size_t M = mn[i][0] + (bf ? HB_GEMV_MAX_M_BF16 : 0), N = mn[i][1];
+            pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+            float *x = matrix(M, K, K, 600 + i), *W = matrix(N, K, K, 700 + i);
+            uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
+            const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
+            float *first = NULL;
+            for (int threads = 1; threads <= 3; threads++) {
+                float *y = malloc(M * N * sizeof *y);
+                assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
+                assert_int_equal(ops->linear(dev, dt, M, N, K, xin, Win, NULL, BE_ACT_NONE, y,
+                                             0, NULL),
+                                 PE_OK);
+                if (first && memcmp(y, first, M * N * sizeof *y) != 0)
+                    fail_msg("linear M=%zu N=%zu K=%zu %s: %d threads gave other bits than 1",
+                             M, N, K, bf ? "bf16" : "fp32", threads);
+                if (first)
+                    free(y);
+                else
+                    first = y;
+            }
+            free(first);
+            free(x);
+            free(W);
+            free(xh);
+            free(Wh);
+        }
 }
 
 static void test_strided_batched_matches_each_product(void **state)
@@ -440,6 +480,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gemv_rows_do_not_depend_on_the_batch_or_threads,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sgemm_path_does_not_depend_on_threads, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

@@ -167,7 +167,7 @@ static void test_rope_equals_the_kernel_per_head(void **state)
     be_device *dev = *state;
     const size_t hds[] = {2, 6, 64, 128};
     for (size_t t = 0; t < sizeof hds / sizeof hds[0]; t++) {
-        size_t hd = hds[t], nheads = 5, rows = tu_small() ? 7 : 41;
+        size_t hd = hds[t], nheads = 5, rows = tu_small() ? 30 : 41; /* hd 128: 2 pieces */
         size_t stride = nheads * hd + 3, n = rows * stride;
         float *x = fvec(n, 30 + t, 2.0f), *inv = malloc(hd / 2 * sizeof *inv);
         for (size_t i = 0; i < hd / 2; i++) /* Llama's: theta^(-2i/hd), theta = 10000 */
@@ -209,7 +209,7 @@ static void test_rope_equals_the_kernel_per_head(void **state)
 static void test_silu_mul_matches_the_formula(void **state)
 {
     be_device *dev = *state;
-    size_t rows = tu_small() ? 5 : 33, n = 1000;
+    size_t rows = tu_small() ? 20 : 33, n = 1000; /* pieces of 16 rows */
     float *gu = fvec(rows * 2 * n, 40, 8.0f);
     float *first = NULL;
     for (int c = 0; c < NCOUNTS; c++) {
@@ -300,19 +300,27 @@ static size_t pool_bytes(const pool *p)
     return p->elems * (p->kv.dtype == PE_DTYPE_BF16 ? 2 : 4);
 }
 
+/* A small pool with hand-picked slots, and a prefill-sized step (300 rows of 4 heads of 64,
+ * split over the threads) at scattered slots. */
 static void test_kv_append_stores_at_the_slots(void **state)
 {
     be_device *dev = *state;
-    for (int bf = 0; bf < 2; bf++) {
+    for (int run = 0; run < 4; run++) {
+        const int big = run >> 1, bf = run & 1;
         pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
-        const int nlayers = 3, kvh = 2, B = 4, hd = 6, layer = 1;
-        size_t nblocks = 5, rows = 7, stride = 3 * (size_t)kvh * hd; /* a fused qkv row */
+        const int nlayers = 3, kvh = big ? 4 : 2, B = big ? 16 : 4, hd = big ? 64 : 6;
+        const int layer = 1;
+        size_t nblocks = big ? 40 : 5, rows = big ? 300 : 7;
+        size_t stride = 3 * (size_t)kvh * hd; /* a fused qkv row */
         pool p = make_pool(dt, nlayers, kvh, B, hd, nblocks, 60 + bf);
         void *before = malloc(pool_bytes(&p));
         memcpy(before, p.kv.base, pool_bytes(&p));
         float *qkv = fvec(rows * stride, 61, 3.0f);
         const float *k = qkv + (size_t)kvh * hd, *v = qkv + 2 * (size_t)kvh * hd;
-        int32_t slots[7] = {0, 3, 4, 19, 10, 11, 7}; /* blocks 0, 0, 1, 4, 2, 2, 1 */
+        int32_t *slots = malloc(rows * sizeof *slots);
+        const int32_t few[7] = {0, 3, 4, 19, 10, 11, 7}; /* blocks 0, 0, 1, 4, 2, 2, 1 */
+        for (size_t r = 0; r < rows; r++) /* 7 is coprime to the 640 slots: all distinct */
+            slots[r] = big ? (int32_t)((r * 7 + 5) % (nblocks * (size_t)B)) : few[r];
         void *first = NULL;
         for (int c = 0; c < NCOUNTS; c++) {
             use_threads(dev, thread_counts[c]);
@@ -347,9 +355,11 @@ static void test_kv_append_stores_at_the_slots(void **state)
         }
         /* a slot outside the pool: PE_EINVAL, a message naming it, the pool unchanged */
         memcpy(p.kv.base, before, pool_bytes(&p));
-        int32_t bad[2] = {1, 20};
+        int32_t bad[2] = {1, (int32_t)(nblocks * (size_t)B)};
+        char want[32];
+        snprintf(want, sizeof want, "slot %d", (int)bad[1]);
         assert_int_equal(ops->kv_append(dev, &p.kv, layer, k, v, stride, bad, 2), PE_EINVAL);
-        assert_non_null(strstr(ops->last_error(dev), "slot 20"));
+        assert_non_null(strstr(ops->last_error(dev), want));
         assert_memory_equal(p.kv.base, before, pool_bytes(&p));
         assert_int_equal(ops->kv_append(dev, &p.kv, 3, k, v, stride, slots, 1), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(dev), "layer 3"));
@@ -358,6 +368,7 @@ static void test_kv_append_stores_at_the_slots(void **state)
         free(first);
         free(before);
         free(qkv);
+        free(slots);
         free(p.kv.base);
     }
 }

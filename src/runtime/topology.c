@@ -19,10 +19,31 @@ struct rt_topology {
     int numa;
 };
 
-/* hwloc_topology_load touches globals of the library (helgrind and DRD see two threads
- * race on one), so loads take turns: host devices load one each as their workers open
- * them, at the same time. */
-static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+/* libhwloc keeps globals it fills in lazily without a lock (helgrind and DRD see two
+ * threads race on them in hwloc_topology_load and in the Linux cpubind calls), and host
+ * devices load a topology and read or set bindings from several workers at once: those
+ * calls take turns on this mutex. */
+static pthread_mutex_t hwloc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int get_cpubind(const rt_topology *t, hwloc_bitmap_t set)
+{
+    pthread_mutex_lock(&hwloc_mu);
+    int rc = hwloc_get_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD);
+    pthread_mutex_unlock(&hwloc_mu);
+    return rc;
+}
+
+/* Binds thread th (the caller when self) to set; errno as hwloc left it. */
+static int set_cpubind(const rt_topology *t, int self, pthread_t th, hwloc_const_bitmap_t set)
+{
+    pthread_mutex_lock(&hwloc_mu);
+    int rc = self ? hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD)
+                  : hwloc_set_thread_cpubind(t->topo, th, set, 0);
+    int e = errno;
+    pthread_mutex_unlock(&hwloc_mu);
+    errno = e;
+    return rc;
+}
 
 pe_status rt_topology_load(rt_topology **out, pe_err *err)
 {
@@ -30,15 +51,15 @@ pe_status rt_topology_load(rt_topology **out, pe_err *err)
     rt_topology *t = calloc(1, sizeof *t);
     if (!t)
         return pe_fail(err, PE_ENOMEM, "out of memory for the topology");
-    pthread_mutex_lock(&load_mu);
+    pthread_mutex_lock(&hwloc_mu);
     if (hwloc_topology_init(&t->topo) != 0) {
         int e = errno;
-        pthread_mutex_unlock(&load_mu);
+        pthread_mutex_unlock(&hwloc_mu);
         free(t);
         return pe_fail(err, PE_ENOMEM, "hwloc_topology_init failed: %s", strerror(e));
     }
     int rc = hwloc_topology_load(t->topo), e = errno;
-    pthread_mutex_unlock(&load_mu);
+    pthread_mutex_unlock(&hwloc_mu);
     if (rc != 0) {
         hwloc_topology_destroy(t->topo);
         free(t);
@@ -230,7 +251,7 @@ pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_er
     if (hwloc_bitmap_list_sscanf(set, b->cpulist) != 0 || hwloc_bitmap_iszero(set)) {
         st = pe_fail(err, PE_EINVAL, "cpulist '%s' is not in list syntax (e.g. \"0-3,8\")",
                      b->cpulist);
-    } else if (hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) != 0) {
+    } else if (set_cpubind(t, 1, pthread_self(), set) != 0) {
         int e = errno;
         st = pe_fail(err, PE_EDEVICE,
                      "cannot bind this thread to PUs %s: %s; the OS or the container refuses "
@@ -256,7 +277,7 @@ pe_status rt_topology_bind_thread(const rt_topology *t, pthread_t th, const rt_b
     if (hwloc_bitmap_list_sscanf(set, b->cpulist) != 0 || hwloc_bitmap_iszero(set))
         st = pe_fail(err, PE_EINVAL, "cpulist '%s' is not in list syntax (e.g. \"0-3,8\")",
                      b->cpulist);
-    else if (hwloc_set_thread_cpubind(t->topo, th, set, 0) != 0)
+    else if (set_cpubind(t, 0, th, set) != 0)
         st = pe_fail(err, PE_EDEVICE, "cannot bind a thread to PUs %s: %s", b->cpulist,
                      strerror(errno));
     hwloc_bitmap_free(set);
@@ -269,7 +290,7 @@ int rt_topology_thread_cores(const rt_topology *t, rt_binding *cores, int max, i
     hwloc_bitmap_t mine = hwloc_bitmap_alloc(), part = hwloc_bitmap_alloc();
     int n = 0;
     *bound = 0;
-    if (mine && part && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
+    if (mine && part && get_cpubind(t, mine) == 0) {
         hwloc_bitmap_and(mine, mine, all);
         *bound = !hwloc_bitmap_iszero(mine) &&
                  (self_bound || !hwloc_bitmap_isincluded(all, mine));
@@ -301,7 +322,7 @@ void rt_topology_thread_binding(const rt_topology *t, rt_binding *out)
     out->cpulist[0] = '\0';
     out->shared = 0;
     hwloc_bitmap_t mine = hwloc_bitmap_alloc();
-    if (mine && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
+    if (mine && get_cpubind(t, mine) == 0) {
         int n = hwloc_bitmap_list_snprintf(out->cpulist, sizeof out->cpulist, mine);
         if (n < 0 || (size_t)n >= sizeof out->cpulist)
             out->cpulist[0] = '\0';

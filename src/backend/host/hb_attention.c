@@ -51,87 +51,104 @@ static size_t chunk_of(const size_t *first, size_t nchunks, size_t u)
     return lo;
 }
 
+/* One query head q(hd) against nk keys K(nk, hd) and values V(nk, hd), folded into its
+ * online softmax: running max *m, running sum *l, unnormalized output acc(hd). p: (nk)
+ * scratch for the scores, then the weights. */
+static void attend_keys(const hb_simd *simd, float *acc, float *m, float *l, float *p,
+                        const float *q, const float *K, const float *V, int nk, int hd,
+                        float scale)
+{
+    simd->scores(p, q, K, nk, hd, scale);
+    float mx = p[0];
+    for (int t = 1; t < nk; t++)
+        mx = p[t] > mx ? p[t] : mx;
+    if (mx > *m) {
+        float corr = expf(*m - mx); /* 0 for the first keys */
+        simd->rescale(acc, corr, hd);
+        *l *= corr;
+        *m = mx;
+    }
+    *l += simd->exp_sum(p, nk, *m);
+    simd->accum(acc, p, V, nk, hd);
+}
+
+/* Rows [t_lo, t_hi] of KV head g's keys and values in block `block`, as fp32: pointers
+ * into an fp32 pool, or the rows widened into kbuf and vbuf from a bf16 one. */
+static void block_rows(const attn_job *j, int32_t block, int g, int32_t t_lo, int32_t t_hi,
+                       float *kbuf, float *vbuf, const float **K, const float **V)
+{
+    const pe_k_kv_shape s = j->kv->shape;
+    size_t ki = pe_k_kv_index(s, block, j->layer, 0, g, t_lo);
+    size_t vi = pe_k_kv_index(s, block, j->layer, 1, g, t_lo);
+    if (j->bf16) {
+        const uint16_t *pool = j->kv->base;
+        size_t len = (size_t)(t_hi - t_lo + 1) * (size_t)s.head_dim;
+        j->simd->widen(kbuf, pool + ki, len);
+        j->simd->widen(vbuf, pool + vi, len);
+        *K = kbuf;
+        *V = vbuf;
+    } else {
+        const float *pool = j->kv->base;
+        *K = pool + ki;
+        *V = pool + vi;
+    }
+}
+
 static void attn_unit(const attn_job *j, size_t u, float *tls)
 {
     const be_attn *a = j->a;
-    const pe_k_kv_shape s = j->kv->shape;
-    const int hd = s.head_dim, B = s.block_tokens, G = j->group, kvh = s.kv_heads;
+    const int hd = j->kv->shape.head_dim, B = j->kv->shape.block_tokens, G = j->group;
+    const size_t kvh = (size_t)j->kv->shape.kv_heads, h = (size_t)hd;
     const size_t c = chunk_of(j->first, a->nchunks, u), local = u - j->first[c];
     const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
     const int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
     const int32_t *bt = a->block_tables + ch[PE_K_CHUNK_BT];
-    const int g = (int)(local % (size_t)kvh);
-    const int32_t i0 = (int32_t)(local / (size_t)kvh) * HB_ATTN_ROWS;
+    const int g = (int)(local % kvh);
+    const int32_t i0 = (int32_t)(local / kvh) * HB_ATTN_ROWS;
     const int32_t i1 = i0 + HB_ATTN_ROWS < n ? i0 + HB_ATTN_ROWS : n;
-    const size_t nq = (size_t)(i1 - i0) * (size_t)G, h = (size_t)hd;
+    const size_t nq = (size_t)(i1 - i0) * (size_t)G, qmax = (size_t)HB_ATTN_ROWS * (size_t)G;
 
-    float *acc = tls;                                        /* (nq, hd) */
-    float *m = acc + (size_t)HB_ATTN_ROWS * (size_t)G * h;   /* (nq) running max */
-    float *l = m + (size_t)HB_ATTN_ROWS * (size_t)G;         /* (nq) running sum */
-    float *p = l + (size_t)HB_ATTN_ROWS * (size_t)G;         /* (B) scores, then weights */
-    float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h;  /* (B, hd) widened K, V */
+    float *acc = tls;                                       /* (nq, hd), query i-i0, head hh */
+    float *m = acc + qmax * h, *l = m + qmax;               /* (nq) running max and sum */
+    float *p = l + qmax;                                    /* (B) scores, then weights */
+    float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h; /* (B, hd) widened K, V */
     memset(acc, 0, nq * h * sizeof *acc);
     for (size_t q = 0; q < nq; q++) {
         m[q] = -INFINITY;
         l[q] = 0.0f;
     }
-
+    /* blocks from the first key the piece's first row sees to its last row's position */
     const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
     for (int32_t kb = k_lo / B; kb <= p_hi / B; kb++) {
         const int32_t b0 = kb * B; /* position of the block's row 0 */
         const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
-        const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0; /* rows used */
-        size_t ki = pe_k_kv_index(s, bt[kb], j->layer, 0, g, t_lo);
-        size_t vi = pe_k_kv_index(s, bt[kb], j->layer, 1, g, t_lo);
+        const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
         const float *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
-        if (j->bf16) {
-            const uint16_t *pool = j->kv->base;
-            size_t len = (size_t)(t_hi - t_lo + 1) * h;
-            j->simd->widen(kbuf, pool + ki, len);
-            j->simd->widen(vbuf, pool + vi, len);
-            K = kbuf;
-            V = vbuf;
-        } else {
-            const float *pool = j->kv->base;
-            K = pool + ki;
-            V = pool + vi;
-        }
-        for (int32_t i = i0; i < i1; i++) {
+        block_rows(j, bt[kb], g, t_lo, t_hi, kbuf, vbuf, &K, &V);
+        for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
             const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
             const int32_t lo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
             const int32_t hi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
             if (lo > hi)
                 continue;
-            const int nk = hi - lo + 1;
-            const float *Kr = K + (size_t)(lo - t_lo) * h, *Vr = V + (size_t)(lo - t_lo) * h;
+            const size_t off = (size_t)(lo - t_lo) * h;
             for (int hh = 0; hh < G; hh++) {
                 const size_t qi = (size_t)(i - i0) * (size_t)G + (size_t)hh;
                 const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
                                   (size_t)(g * G + hh) * h;
-                float *ac = acc + qi * h;
-                j->simd->scores(p, qv, Kr, nk, hd, a->scale);
-                float mx = p[0];
-                for (int t = 1; t < nk; t++)
-                    mx = p[t] > mx ? p[t] : mx;
-                if (mx > m[qi]) {
-                    float corr = expf(m[qi] - mx); /* 0 for the first block */
-                    j->simd->rescale(ac, corr, hd);
-                    l[qi] *= corr;
-                    m[qi] = mx;
-                }
-                l[qi] += j->simd->exp_sum(p, nk, m[qi]);
-                j->simd->accum(ac, p, Vr, nk, hd);
+                attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv, K + off, V + off,
+                            hi - lo + 1, hd, a->scale);
             }
         }
     }
-    for (int32_t i = i0; i < i1; i++)
-        for (int hh = 0; hh < G; hh++) {
-            const size_t qi = (size_t)(i - i0) * (size_t)G + (size_t)hh;
-            float *o = a->out + (size_t)(row0 + i) * a->out_stride + (size_t)(g * G + hh) * h;
-            const float inv = 1.0f / l[qi];
-            for (size_t d = 0; d < h; d++)
-                o[d] = acc[qi * h + d] * inv;
-        }
+    for (size_t qi = 0; qi < nq; qi++) {
+        const size_t i = qi / (size_t)G, hh = qi % (size_t)G;
+        float *o = a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride +
+                   ((size_t)g * (size_t)G + hh) * h;
+        const float inv = 1.0f / l[qi];
+        for (size_t d = 0; d < h; d++)
+            o[d] = acc[qi * h + d] * inv;
+    }
 }
 
 static void attn_units(void *arg, size_t u0, size_t u1, int thread)

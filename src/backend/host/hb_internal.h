@@ -121,7 +121,11 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 #define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
 
 /* ---- Linear (hb_linear.c) ---- */
-#define HB_GEMV_MAX_M 8 /* rows of x up to which linear runs the GEMV kernel */
+/* Rows of x up to which linear runs the GEMV kernel (fp32 W, bf16 W); beyond, the sgemm
+ * slices. Measured by bench_host (docs/architecture.md): with bf16 W the GEMV reads half
+ * the bytes and skips the widening of W to fp32, so it stays ahead longer. */
+#define HB_GEMV_MAX_M 8
+#define HB_GEMV_MAX_M_BF16 32
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);

@@ -1,14 +1,15 @@
 /* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
  * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
  *
- * Decode-shaped (M <= HB_GEMV_MAX_M): hb_simd's GEMV kernel, the output columns split
- * over the threads in tiles of rows of W, so W is read once, at the memory's pace; a bf16
- * W is read as bf16 and widened in registers. Each output is the same sum whatever the
- * tile, the thread count or M.
- * Larger M: the output columns split into one slice per thread, each an OpenBLAS sgemm
- * (single-threaded) on its slice of W; a bf16 W is widened tile by tile into the thread's
- * scratch (a GEMM does K multiply-adds per element it reads, so the widening is cheap),
- * never all of W at once. docs/architecture.md has the measurements behind the choice.
+ * Decode-shaped (M <= HB_GEMV_MAX_M, or HB_GEMV_MAX_M_BF16 for bf16 W): hb_simd's GEMV
+ * kernel, the output columns split over the threads in tiles of rows of W, so W is read
+ * once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
+ * output is the same sum whatever the tile, the thread count or M.
+ * Larger M: the output columns in pieces of about 512 (fixed by N: the thread count never
+ * changes a result), each an OpenBLAS sgemm (single-threaded) on its rows of W, spread over
+ * the threads; a bf16 W is widened tile by tile into the thread's scratch (a GEMM does K
+ * multiply-adds per element it reads, so the widening is cheap), never all of W at once.
+ * docs/architecture.md has the measurements behind the choices.
  *
  * Bias, activation and the bf16 rounding of y apply to each tile right after its sums, on
  * the thread that computed it, in the order be_linear_unfused applies them.
@@ -24,7 +25,8 @@
 #define HB_GEMV_TILE 64                 /* rows of W per GEMV piece */
 #define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
-#define HB_WIDEN_TILE_FLOATS (1u << 18) /* a thread's widened tile of bf16 W: 1 MiB */
+#define HB_SGEMM_COLS 512               /* output columns per sgemm call, about */
+#define HB_WIDEN_TILE_FLOATS (1u << 20) /* a thread's widened tile of bf16 W: 4 MiB */
 
 typedef struct lin_job {
     be_device *dev;
@@ -37,6 +39,7 @@ typedef struct lin_job {
     be_act act;
     float *sums;     /* (M, N) the fp32 results: y, or tmp when y is bf16 */
     uint16_t *ybf;   /* (M, N) bf16 y, or NULL */
+    size_t cols;     /* output columns per sgemm call (sgemm_cols) */
     size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
 } lin_job;
 
@@ -86,27 +89,32 @@ static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
 }
 
 /* C(M, nn) = x(M, K) . Wt(nn, K)^T into the sums' columns from n0, one OpenBLAS call. */
-static void sgemm_cols(const lin_job *j, const float *Wt, size_t n0, size_t nn)
+static void sgemm_call(const lin_job *j, const float *Wt, size_t n0, size_t nn)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->M, (blasint)nn,
                 (blasint)j->K, 1.0f, j->x, (blasint)j->K, Wt, (blasint)j->K, 0.0f,
                 j->sums + n0, (blasint)j->N);
 }
 
+/* Columns [n0, n1), n0 a multiple of the call width: one sgemm per call width (fp32 W), or
+ * per widened tile of each (bf16 W), at boundaries that depend on N and K alone. */
 static void gemm_cols(void *arg, size_t n0, size_t n1, int thread)
 {
     const lin_job *j = arg;
-    if (!j->bf16) {
-        sgemm_cols(j, (const float *)j->W + n0 * j->K, n0, n1 - n0);
-        epilogue(j, n0, n1 - n0);
-        return;
-    }
     float *wt = hb_tls(j->dev, thread); /* (wtile, K) */
-    for (size_t nb = n0; nb < n1; nb += j->wtile) {
-        size_t nn = n1 - nb < j->wtile ? n1 - nb : j->wtile;
-        j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
-        sgemm_cols(j, wt, nb, nn);
-        epilogue(j, nb, nn);
+    for (size_t cb = n0; cb < n1; cb += j->cols) {
+        size_t ce = n1 - cb < j->cols ? n1 : cb + j->cols;
+        if (!j->bf16) {
+            sgemm_call(j, (const float *)j->W + cb * j->K, cb, ce - cb);
+            epilogue(j, cb, ce - cb);
+            continue;
+        }
+        for (size_t nb = cb; nb < ce; nb += j->wtile) {
+            size_t nn = ce - nb < j->wtile ? ce - nb : j->wtile;
+            j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
+            sgemm_call(j, wt, nb, nn);
+            epilogue(j, nb, nn);
+        }
     }
 }
 
@@ -124,11 +132,18 @@ static void widen_rows(void *arg, size_t r0, size_t r1, int thread)
     j->simd->widen(j->dst + r0 * j->K, j->src + r0 * j->K, (r1 - r0) * j->K);
 }
 
-/* Output columns per piece: a GEMV tile, or one slice per thread (in multiples of 16). */
-static size_t gemm_grain(const be_device *dev, size_t N)
+/* Output columns per sgemm call: about HB_SGEMM_COLS, an even number of calls, multiples
+ * of 16, from N alone. OpenBLAS's result for a column depends on the call it is in (its
+ * small-matrix kernels sum in another order; measured: one slice per thread gave other
+ * bits on 1, 2 and 3 threads for 3 shapes in 25), so the calls must not depend on the
+ * thread count. */
+static size_t sgemm_cols(size_t N)
 {
-    size_t t = (size_t)dev->nthreads, g = (N + t - 1) / t;
-    return (g + 15) / 16 * 16;
+    size_t n = (N + HB_SGEMM_COLS - 1) / HB_SGEMM_COLS;
+    if (n > 1 && n % 2)
+        n++;
+    size_t w = (N + n - 1) / n;
+    return (w + 15) / 16 * 16;
 }
 
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
@@ -160,7 +175,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     HB_NEED(dev, W, K, "linear");
     const int bf16 = dtype == PE_DTYPE_BF16;
     lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, W, b, act,
-                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0};
+                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0};
     if (K == 0) { /* empty sums: y = act(b) */
         for (size_t m = 0; m < M; m++)
             for (size_t n = 0; n < N; n++)
@@ -176,7 +191,8 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
         hb_for(dev, M, hb_row_grain(K), widen_rows, &wj);
         j.x = xf;
     }
-    if (path == HB_LINEAR_GEMV || (path == HB_LINEAR_AUTO && M <= HB_GEMV_MAX_M)) {
+    if (path == HB_LINEAR_GEMV ||
+        (path == HB_LINEAR_AUTO && M <= (bf16 ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M))) {
         double work = (double)M * (double)N * (double)K;
         hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : HB_GEMV_TILE, gemv_cols, &j);
         return PE_OK;
@@ -188,6 +204,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
         if (s != PE_OK)
             return s;
     }
-    hb_for(dev, N, gemm_grain(dev, N), gemm_cols, &j);
+    j.cols = sgemm_cols(N);
+    hb_for(dev, N, j.cols, gemm_cols, &j);
     return PE_OK;
 }
