@@ -558,6 +558,50 @@ static void test_vector_exp_is_within_3_ulp(void **state)
     assert_true(p[1] == 1.0f);
 }
 
+/* The vectorized GELU and SwiGLU (hb_simd gelu, silu_mul) against the functions in double,
+ * relative to max(1, |value|): within 8 ulp for GELU, the vector exponential's few ulp
+ * and the division; tails of every length give the same bits as the vector body (an
+ * element's bits do not depend on where a split put it); huge inputs give the tanh form's
+ * limits. */
+static void test_vector_gelu_and_silu_are_within_a_few_ulp(void **state)
+{
+    (void)state;
+    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
+    enum { N = 1001 };
+    float x[N], g[N], u[N], y[N], full[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -12.0f + 24.0f * (float)((i * 389) % N) / (float)N;
+        g[i] = x[i];
+        u[i] = 0.5f + (float)(i % 7) * 0.25f;
+    }
+    for (int v = 0; v < 2; v++) {
+        memcpy(full, x, sizeof x);
+        versions[v]->gelu(full, N);
+        versions[v]->silu_mul(y, g, u, N);
+        for (int i = 0; i < N; i++) {
+            double a = x[i];
+            double gelu = 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+            double silu = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            if (!(fabs(full[i] - gelu) <= 8 * 0x1p-24 * fmax(1.0, fabs(gelu))))
+                fail_msg("%s gelu(%.9g) = %.9g, want %.9g", versions[v]->name, a,
+                         (double)full[i], gelu);
+            if (!(fabs(y[i] - silu) <= 8 * 0x1p-24 * fmax(1.0, fabs(silu))))
+                fail_msg("%s silu_mul(%.9g, %.9g) = %.9g, want %.9g", versions[v]->name,
+                         (double)g[i], (double)u[i], (double)y[i], silu);
+        }
+        for (int n = 1; n <= 17; n++) /* any tail has the body's bits */
+            for (int at = 0; at + n <= 40; at += 7) {
+                float part[17];
+                memcpy(part, x + at, (size_t)n * sizeof *part);
+                versions[v]->gelu(part, (size_t)n);
+                assert_memory_equal(part, full + at, (size_t)n * sizeof *part);
+            }
+        float big[3] = {-1e4f, 1e4f, 0.0f};
+        versions[v]->gelu(big, 3);
+        assert_true(fabsf(big[0]) < 1e-30f && big[1] == 1e4f && big[2] == 0.0f);
+    }
+}
+
 static void test_attention_rejects_bad_steps_with_a_message(void **state)
 {
     be_device *dev = *state;
@@ -853,6 +897,7 @@ int main(void)
         cmocka_unit_test(test_vector_exp_is_within_3_ulp),
         cmocka_unit_test_setup_teardown(test_attention_rejects_bad_steps_with_a_message, setup,
                                         teardown),
+        cmocka_unit_test(test_vector_gelu_and_silu_are_within_a_few_ulp),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),

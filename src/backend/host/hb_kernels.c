@@ -1,5 +1,6 @@
 /* hb_kernels.c: the host backend's kernels: loops over the element math of src/kernels/. */
 #include "backend/host/hb_internal.h"
+#include "backend/host/hb_simd.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
@@ -28,8 +29,7 @@ pe_status hb_relu(be_device *dev, float *x, size_t n)
 pe_status hb_gelu(be_device *dev, float *x, size_t n)
 {
     HB_NEED(dev, x, n, "gelu");
-    for (size_t i = 0; i < n; i++)
-        x[i] = pe_k_gelu(x[i]);
+    hb_simd_get()->gelu(x, n);
     return PE_OK;
 }
 
@@ -110,12 +110,11 @@ typedef struct silu_job {
 static void silu_rows(void *arg, size_t r0, size_t r1, int thread)
 {
     const silu_job *j = arg;
+    const hb_simd *v = hb_simd_get();
     (void)thread;
     for (size_t r = r0; r < r1; r++) {
         const float *g = j->gate_up + r * 2 * j->n, *u = g + j->n; /* (n), (n) */
-        float *o = j->out + r * j->n;
-        for (size_t i = 0; i < j->n; i++)
-            o[i] = pe_k_silu_mul(g[i], u[i]);
+        v->silu_mul(j->out + r * j->n, g, u, j->n);
     }
 }
 

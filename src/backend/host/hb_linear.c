@@ -48,6 +48,7 @@ static void epilogue(const lin_job *j, size_t n0, size_t nn)
 {
     if (!j->b && j->act == BE_ACT_NONE && !j->ybf)
         return; /* the sums are y already */
+    const hb_simd *simd = hb_simd_get();
     for (size_t m = 0; m < j->M; m++) {
         float *s = j->sums + m * j->N + n0;
         for (size_t c = 0; c < nn; c++) {
@@ -56,10 +57,11 @@ static void epilogue(const lin_job *j, size_t n0, size_t nn)
                 v = pe_k_add(v, j->b[n0 + c]);
             if (j->act == BE_ACT_RELU)
                 v = pe_k_relu(v);
-            else if (j->act == BE_ACT_GELU)
-                v = pe_k_gelu(v);
             s[c] = v;
         }
+        if (j->act == BE_ACT_GELU) /* vectorized: GELU's exponential is most of a prefill's
+                                    * non-GEMM time */
+            simd->gelu(s, nn);
         if (j->ybf)
             for (size_t c = 0; c < nn; c++)
                 j->ybf[m * j->N + n0 + c] = pe_k_to_bf16(s[c]);

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "kernels/bf16.h"
+#include "kernels/elementwise.h"
 
 /* ---- portable ------------------------------------------------------------------------ */
 
@@ -80,6 +81,18 @@ static void gemv_bf16_c(float *y, size_t ldy, const float *x, size_t M, const ui
         }
 }
 
+static void gelu_c(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = pe_k_gelu(x[i]);
+}
+
+static void silu_mul_c(float *out, const float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = pe_k_silu_mul(g[i], u[i]);
+}
+
 static const hb_simd portable = {
     .name = "portable",
     .scores = scores_c,
@@ -87,6 +100,8 @@ static const hb_simd portable = {
     .rescale = rescale_c,
     .accum = accum_c,
     .widen = widen_c,
+    .gelu = gelu_c,
+    .silu_mul = silu_mul_c,
     .gemv_f32 = gemv_f32_c,
     .gemv_bf16 = gemv_bf16_c,
 };
@@ -187,6 +202,54 @@ AVX2 static inline __m256 exp8(__m256 x)
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
                                   23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* pe_k_gelu's operations in its order, 8 lanes: x / (1 + e^(-2 k (x + 0.044715 x x x))) */
+AVX2 static inline __m256 gelu8(__m256 x)
+{
+    __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
+    __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, t));
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), inner));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* silu(g) * u = g / (1 + e^-g) * u, 8 lanes */
+AVX2 static inline __m256 silu_mul8(__m256 g, __m256 u)
+{
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+/* Every element through the vector path (a short tail through a padded lane buffer), so an
+ * element's bits do not depend on where a split of the work put it. */
+AVX2 static void gelu_avx2(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float buf[8] = {0};
+        for (size_t k = 0; k < n - i; k++)
+            buf[k] = x[i + k];
+        _mm256_storeu_ps(buf, gelu8(_mm256_loadu_ps(buf)));
+        for (size_t k = 0; k < n - i; k++)
+            x[i + k] = buf[k];
+    }
+}
+
+AVX2 static void silu_mul_avx2(float *out, const float *g, const float *u, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float bg[8] = {0}, bu[8] = {0};
+        for (size_t k = 0; k < n - i; k++)
+            bg[k] = g[i + k], bu[k] = u[i + k];
+        _mm256_storeu_ps(bg, silu_mul8(_mm256_loadu_ps(bg), _mm256_loadu_ps(bu)));
+        for (size_t k = 0; k < n - i; k++)
+            out[i + k] = bg[k];
+    }
 }
 
 AVX2 static float exp_sum_avx2(float *p, int n, float m)
@@ -403,6 +466,8 @@ static const hb_simd avx2 = {
     .rescale = rescale_avx2,
     .accum = accum_avx2,
     .widen = widen_avx2,
+    .gelu = gelu_avx2,
+    .silu_mul = silu_mul_avx2,
     .gemv_f32 = gemv_f32_avx2,
     .gemv_bf16 = gemv_bf16_avx2,
 };

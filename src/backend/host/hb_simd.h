@@ -25,6 +25,10 @@ typedef struct hb_simd {
     void (*accum)(float *acc, const float *p, const float *V, int nk, int hd);
     /* dst(n) = src(n) widened from bf16 (exact) */
     void (*widen)(float *dst, const uint16_t *src, size_t n);
+    /* x(n) = pe_k_gelu(x), in place (AVX2: the exponential above, within a few ulp) */
+    void (*gelu)(float *x, size_t n);
+    /* out(n) = pe_k_silu_mul(g, u) */
+    void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
     /* y(M, ldy)[:, 0..nrows) = x(M, K) . W(nrows, K)^T, row-major; fp32 sums */
     void (*gemv_f32)(float *y, size_t ldy, const float *x, size_t M, const float *W, size_t K,
                      size_t nrows);
