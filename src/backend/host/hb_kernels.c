@@ -33,6 +33,22 @@ pe_status hb_gelu(be_device *dev, float *x, size_t n)
     return PE_OK;
 }
 
+typedef struct ln_job {
+    float *out;
+    const float *x, *gamma, *beta;
+    size_t cols;
+    float eps;
+} ln_job;
+
+static void ln_rows(void *arg, size_t r0, size_t r1, int thread)
+{
+    const ln_job *j = arg;
+    (void)thread;
+    for (size_t r = r0; r < r1; r++)
+        pe_k_layernorm_row(j->out + r * j->cols, j->x + r * j->cols, j->gamma, j->beta, j->cols,
+                           j->eps);
+}
+
 pe_status hb_layernorm(be_device *dev, float *out, const float *x, const float *gamma,
                        const float *beta, size_t rows, size_t cols, float eps)
 {
@@ -50,8 +66,9 @@ pe_status hb_layernorm(be_device *dev, float *out, const float *x, const float *
     HB_NEED(dev, x, 1, "layernorm");
     HB_NEED(dev, gamma, 1, "layernorm");
     HB_NEED(dev, beta, 1, "layernorm");
-    for (size_t r = 0; r < rows; r++)
-        pe_k_layernorm_row(out + r * cols, x + r * cols, gamma, beta, cols, eps);
+    ln_job j = {out, x, gamma, beta, cols, eps}; /* rows split over the threads: a row's
+                                                  * math is the same wherever it runs */
+    hb_for(dev, rows, hb_row_grain(cols), ln_rows, &j);
     return PE_OK;
 }
 
@@ -63,12 +80,25 @@ pe_status hb_softmax(be_device *dev, float *x, size_t rows, size_t cols)
     return PE_OK;
 }
 
+typedef struct add_job {
+    float *x;
+    const float *r;
+} add_job;
+
+static void add_range(void *arg, size_t i0, size_t i1, int thread)
+{
+    const add_job *j = arg;
+    (void)thread;
+    for (size_t i = i0; i < i1; i++)
+        j->x[i] = pe_k_add(j->x[i], j->r[i]);
+}
+
 pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n)
 {
     HB_NEED(dev, x, n, "residual_add");
     HB_NEED(dev, r, n, "residual_add");
-    for (size_t i = 0; i < n; i++)
-        x[i] = pe_k_add(x[i], r[i]);
+    add_job j = {x, r};
+    hb_for(dev, n, 1 << 16, add_range, &j); /* a prefill's (T, C); a decode's runs inline */
     return PE_OK;
 }
 

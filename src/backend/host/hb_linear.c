@@ -16,6 +16,7 @@
  */
 #include <cblas.h>
 #include <limits.h>
+#include <string.h>
 
 #include "backend/host/hb_internal.h"
 #include "backend/host/hb_simd.h"
@@ -43,17 +44,18 @@ typedef struct lin_job {
     size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
 } lin_job;
 
-/* Bias, activation and rounding of the columns [n0, n0 + nn) of every row. */
-static void epilogue(const lin_job *j, size_t n0, size_t nn)
+/* Bias (unless the sums hold it already), activation and rounding of the columns [n0, n0 +
+ * nn) of every row. */
+static void epilogue_with(const lin_job *j, size_t n0, size_t nn, int with_bias)
 {
-    if (!j->b && j->act == BE_ACT_NONE && !j->ybf)
+    if ((!j->b || !with_bias) && j->act == BE_ACT_NONE && !j->ybf)
         return; /* the sums are y already */
     const hb_simd *simd = hb_simd_get();
     for (size_t m = 0; m < j->M; m++) {
         float *s = j->sums + m * j->N + n0;
         for (size_t c = 0; c < nn; c++) {
             float v = s[c];
-            if (j->b)
+            if (j->b && with_bias)
                 v = pe_k_add(v, j->b[n0 + c]);
             if (j->act == BE_ACT_RELU)
                 v = pe_k_relu(v);
@@ -67,6 +69,8 @@ static void epilogue(const lin_job *j, size_t n0, size_t nn)
                 j->ybf[m * j->N + n0 + c] = pe_k_to_bf16(s[c]);
     }
 }
+
+static void epilogue(const lin_job *j, size_t n0, size_t nn) { epilogue_with(j, n0, nn, 1); }
 
 /* A tile of W against the rows of x, HB_GEMV_ROWS at a time (at large M, when the GEMV path
  * is chosen, a block of x and the tile stay in L2 while they meet). */
@@ -90,12 +94,21 @@ static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
     }
 }
 
-/* C(M, nn) = x(M, K) . Wt(nn, K)^T into the sums' columns from n0, one OpenBLAS call. */
+/* C(M, nn) = b + x(M, K) . Wt(nn, K)^T into the sums' columns from n0, one OpenBLAS call:
+ * the bias is written first and the GEMM adds to it (beta 1), so no pass over C zeroes it
+ * and no pass adds the bias after. Then the epilogue's activation and rounding. */
 static void sgemm_call(const lin_job *j, const float *Wt, size_t n0, size_t nn)
 {
+    float beta = 0.0f;
+    if (j->b) {
+        for (size_t m = 0; m < j->M; m++)
+            memcpy(j->sums + m * j->N + n0, j->b + n0, nn * sizeof(float));
+        beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->M, (blasint)nn,
-                (blasint)j->K, 1.0f, j->x, (blasint)j->K, Wt, (blasint)j->K, 0.0f,
+                (blasint)j->K, 1.0f, j->x, (blasint)j->K, Wt, (blasint)j->K, beta,
                 j->sums + n0, (blasint)j->N);
+    epilogue_with(j, n0, nn, 0);
 }
 
 /* Columns [n0, n1), n0 a multiple of the call width: one sgemm per call width (fp32 W), or
@@ -108,14 +121,12 @@ static void gemm_cols(void *arg, size_t n0, size_t n1, int thread)
         size_t ce = n1 - cb < j->cols ? n1 : cb + j->cols;
         if (!j->bf16) {
             sgemm_call(j, (const float *)j->W + cb * j->K, cb, ce - cb);
-            epilogue(j, cb, ce - cb);
             continue;
         }
         for (size_t nb = cb; nb < ce; nb += j->wtile) {
             size_t nn = ce - nb < j->wtile ? ce - nb : j->wtile;
             j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
             sgemm_call(j, wt, nb, nn);
-            epilogue(j, nb, nn);
         }
     }
 }
