@@ -71,7 +71,7 @@ function(pe_add_cuda_logic_test)
     cuda_fake_no_nccl.c test_util.c
     ${src}/common/error.c ${src}/backend/backend.c ${src}/backend/cuda/cb_comm.c
     ${src}/backend/cuda/cb_peer.c ${src}/backend/cuda/cb_device.c ${src}/backend/cuda/cb_error.c
-    ${src}/runtime/barrier.c ${src}/runtime/park.c)
+    ${src}/runtime/barrier.c ${src}/runtime/park.c ${src}/runtime/chan.c)
   # No PE_HAVE_CUDA: backend.c then gives be_cuda_ops() = NULL instead of cb_ops.c's table.
   target_compile_definitions(test_cuda_peer_logic PRIVATE _GNU_SOURCE
     PE_VERSION_STRING="${PROJECT_VERSION}")

@@ -8,7 +8,7 @@
 
 #include "backend/cuda/cb_comm.h"
 #include "runtime/annotate.h"
-#include "runtime/barrier.h" /* rt_spin_budget_ns */
+#include "runtime/barrier.h"
 
 /* A group of n ranks on devs, with no path set up yet. */
 static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err *err)
@@ -33,14 +33,18 @@ static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err
     g->ids = ids;
     g->ranks = ranks;
     atomic_init(&g->aborted, 0);
-    atomic_init(&g->arrived, 0);
-    atomic_init(&g->gen, 0);
-    /* synchronization words, read outside any lock on purpose (annotate.h) */
+    /* a synchronization word, read outside any lock on purpose (annotate.h) */
     RT_IGNORE_WORD(g->aborted);
-    RT_IGNORE_WORD(g->arrived);
-    RT_IGNORE_WORD(g->gen);
     pthread_mutex_init(&g->lock, NULL);
-    pthread_cond_init(&g->cond, NULL);
+    pe_status s = rt_barrier_init(&g->bar, n, err);
+    if (s != PE_OK) {
+        pthread_mutex_destroy(&g->lock);
+        RT_UNIGNORE_WORD(g->aborted);
+        free(ids);
+        free(ranks);
+        free(g);
+        return s;
+    }
     *out = g;
     return PE_OK;
 }
@@ -48,13 +52,10 @@ static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err
 /* Frees what group_new made (the path's part is freed before). */
 static void group_free(cb_group *g)
 {
-    RT_HAPPENS_FORGET(&g->gen);
     RT_UNIGNORE_WORD(g->aborted);
-    RT_UNIGNORE_WORD(g->arrived);
-    RT_UNIGNORE_WORD(g->gen);
     for (int r = 0; r < g->n; r++)
         RT_UNIGNORE_WORD(g->ranks[r].in_call);
-    pthread_cond_destroy(&g->cond);
+    rt_barrier_destroy(&g->bar);
     pthread_mutex_destroy(&g->lock);
     free(g->ids);
     free(g->ranks);
@@ -179,9 +180,7 @@ static int flag_aborted(cb_group *g)
 {
     if (atomic_exchange(&g->aborted, 1))
         return 0;
-    pthread_mutex_lock(&g->lock); /* wakes rendezvous and peer-path waiters */
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+    rt_barrier_abort(&g->bar); /* wakes the rank threads waiting to meet */
     return 1;
 }
 
@@ -240,57 +239,13 @@ pe_status cb_comm_aborted(be_comm *c, const char *what)
                    what, c->rank, c->g->n, c->dev->id);
 }
 
-#define CB_SPINS 4000 /* rendezvous polls (about 100 us) before sleeping */
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Returns once every rank arrived, which orders everything each rank did before it
- * before everything any rank does after it (told to helgrind and DRD: annotate.h). */
-static pe_status met(cb_group *g)
-{
-    RT_HAPPENS_AFTER(&g->gen);
-    return PE_OK;
-}
-
-/* A generation counter: the last rank to arrive resets the count and bumps gen; the
- * others poll gen briefly, then sleep on cond (gen changes under lock, so no wake-up is
- * lost). */
+/* Every rank of the group meets (runtime/barrier.h: spin briefly, then park; orders what
+ * each did before it before what any does after, as helgrind and DRD are told). */
 pe_status cb_rendezvous(be_comm *c, const char *what)
 {
-    cb_group *g = c->g;
-    unsigned g0 = atomic_load(&g->gen);
-    RT_HAPPENS_BEFORE(&g->gen);
-    if (atomic_fetch_add(&g->arrived, 1) + 1 == (unsigned)g->n) {
-        atomic_store(&g->arrived, 0);
-        pthread_mutex_lock(&g->lock);
-        atomic_fetch_add(&g->gen, 1);
-        pthread_cond_broadcast(&g->cond);
-        pthread_mutex_unlock(&g->lock);
-        return met(g);
-    }
-    /* spin only where the peers run at the same time (not under valgrind, not with more
-     * ranks than CPUs: rt_spin_budget_ns) */
-    const int spins = rt_spin_budget_ns(g->n) ? CB_SPINS : 0;
-    for (int i = 0; i < spins; i++) {
-        if (atomic_load(&g->gen) != g0)
-            return met(g);
-        if (atomic_load(&g->aborted))
-            return cb_comm_aborted(c, what);
-        cpu_relax();
-    }
-    pthread_mutex_lock(&g->lock);
-    while (atomic_load(&g->gen) == g0 && !atomic_load(&g->aborted))
-        pthread_cond_wait(&g->cond, &g->lock);
-    int ok = atomic_load(&g->gen) != g0;
-    pthread_mutex_unlock(&g->lock);
-    return ok ? met(g) : cb_comm_aborted(c, what);
+    if (rt_barrier_wait(&c->g->bar, 1) != PE_OK)
+        return cb_comm_aborted(c, what);
+    return PE_OK;
 }
 
 static int is_aborted(const be_comm *c) { return atomic_load(&c->g->aborted) != 0; }

@@ -8,6 +8,7 @@
 
 #include "backend/backend_select.h"
 #include "backend/cuda/cb_internal.h"
+#include "runtime/barrier.h"
 
 typedef struct cb_group cb_group;
 struct cb_nccl;
@@ -27,11 +28,8 @@ struct cb_group {
     int *ids;          /* (n) device ids */
     be_comm *ranks;    /* (n) */
     atomic_int aborted;
-    /* Host-side meeting of the rank threads (cb_rendezvous), and the lock and condition
-     * the peer path's channels wait on; abort broadcasts cond. */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    atomic_uint arrived, gen;
+    rt_barrier bar;       /* the rank threads' meeting (cb_rendezvous); aborted with g */
+    pthread_mutex_t lock; /* the peer path's scratch bookkeeping */
     struct cb_nccl *nccl;
     struct cb_peer *peer;
 };

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "backend/cuda/cb_comm.h"
+#include "runtime/chan.h"
 
 #define CB_CHAN_SLOTS 64 /* sends in flight per (sender, receiver) before send waits */
 
@@ -43,12 +44,13 @@ typedef struct cb_chan_slot {
     cudaEvent_t done;  /* receiver's device: buf was copied */
 } cb_chan_slot;
 
+/* Sender -> receiver messages (runtime/chan.h: slots of cb_chan_slot, whose events stay
+ * made for the slot's next message). */
 struct cb_chan {
     cb_group *g;
     be_device *sender; /* registered with this device (NULL once it closed); cb_device.c */
     int from, to;
-    uint64_t posted, taken; /* under the group's lock */
-    cb_chan_slot slot[CB_CHAN_SLOTS];
+    rt_chan ch;
 };
 
 typedef enum { OP_ALLREDUCE = 1, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_BARRIER } op_kind;
@@ -390,86 +392,61 @@ pe_status cb_peer_barrier(be_comm *c)
 
 pe_status cb_peer_send(be_comm *c, const float *buf, size_t count, int peer)
 {
-    cb_group *g = c->g;
-    struct cb_peer *p = g->peer;
-    struct cb_chan *ch = &p->chans[c->rank * c->g->n + peer];
-    pthread_mutex_lock(&g->lock);
-    while (ch->posted - ch->taken >= CB_CHAN_SLOTS && !aborted(c->g))
-        pthread_cond_wait(&g->cond, &g->lock);
-    int dead = aborted(c->g);
-    cb_chan_slot *sl = &ch->slot[ch->posted % CB_CHAN_SLOTS];
-    pthread_mutex_unlock(&g->lock);
-    if (dead)
+    struct cb_chan *ch = &c->g->peer->chans[c->rank * c->g->n + peer];
+    void *slot = NULL;
+    if (rt_chan_send_begin(&ch->ch, &slot) != PE_OK)
         return cb_comm_aborted(c, "send");
+    cb_chan_slot *sl = slot;
     cudaError_t e = cudaSuccess;
     if (!sl->ready)
         e = cudaEventCreateWithFlags(&sl->ready, cudaEventDisableTiming);
     if (e == cudaSuccess)
         e = cudaEventRecord(sl->ready, c->dev->stream);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) /* the slot stays unposted */
         return fail(c, e, "cudaEventRecord (peer send)");
-    pthread_mutex_lock(&g->lock);
     sl->buf = buf;
     sl->count = count;
-    ch->posted++;
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+    if (rt_chan_send_end(&ch->ch) != PE_OK)
+        return cb_comm_aborted(c, "send");
     return PE_OK;
 }
 
 pe_status cb_peer_recv(be_comm *c, float *buf, size_t count, int peer)
 {
-    cb_group *g = c->g;
-    struct cb_peer *p = g->peer;
-    struct cb_chan *ch = &p->chans[peer * c->g->n + c->rank];
-    pthread_mutex_lock(&g->lock);
-    while (ch->taken == ch->posted && !aborted(c->g))
-        pthread_cond_wait(&g->cond, &g->lock);
-    int dead = aborted(c->g);
-    cb_chan_slot *sl = &ch->slot[ch->taken % CB_CHAN_SLOTS];
-    const float *src = sl->buf;
-    size_t sent = sl->count;
-    pthread_mutex_unlock(&g->lock);
-    if (dead)
+    struct cb_chan *ch = &c->g->peer->chans[peer * c->g->n + c->rank];
+    void *slot = NULL;
+    if (rt_chan_recv_begin(&ch->ch, &slot) != PE_OK)
         return cb_comm_aborted(c, "recv");
-    if (sent != count) {
-        pe_status s = pe_fail(&c->dev->err, PE_EINVAL,
-                              "recv on rank %d: rank %d sent %zu elements, this rank expects %zu; "
-                              "sends and receives must match in order and size",
-                              c->rank, peer, sent, count);
+    cb_chan_slot *sl = slot;
+    pe_status s = PE_OK;
+    cudaError_t e = cudaSuccess;
+    if (sl->count != count) {
+        s = pe_fail(&c->dev->err, PE_EINVAL,
+                    "recv on rank %d: rank %d sent %zu elements, this rank expects %zu; sends "
+                    "and receives must match in order and size",
+                    c->rank, peer, sl->count, count);
         cb_comm_abort(c);
-        return s;
+    } else if ((e = cudaStreamWaitEvent(c->dev->stream, sl->ready, 0)) != cudaSuccess) {
+        s = fail(c, e, "cudaStreamWaitEvent (peer recv)");
+    } else if ((s = copy_from(c, peer, buf, sl->buf, count)) == PE_OK) {
+        if (!sl->done)
+            e = cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(sl->done, c->dev->stream);
+        if (e != cudaSuccess)
+            s = fail(c, e, "cudaEventRecord (peer recv)");
     }
-    cudaError_t e = cudaStreamWaitEvent(c->dev->stream, sl->ready, 0);
-    if (e != cudaSuccess)
-        return fail(c, e, "cudaStreamWaitEvent (peer recv)");
-    pe_status s = copy_from(c, peer, buf, src, count);
-    if (s != PE_OK)
-        return s;
-    if (!sl->done)
-        e = cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(sl->done, c->dev->stream);
-    if (e != cudaSuccess)
-        return fail(c, e, "cudaEventRecord (peer recv)");
-    pthread_mutex_lock(&g->lock);
-    ch->taken++;
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
-    return PE_OK;
+    rt_chan_recv_end(&ch->ch); /* taken either way: the sender's synchronize must not wait */
+    return s;
 }
 
 be_device **cb_chan_sender(struct cb_chan *ch) { return &ch->sender; }
 
 pe_status cb_peer_wait_chan(be_device *dev, struct cb_chan *ch)
 {
-    cb_group *g = ch->g;
-    pthread_mutex_lock(&g->lock);
-    while (ch->taken < ch->posted && !aborted(g))
-        pthread_cond_wait(&g->cond, &g->lock);
-    int pending = ch->taken < ch->posted;
-    cudaEvent_t last = ch->posted ? ch->slot[(ch->posted - 1) % CB_CHAN_SLOTS].done : NULL;
-    pthread_mutex_unlock(&g->lock);
+    void *slot = NULL;
+    int pending = rt_chan_drain(&ch->ch, &slot) != PE_OK;
+    cudaEvent_t last = slot ? ((cb_chan_slot *)slot)->done : NULL;
     if (pending)
         return pe_fail(&dev->err, PE_ECOMM,
                        "synchronize on CUDA device %d: a send to rank %d was never received: "
@@ -504,12 +481,14 @@ static void free_peer(cb_group *g, int registered)
             struct cb_chan *ch = &p->chans[i];
             if (registered && ch->from != ch->to)
                 cb_device_remove_out_chan(ch);
-            for (int k = 0; k < CB_CHAN_SLOTS; k++) {
-                if (ch->slot[k].ready)
-                    (void)cudaEventDestroy(ch->slot[k].ready);
-                if (ch->slot[k].done)
-                    (void)cudaEventDestroy(ch->slot[k].done);
+            for (size_t k = 0; ch->ch.slots && k < ch->ch.nslots; k++) {
+                cb_chan_slot *sl = (cb_chan_slot *)(void *)(ch->ch.slots + k * ch->ch.slot_bytes);
+                if (sl->ready)
+                    (void)cudaEventDestroy(sl->ready);
+                if (sl->done)
+                    (void)cudaEventDestroy(sl->done);
             }
+            rt_chan_destroy(&ch->ch);
         }
     }
     for (int par = 0; par < 2; par++)
@@ -602,11 +581,12 @@ pe_status cb_peer_create(cb_group *g, be_device *const *devs, pe_err *err)
     (void)cudaSetDevice(prev);
     int registered = 0;
     for (int from = 0; from < n && s == PE_OK; from++)
-        for (int to = 0; to < n; to++) {
+        for (int to = 0; to < n && s == PE_OK; to++) {
             struct cb_chan *ch = &p->chans[from * n + to];
             ch->g = g;
             ch->from = from;
             ch->to = to;
+            s = rt_chan_init(&ch->ch, CB_CHAN_SLOTS, sizeof(cb_chan_slot), err);
         }
     if (s == PE_OK) {
         registered = 1;
@@ -622,10 +602,16 @@ pe_status cb_peer_create(cb_group *g, be_device *const *devs, pe_err *err)
     return PE_OK;
 }
 
-/* Nothing beyond what cb_comm_abort did (flag set, waiters woken): the peer path never
- * blocks on the GPU, since a stream that waits on an event never recorded waits for
+/* Wakes the channels' waiters (the flag is set, the rendezvous aborted): the peer path
+ * never blocks on the GPU, since a stream that waits on an event never recorded waits for
  * nothing. */
-void cb_peer_abort(cb_group *g) { (void)g; }
+void cb_peer_abort(cb_group *g)
+{
+    struct cb_peer *p = g->peer;
+    for (int i = 0; p && p->chans && i < g->n * g->n; i++)
+        if (p->chans[i].ch.slots)
+            rt_chan_abort(&p->chans[i].ch);
+}
 
 void cb_peer_destroy(cb_group *g)
 {

@@ -16,10 +16,8 @@ int hb_overlap(const float *a, size_t an, const float *b, size_t bn)
 static void world_free(hb_world *w, int chans_ready, int bar_ready)
 {
     if (w->chans)
-        for (int i = 0; i < chans_ready; i++) {
-            pthread_cond_destroy(&w->chans[i].cv);
-            pthread_mutex_destroy(&w->chans[i].mu);
-        }
+        for (int i = 0; i < chans_ready; i++)
+            rt_chan_destroy(&w->chans[i].ch);
     if (w->ranks)
         for (int r = 0; r < w->n; r++) {
             if (w->ranks[r].pend)
@@ -81,12 +79,8 @@ pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     int ready = 0;
     for (; ready < n * n; ready++) {
         hb_chan *ch = &w->chans[ready];
-        if (pthread_mutex_init(&ch->mu, NULL) != 0)
+        if (rt_chan_init(&ch->ch, HB_RING, sizeof(hb_msg), NULL) != PE_OK)
             break;
-        if (pthread_cond_init(&ch->cv, NULL) != 0) {
-            pthread_mutex_destroy(&ch->mu);
-            break;
-        }
         ch->pend = w->ranks[ready / n].pend; /* chans[from * n + to] */
     }
     if (ready < n * n) {
@@ -99,18 +93,12 @@ pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     return PE_OK;
 }
 
-/* Drops every posted message nobody has started to copy; the one being copied (claimed)
- * finishes normally, since its receiver is inside recv and not blocked. */
+/* Drops every posted message nobody has started to copy (each a failed send for its
+ * device's synchronize); the one being copied finishes normally. */
 static void chan_abort(hb_chan *ch)
 {
-    pthread_mutex_lock(&ch->mu);
-    ch->aborted = 1;
-    size_t keep = ch->head + (ch->claimed ? 1 : 0);
-    for (size_t i = keep; i < ch->tail; i++)
+    for (size_t k = rt_chan_abort(&ch->ch); k > 0; k--)
         hb_pending_done(ch->pend, 1);
-    ch->tail = keep;
-    pthread_cond_broadcast(&ch->cv);
-    pthread_mutex_unlock(&ch->mu);
 }
 
 void hb_comm_abort(be_comm *comm)

@@ -12,8 +12,9 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 
-#include "runtime/barrier.h"
 #include "backend/host/hb_internal.h"
+#include "runtime/barrier.h"
+#include "runtime/chan.h"
 
 #define HB_RING 16    /* sends one pair may have in flight before send blocks */
 #define HB_SMALL 2048 /* elements: an all-reduce up to this size is direct for any n */
@@ -37,20 +38,15 @@ typedef struct hb_slot {
     float *recv;
 } hb_slot;
 
+/* One message: the sender's buffer, read in place by the receiver. */
 typedef struct hb_msg {
-    const float *buf; /* the sender's buffer (count) */
+    const float *buf; /* (count) */
     size_t count;
 } hb_msg;
 
-/* Sender -> receiver messages, in order. head..tail are posted; the one at head is being
- * copied when claimed is set. All fields under mu. */
+/* Sender -> receiver messages, in order (runtime/chan.h: slots of hb_msg). */
 typedef struct hb_chan {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* any change: a post, a consume, an abort */
-    hb_msg ring[HB_RING];
-    size_t head, tail;
-    int claimed;
-    int aborted;
+    rt_chan ch;
     hb_pending *pend; /* the sender's device's sends in flight */
 } hb_chan;
 

@@ -36,16 +36,12 @@ pe_status hb_send(be_comm *c, const float *buf, size_t count, int peer)
     hb_chan *ch = &c->w->chans[(size_t)c->rank * (size_t)c->w->n + (size_t)peer];
     /* Count it before a receiver can see it, so that consumed never runs ahead. */
     hb_pending_post(ch->pend);
-    pthread_mutex_lock(&ch->mu);
-    while (ch->tail - ch->head == HB_RING && !ch->aborted)
-        pthread_cond_wait(&ch->cv, &ch->mu);
-    int dead = ch->aborted;
+    void *slot = NULL;
+    int dead = rt_chan_send_begin(&ch->ch, &slot) != PE_OK;
     if (!dead) {
-        ch->ring[ch->tail % HB_RING] = (hb_msg){.buf = buf, .count = count};
-        ch->tail++;
-        pthread_cond_broadcast(&ch->cv);
+        *(hb_msg *)slot = (hb_msg){.buf = buf, .count = count};
+        dead = rt_chan_send_end(&ch->ch) != PE_OK;
     }
-    pthread_mutex_unlock(&ch->mu);
     if (dead) {
         hb_pending_done(ch->pend, 0); /* never posted: nothing for synchronize to report */
         return hb_fail(c->dev, PE_ECOMM,
@@ -62,29 +58,17 @@ pe_status hb_recv(be_comm *c, float *buf, size_t count, int peer)
     if (s != PE_OK)
         return s;
     hb_chan *ch = &c->w->chans[(size_t)peer * (size_t)c->w->n + (size_t)c->rank];
-    pthread_mutex_lock(&ch->mu);
-    while (ch->head == ch->tail && !ch->aborted)
-        pthread_cond_wait(&ch->cv, &ch->mu);
-    if (ch->head == ch->tail) {
-        pthread_mutex_unlock(&ch->mu);
+    void *slot = NULL;
+    if (rt_chan_recv_begin(&ch->ch, &slot) != PE_OK) /* an abort now leaves a taken one to us */
         return hb_fail(c->dev, PE_ECOMM,
                        "recv on rank %d from rank %d: the communicator was aborted (a peer "
                        "worker failed); the first failing worker's error says why",
                        c->rank, peer);
-    }
-    hb_msg m = ch->ring[ch->head % HB_RING];
-    ch->claimed = 1; /* an abort now leaves this message to us */
-    pthread_mutex_unlock(&ch->mu);
-
+    hb_msg m = *(const hb_msg *)slot;
     int match = m.count == count;
     if (match && count && m.buf != buf)
         memcpy(buf, m.buf, count * sizeof *buf);
-
-    pthread_mutex_lock(&ch->mu);
-    ch->claimed = 0;
-    ch->head++;
-    pthread_cond_broadcast(&ch->cv);
-    pthread_mutex_unlock(&ch->mu);
+    rt_chan_recv_end(&ch->ch);
     hb_pending_done(ch->pend, !match);
     if (!match)
         return hb_fail(c->dev, PE_ECOMM,
