@@ -73,6 +73,7 @@ void pe_engine_destroy(pe_engine *e)
             if (e->workers[r].p == p && e->workers[r].thread)
                 rt_worker_join(e->workers[r].thread, NULL);
     }
+    en_replicas_free(e); /* no worker is left to touch an inbox */
     en_comms_destroy(e);
     void *item;
     while (e->outq && rt_queue_try_pop(e->outq, &item) == PE_OK) /* results never taken */

@@ -238,9 +238,12 @@ void en_decoder_unload(en_worker *w);
 pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err);
 /* A step a worker will not run: back to the replica with why. */
 void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why);
-/* Starts every replica's thread (after load); stops them (destroy). */
+/* Starts every replica's thread (after load). Destroy stops them (their sequences end,
+ * their steps come back), then joins the workers, then frees the replicas: a worker that
+ * handed a step back may still be waking the inbox after the replica took the step. */
 pe_status en_replicas_start(pe_engine *e, pe_err *err);
 void en_replicas_stop(pe_engine *e);
+void en_replicas_free(pe_engine *e);
 /* Wakes every replica (after a failure) so it ends its sequences. */
 void en_replicas_wake(pe_engine *e);
 

@@ -158,7 +158,14 @@ void en_replicas_stop(pe_engine *e)
             continue;
         rt_queue_push(r->inbox, (void *)&en_wake_msg);
         pthread_join(r->thread, NULL);
+        r->started = 0;
     }
+}
+
+void en_replicas_free(pe_engine *e)
+{
+    if (!e->replicas)
+        return;
     for (int d = 0; d < e->dp; d++) {
         en_replica *r = &e->replicas[d];
         void *item;
