@@ -94,6 +94,22 @@ static void block_rows(const attn_job *j, int32_t block, int g, int32_t t_lo, in
     }
 }
 
+/* Asks for KV head g's keys and values in block `block` ahead of their use: a block is
+ * 1-4 KiB per head, too short for the hardware prefetcher to catch it before decode's
+ * few FMAs per key are done (the next block of a sequence lies anywhere in the pool). */
+static void prefetch_block(const attn_job *j, int32_t block, int g)
+{
+    const pe_k_kv_shape s = j->kv->shape;
+    const size_t elem = j->bf16 ? 2 : 4;
+    const size_t bytes = (size_t)s.block_tokens * (size_t)s.head_dim * elem;
+    const char *k = (const char *)j->kv->base + pe_k_kv_index(s, block, j->layer, 0, g, 0) * elem;
+    const char *v = (const char *)j->kv->base + pe_k_kv_index(s, block, j->layer, 1, g, 0) * elem;
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(k + o);
+        __builtin_prefetch(v + o);
+    }
+}
+
 static void attn_unit(const attn_job *j, size_t u, float *tls)
 {
     const be_attn *a = j->a;
@@ -124,6 +140,8 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
         const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
         const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
         const float *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
+        if (kb < p_hi / B)
+            prefetch_block(j, bt[kb + 1], g);
         block_rows(j, bt[kb], g, t_lo, t_hi, kbuf, vbuf, &K, &V);
         for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
             const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
