@@ -76,6 +76,7 @@ struct harness {
     pick_fn pick;         /* NULL: the sequence's script, then default_token */
     uint64_t rng;
     int stray;            /* events for unknown ids or the wrong sequence */
+    int refuse_tokens;    /* the engine cannot take token events (out of memory) */
 };
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -114,7 +115,7 @@ static en_sched_config default_config(void)
     return c;
 }
 
-static void record(void *ctx, en_seq *seq, const pe_token_event *ev);
+static pe_status record(void *ctx, en_seq *seq, const pe_token_event *ev);
 
 /* The harnesses of the running test: its teardown frees them even when an assertion cut
  * the test short, so that a failing test leaks nothing under memcheck. */
@@ -161,19 +162,22 @@ static void push_act(tseq *t, const rec *r) { push_rec(t, &t->act, &t->nact, r);
 static void push_exp(tseq *t, const rec *r) { push_rec(t, &t->exp, &t->nexp, r); }
 
 /* The emit callback: copies the event (and whether its sequence scores) to its sequence. */
-static void record(void *ctx, en_seq *seq, const pe_token_event *ev)
+static pe_status record(void *ctx, en_seq *seq, const pe_token_event *ev)
 {
     harness *h = ctx;
     if (ev->seq == 0 || ev->seq >= MAX_IDS || !h->seqs[ev->seq].used ||
         h->seqs[ev->seq].seq != seq || seq->id != ev->seq) {
         h->stray++;
-        return;
+        return PE_OK;
     }
+    if (h->refuse_tokens && ev->finish == PE_FINISH_NONE)
+        return PE_ENOMEM;
     tseq *t = &h->seqs[ev->seq];
     rec r = {*ev, seq->score, 0};
     push_act(t, &r);
     if (ev->finish != PE_FINISH_NONE)
         t->seq = NULL; /* the scheduler frees it after this event */
+    return PE_OK;
 }
 
 /* The model's side: an event the sequence must get, and its end. */
@@ -603,6 +607,10 @@ static void feed(harness *h, tseq *t, const en_step *st, int r)
         e.ev.finish = PE_FINISH_STOP;
     else if (t->generated >= t->spec.max_tokens || t->ntok >= h->cfg.context)
         e.ev.finish = PE_FINISH_LENGTH;
+    if (h->refuse_tokens && e.ev.finish == PE_FINISH_NONE) { /* lost: the sequence ends */
+        expect_final(t, PE_FINISH_ERROR, PE_ENOMEM);
+        return;
+    }
     push_exp(t, &e);
     if (e.ev.finish != PE_FINISH_NONE) {
         t->ended = 1;
@@ -1386,6 +1394,32 @@ static void test_failed_step_ends_its_sequences_with_its_error_and_spares_others
     h_free(h);
 }
 
+/* scheduler.h: "a token event that cannot be delivered (PE_ENOMEM) ends its sequence with
+ * that error"; a final event always is. */
+static void test_an_undeliverable_token_event_ends_its_sequence_with_enomem(void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config();
+    harness *h = h_new(&cfg);
+    h_add(h, 1, &(seq_spec){.prompt_len = 2, .max_tokens = 4});
+    h_add(h, 2, &(seq_spec){.prompt_len = 2, .max_tokens = 4});
+    assert_int_equal(h_build(h), 1);
+    h_complete(h, PE_OK); /* both get their first token */
+    assert_int_equal(token_events(h, 1), 1);
+    h->refuse_tokens = 1;
+    h_add(h, 3, &(seq_spec){.prompt_len = 2, .max_tokens = 1}); /* its token is its end */
+    assert_int_equal(h_build(h), 1);
+    h_complete(h, PE_OK);
+    assert_final(h, 1, PE_FINISH_ERROR, PE_ENOMEM);
+    assert_final(h, 2, PE_FINISH_ERROR, PE_ENOMEM);
+    assert_final(h, 3, PE_FINISH_LENGTH, PE_OK);
+    assert_int_equal(token_events(h, 1), 1);
+    assert_int_equal(en_sched_sequences(&h->s), 0);
+    assert_int_equal(en_sched_room(&h->s), 64);
+    assert_int_equal(h->s.nfree, 64);
+    h_free(h);
+}
+
 static void test_end_all_ends_waiting_and_idle_ones_now(void **state)
 {
     (void)state;
@@ -1615,6 +1649,7 @@ int main(void)
         TEST(test_cancel_of_a_sequence_in_a_step_ends_it_when_the_step_returns),
         TEST(test_cancel_of_an_unknown_or_ended_id_does_nothing),
         TEST(test_failed_step_ends_its_sequences_with_its_error_and_spares_others),
+        TEST(test_an_undeliverable_token_event_ends_its_sequence_with_enomem),
         TEST(test_end_all_ends_waiting_and_idle_ones_now),
         TEST(test_end_all_ends_sequences_in_a_step_when_it_returns),
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),

@@ -101,6 +101,7 @@ void pe_engine_destroy(pe_engine *e)
         en_events_destroy(&e->events);
     RT_UNIGNORE_WORD(e->next_seq);
     RT_UNIGNORE_WORD(e->stopping);
+    RT_UNIGNORE_WORD(e->step_budget);
     rt_topology_free(e->topo);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -215,8 +216,10 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     atomic_init(&e->outstanding, 0);
     atomic_init(&e->next_seq, 0);
     atomic_init(&e->stopping, 0);
+    atomic_init(&e->step_budget, -1);
     RT_IGNORE_WORD(e->next_seq);
     RT_IGNORE_WORD(e->stopping);
+    RT_IGNORE_WORD(e->step_budget);
     RT_IGNORE_WORD(e->failed);
     RT_IGNORE_WORD(e->outstanding);
     e->t0_ns = rt_now_ns();

@@ -148,6 +148,7 @@ struct pe_engine {
     int events_ready;
     atomic_ullong next_seq; /* the next sequence id */
     atomic_int stopping;  /* destroy: replicas end their sequences and stop */
+    atomic_long step_budget; /* tests (en_allow_steps): steps left to start; < 0: no limit */
     int stage_first[EN_MAX_STAGES + 1];
     pe_model_info info;
 

@@ -8,4 +8,9 @@
  * error would. Call before submitting. */
 void en_inject_failure(pe_engine *e, int rank, long at_task);
 
+/* The replicas start at most n more steps (the one in flight comes back), so that a test
+ * can submit or cancel sequences that no step moves meanwhile; n < 0: no limit (the
+ * default). */
+void en_allow_steps(pe_engine *e, long n);
+
 #endif

@@ -24,16 +24,42 @@ void en_events_destroy(en_events *q)
     memset(q, 0, sizeof *q);
 }
 
-void en_events_expect(en_events *q)
+/* Grows the ring (under mu) to hold at least need events; PE_ENOMEM when it cannot. */
+static pe_status make_room(en_events *q, size_t need)
+{
+    if (need <= q->cap)
+        return PE_OK;
+    size_t cap = q->cap ? q->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    pe_token_event *r = malloc(cap * sizeof *r);
+    if (!r)
+        return PE_ENOMEM;
+    for (size_t i = 0; i < q->n; i++)
+        r[i] = q->ring[(q->head + i) % q->cap];
+    free(q->ring);
+    q->ring = r;
+    q->cap = cap;
+    q->head = 0;
+    return PE_OK;
+}
+
+pe_status en_events_expect(en_events *q)
 {
     pthread_mutex_lock(&q->mu);
-    q->outstanding++;
+    pe_status s = make_room(q, q->n + q->reserved + 1);
+    if (s == PE_OK) {
+        q->reserved++;
+        q->outstanding++;
+    }
     pthread_mutex_unlock(&q->mu);
+    return s;
 }
 
 void en_events_unexpect(en_events *q)
 {
     pthread_mutex_lock(&q->mu);
+    q->reserved--;
     q->outstanding--;
     pthread_cond_broadcast(&q->cv); /* a waiter may now have nothing to wait for */
     pthread_mutex_unlock(&q->mu);
@@ -42,19 +68,11 @@ void en_events_unexpect(en_events *q)
 pe_status en_events_push(en_events *q, const pe_token_event *ev)
 {
     pthread_mutex_lock(&q->mu);
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? 2 * q->cap : 256;
-        pe_token_event *r = malloc(cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&q->mu);
-            return PE_ENOMEM;
-        }
-        for (size_t i = 0; i < q->n; i++)
-            r[i] = q->ring[(q->head + i) % q->cap];
-        free(q->ring);
-        q->ring = r;
-        q->cap = cap;
-        q->head = 0;
+    if (ev->finish != PE_FINISH_NONE) {
+        q->reserved--; /* its slot: n + reserved <= cap held before */
+    } else if (make_room(q, q->n + q->reserved + 1) != PE_OK) {
+        pthread_mutex_unlock(&q->mu);
+        return PE_ENOMEM;
     }
     q->ring[(q->head + q->n) % q->cap] = *ev;
     q->n++;

@@ -10,15 +10,15 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
 #include "runtime/annotate.h"
 
 static const en_msg en_wake_msg = {EN_MSG_WAKE};
 
 /* The scheduler's events: to pe_score's waiter, or to the clients' FIFO. */
-static void emit(void *ctx, en_seq *seq, const pe_token_event *ev)
+static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
 {
     en_replica *r = ctx;
     pe_engine *e = r->e;
@@ -31,11 +31,9 @@ static void emit(void *ctx, en_seq *seq, const pe_token_event *ev)
         atomic_store_explicit(&seq->sync->done, 1, memory_order_release);
         pthread_cond_broadcast(&e->sync_cv);
         pthread_mutex_unlock(&e->sync_mu);
-        return;
+        return PE_OK;
     }
-    /* Out of memory for the FIFO: retry for a second rather than lose a final event. */
-    for (int tries = 0; en_events_push(&e->events, ev) != PE_OK && tries < 1000; tries++)
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return en_events_push(&e->events, ev);
 }
 
 static void publish(en_replica *r)
@@ -80,6 +78,23 @@ static void handle(en_replica *r, en_msg *m)
     }
 }
 
+/* One step from the tests' budget (en_allow_steps); always one when there is no limit. */
+static int take_step(pe_engine *e)
+{
+    long b = atomic_load(&e->step_budget);
+    while (b != 0)
+        if (b < 0 || atomic_compare_exchange_weak(&e->step_budget, &b, b - 1))
+            return 1;
+    return 0;
+}
+
+static void give_back_step(pe_engine *e)
+{
+    long b = atomic_load(&e->step_budget);
+    while (b >= 0 && !atomic_compare_exchange_weak(&e->step_budget, &b, b + 1))
+        ;
+}
+
 static void *replica_main(void *arg)
 {
     en_replica *r = arg;
@@ -95,12 +110,13 @@ static void *replica_main(void *arg)
         publish(r);
         if (stop && r->inflight == 0)
             break;
-        if (failed == PE_OK && !stop && r->inflight == 0) {
+        if (failed == PE_OK && !stop && r->inflight == 0 && take_step(e)) {
             int built = en_sched_build(&r->sched, r->step);
             if (built > 0) {
                 dispatch(r, r->step);
                 continue;
             }
+            give_back_step(e);
             if (built < 0)
                 en_fail(e, PE_ENOMEM, "out of host memory building a decoder step");
         }
@@ -145,6 +161,12 @@ void en_replicas_wake(pe_engine *e)
     for (int d = 0; e->replicas && d < e->dp; d++)
         if (e->replicas[d].inbox) /* a full inbox will be looked at anyway */
             rt_queue_try_push(e->replicas[d].inbox, (void *)&en_wake_msg);
+}
+
+void en_allow_steps(pe_engine *e, long n)
+{
+    atomic_store(&e->step_budget, n < 0 ? -1 : n);
+    en_replicas_wake(e);
 }
 
 void en_replicas_stop(pe_engine *e)

@@ -107,7 +107,7 @@ static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
             break;
         }
     seq->finished = 1;
-    s->emit(s->emit_ctx, seq, ev);
+    (void)s->emit(s->emit_ctx, seq, ev); /* a final event is always delivered */
     en_seq_free(seq);
 }
 
@@ -470,10 +470,12 @@ static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
     else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context ||
              seq->ntok >= seq->cap)
         ev.finish = PE_FINISH_LENGTH;
-    if (ev.finish != PE_FINISH_NONE)
+    if (ev.finish != PE_FINISH_NONE) {
         finish(s, seq, &ev);
-    else
-        s->emit(s->emit_ctx, seq, &ev);
+    } else if (s->emit(s->emit_ctx, seq, &ev) != PE_OK) {
+        pe_token_event lost = event_of(seq, PE_FINISH_ERROR, PE_ENOMEM);
+        finish(s, seq, &lost);
+    }
 }
 
 void en_sched_complete(en_sched *s, en_step *st)

@@ -137,8 +137,10 @@ typedef struct en_sched_config {
     int neos;
 } en_sched_config;
 
-/* A final or token event for the engine (the scheduler does not know where it goes). */
-typedef void (*en_emit_fn)(void *ctx, en_seq *seq, const pe_token_event *ev);
+/* A final or token event for the engine (the scheduler does not know where it goes). A
+ * final event is always delivered; a token event that cannot be (PE_ENOMEM) ends its
+ * sequence with that error. */
+typedef pe_status (*en_emit_fn)(void *ctx, en_seq *seq, const pe_token_event *ev);
 
 typedef struct en_sched {
     en_sched_config cfg;

@@ -170,7 +170,11 @@ pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
         return en_error(e, s, &err);
     }
     uint64_t qid = q->id;
-    en_events_expect(&e->events);
+    if (en_events_expect(&e->events) != PE_OK) {
+        en_seq_free(q);
+        pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for the sequence's events");
+        return en_error(e, PE_ENOMEM, &err);
+    }
     if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) { /* never closed while running */
         en_events_unexpect(&e->events);
         en_seq_free(q);
