@@ -115,8 +115,9 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out);
  * a decoder, or a safetensors file for an MLP. Call once, before any submit. */
 pe_status pe_engine_load(pe_engine *e, const char *model_path);
 
-/* Runs the requests already submitted to the end (results not taken are discarded),
- * stops and joins the workers, and frees everything. NULL is ok. */
+/* Runs the MLP requests already submitted to the end (results not taken are discarded);
+ * ends the decoder sequences still running with PE_ECLOSED (their final events are not
+ * taken any more); stops and joins the threads, and frees everything. NULL is ok. */
 void pe_engine_destroy(pe_engine *e);
 
 /* The message of this engine's last error ("" if none). Valid until the next call. */
@@ -257,7 +258,9 @@ pe_status pe_seq_poll(pe_engine *e, pe_token_event *ev);
 pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev);
 
 /* Scores a prompt: logits (vocab) at its last position, or with all_positions, logits
- * (n, vocab) at every position. Synchronous, thread-safe; runs beside the sequences. */
+ * (n, vocab) at every position. Synchronous, thread-safe; runs beside the sequences and
+ * takes KV blocks as they do: PE_EAGAIN when the pool is full and cfg.kv_full is
+ * PE_KV_REFUSE (with PE_KV_WAIT it waits). */
 pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
                    float *logits);
 

@@ -168,7 +168,8 @@ pe_status pe_devices_check(pe_backend_kind kind, const int *ids, int n);
 /* The machine as hwloc sees it (cores, hardware threads, NUMA nodes), the backend's devices,
  * and the cores each worker of the device list ids(n) would be bound to (ids NULL: one
  * worker per core; threads: each host device's cores, 0 = an even share), as text or one
- * JSON object, on out (pengine --topology). */
+ * JSON object, on out (pengine --topology); the backend's notice (why auto chose the host)
+ * comes first, or as the JSON's "notice". */
 pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int threads,
                              int json, FILE *out);
 

@@ -56,6 +56,9 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
         return pe_fail(err, PE_EINVAL, "kv_block_tokens %d, max_seqs %d, max_step_tokens %d: "
                        "use 0 for the default or a positive number",
                        cfg->kv_block_tokens, cfg->max_seqs, cfg->max_step_tokens);
+    if (cfg->kv_block_tokens > 65536)
+        return pe_fail(err, PE_EINVAL, "kv_block_tokens %d: a KV block holds at most 65536 "
+                       "positions (16, the default, suits most models)", cfg->kv_block_tokens);
     if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE)
         return pe_fail(err, PE_EINVAL, "unknown kv_full %d: use PE_KV_WAIT or PE_KV_REFUSE",
                        (int)cfg->kv_full);

@@ -21,6 +21,13 @@ static md_part part_of(const en_worker *w)
     return p;
 }
 
+size_t en_kv_pool_bytes(const pe_engine *e, const en_worker *w)
+{
+    return w->kv.nblocks * md_kv_block_bytes(&e->dec.cfg, w->kv.shape.nlayers,
+                                             w->kv.shape.kv_heads, w->kv.shape.block_tokens,
+                                             w->kv.dtype);
+}
+
 pe_status en_decoder_load(en_worker *w, pe_err *err)
 {
     pe_engine *e = w->e;
@@ -35,8 +42,7 @@ pe_status en_decoder_load(en_worker *w, pe_err *err)
     w->kv.nblocks = e->kv_blocks;
     w->kv.shape = (pe_k_kv_shape){part.last - part.first, sh.KVH, e->sched_cfg.block_tokens,
                                   cfg->hd};
-    size_t kv_bytes = e->kv_blocks * md_kv_block_bytes(cfg, w->kv.shape.nlayers, sh.KVH,
-                                                       e->sched_cfg.block_tokens, e->cfg.dtype);
+    size_t kv_bytes = en_kv_pool_bytes(e, w);
     s = ops->alloc(w->dev, kv_bytes, &w->kv.base);
     if (s != PE_OK)
         return pe_fail(err, s, "worker %d (device %d): no memory for a KV pool of %zu blocks "

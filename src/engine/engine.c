@@ -344,6 +344,8 @@ static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
     s = plan_model(e, err);
     if (s != PE_OK) {
         md_mlp_free(&e->model);
+        free(e->layer_kinds);
+        e->layer_kinds = NULL;
         return s;
     }
     e->loaded = 1;
@@ -422,6 +424,8 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
     s = load_on_workers(e, dir, err);
     if (s == PE_OK)
         s = en_replicas_start(e, err);
+    if (s != PE_OK) /* loaded but unable to serve: every later call says why */
+        en_fail(e, s, err->msg);
     return s;
 }
 
@@ -471,10 +475,7 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     for (int r = 0; e->loaded && e->decoder && r < e->world && r < 64; r++) {
         const en_worker *w = &e->workers[r];
         out->weight_bytes[r] = w->weights.arena_bytes;
-        out->kv_bytes[r] = w->kv.nblocks * md_kv_block_bytes(&e->dec.cfg, w->kv.shape.nlayers,
-                                                             w->kv.shape.kv_heads,
-                                                             w->kv.shape.block_tokens,
-                                                             w->kv.dtype);
+        out->kv_bytes[r] = en_kv_pool_bytes(e, w);
     }
     if (e->decoder) {
         out->kv_blocks = e->kv_blocks;

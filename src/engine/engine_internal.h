@@ -111,7 +111,8 @@ typedef struct en_replica {
     en_sched sched;         /* owned by the thread */
     en_step *step;          /* the step buffer (one in flight: pp = 1) */
     int inflight;
-    atomic_int room;        /* published: blocks a new sequence could be promised */
+    atomic_int room;        /* published: blocks left once the waiting sequences are promised
+                             * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */
 } en_replica;
 
@@ -237,6 +238,8 @@ pe_status en_decoder_load(en_worker *w, pe_err *err);
 void en_decoder_unload(en_worker *w);
 /* Runs a step on this worker; the step goes back to its replica either way. */
 pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err);
+/* Bytes of worker w's KV pool. */
+size_t en_kv_pool_bytes(const pe_engine *e, const en_worker *w);
 /* A step a worker will not run: back to the replica with why. */
 void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why);
 /* Starts every replica's thread (after load). Destroy stops them (their sequences end,

@@ -38,7 +38,8 @@ static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
 
 static void publish(en_replica *r)
 {
-    atomic_store_explicit(&r->room, en_sched_room(&r->sched), memory_order_relaxed);
+    atomic_store_explicit(&r->room, en_sched_room(&r->sched) - en_sched_waiting_need(&r->sched),
+                          memory_order_relaxed);
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
 }
 
@@ -48,7 +49,6 @@ static void dispatch(en_replica *r, en_step *st)
 {
     pe_engine *e = r->e;
     en_worker *w = &e->workers[en_rank(e, r->d, 0, 0)];
-    atomic_store(&st->parts, 1);
     w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
     if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
         r->inflight++;
@@ -145,9 +145,6 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
             rt_queue_create(cap, &r->inbox) != PE_OK)
             return pe_fail(err, PE_ENOMEM, "out of host memory for replica %d's scheduler", d);
         r->step->hdr.kind = EN_MSG_STEP;
-        r->step->replica = d;
-        atomic_init(&r->step->parts, 0);
-        RT_IGNORE_WORD(r->step->parts);
         publish(r);
         if (pthread_create(&r->thread, NULL, replica_main, r) != 0)
             return pe_fail(err, PE_ENOMEM, "cannot start replica %d's scheduler thread", d);
@@ -200,8 +197,6 @@ void en_replicas_free(pe_engine *e)
         }
         en_sched_free(&r->sched);
         rt_queue_destroy(r->inbox);
-        if (r->step)
-            RT_UNIGNORE_WORD(r->step->parts);
         en_step_free(r->step);
         RT_UNIGNORE_WORD(r->room);
         RT_UNIGNORE_WORD(r->seqs);

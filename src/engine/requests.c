@@ -34,7 +34,7 @@ static en_request *request_new(pe_engine *e, const pe_request *q)
         t->kind = sc->clocked ? EN_TASK_REQUEST : EN_TASK_MICROBATCH;
         t->req = r;
         t->mb = sc->clocked ? -1 : i / e->tp; /* dataflow: (m, tp), micro-batch major */
-        parts += sc->parts_from(e, t, (sc->first_rank(e, 0, i) / e->tp) % e->pp);
+        parts += sc->parts_from(e, t, en_task_first_stage(e, i));
     }
     atomic_init(&r->remaining, parts);
     atomic_init(&r->status, PE_OK);

@@ -96,12 +96,15 @@ void en_task_end(pe_engine *e, en_task *t, int p, pe_status s)
     en_request_done(e, t->req, s == PE_OK ? 1 : e->sched->parts_from(e, t, p), s);
 }
 
+int en_task_first_stage(const pe_engine *e, int i)
+{
+    return (e->sched->first_rank(e, 0, i) / e->tp) % e->pp;
+}
+
 void en_request_drop(pe_engine *e, en_request *r, pe_status s)
 {
     const int n = r->ntasks; /* r lives until the last task's parts end: read it first */
     en_task *tasks = r->tasks;
-    for (int i = 0; i < n; i++) {
-        int p = (e->sched->first_rank(e, 0, i) / e->tp) % e->pp;
-        en_task_end(e, &tasks[i], p, s);
-    }
+    for (int i = 0; i < n; i++)
+        en_task_end(e, &tasks[i], en_task_first_stage(e, i), s);
 }

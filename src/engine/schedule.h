@@ -36,6 +36,8 @@ typedef struct en_schedule {
 
 /* The schedule of the engine's configuration. */
 const en_schedule *en_schedule_get(pe_schedule s);
+/* The pipeline stage task i of a request enters at. */
+int en_task_first_stage(const pe_engine *e, int i);
 
 /* Task t ended at stage p: its work done (s == PE_OK, one part), or dropped with the error s
  * (every part from p on). The only place a request's parts end. */

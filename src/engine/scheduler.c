@@ -106,7 +106,6 @@ static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
             s->nrunning--;
             break;
         }
-    seq->finished = 1;
     (void)s->emit(s->emit_ctx, seq, ev); /* a final event is always delivered */
     en_seq_free(seq);
 }
@@ -163,7 +162,7 @@ static void waiting_pop(en_sched *s)
 }
 
 /* Blocks promised to the waiting sequences ahead, if they were all admitted. */
-static int waiting_need(const en_sched *s)
+int en_sched_waiting_need(const en_sched *s)
 {
     int need = 0;
     for (int i = 0; i < s->nwaiting; i++)
@@ -174,7 +173,7 @@ static int waiting_need(const en_sched *s)
 void en_sched_add(en_sched *s, en_seq *seq)
 {
     if (s->cfg.kv_full == PE_KV_REFUSE &&
-        en_sched_blocks_needed(&s->cfg, seq) > en_sched_room(s) - waiting_need(s)) {
+        en_sched_blocks_needed(&s->cfg, seq) > en_sched_room(s) - en_sched_waiting_need(s)) {
         end_with(s, seq, PE_FINISH_ERROR, PE_EAGAIN);
         return;
     }

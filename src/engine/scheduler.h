@@ -48,6 +48,9 @@ typedef struct en_score_sync {
     pe_status status;
 } en_score_sync;
 
+/* The id of a pe_score prompt: no client is given it, so none can cancel it. */
+#define EN_SCORE_ID UINT64_MAX
+
 typedef struct en_seq {
     en_msg hdr;
     uint64_t id;
@@ -75,7 +78,6 @@ typedef struct en_seq {
     int busy;            /* in a step that is not back */
     pe_status ending;    /* end_all came while it was busy: it ends with this when back */
     int cancelled;
-    int finished;        /* its final event is out */
 } en_seq;
 
 /* One chunk of a step: n tokens of seq from position pos0. */
@@ -91,7 +93,6 @@ typedef struct en_chunk {
  * The int32 metadata the device needs is one array, copied in one call. */
 typedef struct en_step {
     en_msg hdr;
-    int replica;
     int ntok, nchunks, nlogits, nbt;
     int32_t max_keys;
     int topk;             /* largest logprobs of its rows (0: no top-k) */
@@ -113,7 +114,6 @@ typedef struct en_step {
     float *out_lse;       /* log-sum-exp of each logit row */
     int out_cap, out_topk_cap;
     pe_status status;     /* PE_OK, or why the step failed (the engine keeps the message) */
-    atomic_int parts;     /* workers still to finish it */
 } en_step;
 
 /* Offsets of the sections of en_step.meta, in int32 words. */
@@ -164,6 +164,8 @@ void en_sched_free(en_sched *s);
 int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq);
 /* Blocks free and not promised: the room a new sequence sees. */
 int en_sched_room(const en_sched *s);
+/* Blocks the waiting sequences will need, in all. */
+int en_sched_waiting_need(const en_sched *s);
 int en_sched_sequences(const en_sched *s);
 
 /* Queues a new sequence. It may end at once (PE_KV_REFUSE and no room) with its event. */

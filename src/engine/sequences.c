@@ -104,7 +104,8 @@ static en_replica *pick_replica(pe_engine *e)
     return best;
 }
 
-/* A new sequence holding `n` tokens now and room for `cap`. */
+/* A new sequence holding `n` tokens now and room for `cap` (its id is given once it is
+ * accepted). */
 static en_seq *seq_new(pe_engine *e, const int32_t *tokens, size_t n, size_t cap)
 {
     en_seq *q = calloc(1, sizeof *q);
@@ -117,7 +118,6 @@ static en_seq *seq_new(pe_engine *e, const int32_t *tokens, size_t n, size_t cap
     }
     memcpy(q->tokens, tokens, n * sizeof *tokens);
     q->hdr.kind = EN_MSG_SEQ;
-    q->id = atomic_fetch_add(&e->next_seq, 1);
     q->ntok = (int)n;
     q->cap = (int)cap;
     q->prompt_len = (int)n;
@@ -169,12 +169,12 @@ pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
         en_seq_free(q);
         return en_error(e, s, &err);
     }
-    uint64_t qid = q->id;
     if (en_events_expect(&e->events) != PE_OK) {
         en_seq_free(q);
         pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for the sequence's events");
         return en_error(e, PE_ENOMEM, &err);
     }
+    uint64_t qid = q->id = atomic_fetch_add(&e->next_seq, 1);
     if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) { /* never closed while running */
         en_events_unexpect(&e->events);
         en_seq_free(q);
@@ -228,6 +228,23 @@ static pe_status take_event(pe_engine *e, pe_token_event *ev, int block, const c
 pe_status pe_seq_poll(pe_engine *e, pe_token_event *ev) { return take_event(e, ev, 0, "pe_seq_poll"); }
 pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev) { return take_event(e, ev, 1, "pe_seq_wait"); }
 
+/* Why a score that reached its replica ended without logits. */
+static pe_err *score_failure(pe_engine *e, pe_status s, size_t n, pe_err *err)
+{
+    if (s == PE_EAGAIN) {
+        pe_fail(err, s, "pe_score: the KV pool has no room for %zu positions now and kv_full is "
+                "PE_KV_REFUSE; retry when sequences have ended, or raise kv_tokens", n);
+    } else if (s == PE_ENOMEM) {
+        pe_fail(err, s, "pe_score: out of host memory queueing the prompt");
+    } else {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(err, s, "pe_score failed: %s",
+                e->fail_err.msg[0] ? e->fail_err.msg : "the engine is shutting down");
+        pthread_mutex_unlock(&e->err_mu);
+    }
+    return err;
+}
+
 pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
                    float *logits)
 {
@@ -255,6 +272,7 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
     atomic_init(&sync.done, 0);
     sync.status = PE_OK;
     RT_IGNORE_WORD(sync.done);
+    q->id = EN_SCORE_ID; /* never handed out: pe_seq_cancel refuses it */
     q->score = 1;
     q->all_positions = all_positions != 0;
     q->score_out = logits;
@@ -277,12 +295,7 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
     }
     RT_UNIGNORE_WORD(sync.done);
     RT_HAPPENS_FORGET(&sync.done);
-    if (sync.status != PE_OK) {
-        pthread_mutex_lock(&e->err_mu);
-        pe_fail(&err, sync.status, "pe_score failed: %s",
-                e->fail_err.msg[0] ? e->fail_err.msg : "the engine is shutting down");
-        pthread_mutex_unlock(&e->err_mu);
-        return en_error(e, sync.status, &err);
-    }
+    if (sync.status != PE_OK)
+        return en_error(e, sync.status, score_failure(e, sync.status, n, &err));
     return PE_OK;
 }

@@ -60,7 +60,7 @@ static void print_devices(const be_ops *ops, FILE *out)
 }
 
 static pe_status print_json(const rt_topology *t, const be_ops *ops, const topo_plan *p,
-                            FILE *out)
+                            const char *notice, FILE *out)
 {
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
@@ -68,6 +68,7 @@ static pe_status print_json(const rt_topology *t, const be_ops *ops, const topo_
     ok = ok && cJSON_AddNumberToObject(root, "pus", rt_topology_pus(t));
     ok = ok && cJSON_AddNumberToObject(root, "numa_nodes", rt_topology_numa_nodes(t));
     ok = ok && cJSON_AddStringToObject(root, "backend", ops ? ops->name : "none");
+    ok = ok && (!notice[0] || cJSON_AddStringToObject(root, "notice", notice));
     cJSON *workers = ok ? cJSON_AddArrayToObject(root, "workers") : NULL;
     ok = ok && workers;
     for (int i = 0; ok && i < p->n; i++) {
@@ -142,11 +143,11 @@ pe_status pe_topology_report(pe_backend_kind kind, const int *ids, int n, int th
         (rc = rt_topology_plan_cores(t, n, p.near, threads, p.plan, &err)) != PE_OK)
         pe_set_last_error(err.msg);
     if (rc == PE_OK) {
-        if (notice[0])
-            fprintf(stderr, "pengine: %s\n", notice);
         if (json) {
-            rc = print_json(t, ops, &p, out);
+            rc = print_json(t, ops, &p, notice, out);
         } else {
+            if (notice[0]) /* the backend auto chose, and why */
+                fprintf(out, "%s\n", notice);
             rt_topology_print(t, out, n, p.plan, p.name_ptr);
             print_devices(ops, out);
             if (fflush(out) != 0) {

@@ -22,6 +22,9 @@
 #include "model/format/hf.h"
 
 #define MD_MAX_EOS 8
+/* The largest dimension a config may give (layers, widths, heads, positions, vocab): every
+ * index and product the forward pass forms from them then fits its integer types. */
+#define MD_MAX_DIM (1L << 24)
 
 /* ---- config ----------------------------------------------------------------------------- */
 

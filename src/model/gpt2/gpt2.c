@@ -73,12 +73,16 @@ static pe_status gpt2_configure(const md_hf *hf, const char *arch, md_config *c,
     if (s == PE_OK) s = md_hf_bool_or(hf, "tie_word_embeddings", 1, &tied, err);
     if (s != PE_OK)
         return s;
-    if (C <= 0 || L <= 0 || NH <= 0 || P <= 0 || V <= 0 || I <= 0 || C % NH != 0 ||
-        (C / NH) % 2 != 0)
+    const long dims[] = {C, L, NH, P, V, I};
+    int in_range = 1;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        in_range &= dims[i] > 0 && dims[i] <= MD_MAX_DIM;
+    if (!in_range || C % NH != 0 || (C / NH) % 2 != 0)
         return pe_fail(err, PE_EFORMAT,
                        "%s: n_embd %ld, n_layer %ld, n_head %ld, n_positions %ld, vocab_size %ld, "
-                       "n_inner %ld: each must be > 0 and n_embd a multiple of n_head with an "
-                       "even head size", hf->config_path, C, L, NH, P, V, I);
+                       "n_inner %ld: each must be > 0 and at most %ld, and n_embd a multiple of "
+                       "n_head with an even head size", hf->config_path, C, L, NH, P, V, I,
+                       MD_MAX_DIM);
     if (strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
         return pe_fail(err, PE_EFORMAT, "%s: activation_function \"%s\" is not supported; "
                        "GPT-2 models use gelu_new (the tanh form)", hf->config_path, act);

@@ -200,14 +200,19 @@ static pe_status llama_configure(const md_hf *hf, const char *arch, md_config *c
     if (s == PE_OK) s = md_hf_bool_or(hf, "use_sliding_window", 0, &use_window, err);
     if (s != PE_OK)
         return s;
+    const long dims[] = {C, I, L, NH, KVH, hd, P, V, window};
+    int in_range = 1;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        in_range &= dims[i] <= MD_MAX_DIM;
     if (C <= 0 || I <= 0 || L <= 0 || NH <= 0 || KVH <= 0 || hd <= 0 || P <= 0 || V <= 0 ||
-        NH % KVH != 0 || hd % 2 != 0)
+        !in_range || NH % KVH != 0 || hd % 2 != 0)
         return pe_fail(err, PE_EFORMAT,
                        "%s: hidden_size %ld, intermediate_size %ld, num_hidden_layers %ld, "
                        "num_attention_heads %ld, num_key_value_heads %ld, head_dim %ld, "
-                       "max_position_embeddings %ld, vocab_size %ld: each must be > 0, the "
-                       "heads a multiple of the KV heads and head_dim even",
-                       hf->config_path, C, I, L, NH, KVH, hd, P, V);
+                       "max_position_embeddings %ld, vocab_size %ld, sliding_window %ld: each "
+                       "must be > 0 (the window may be 0) and at most %ld, the heads a multiple "
+                       "of the KV heads and head_dim even",
+                       hf->config_path, C, I, L, NH, KVH, hd, P, V, window, MD_MAX_DIM);
     if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
         return pe_fail(err, PE_EFORMAT, "%s: hidden_act \"%s\" is not supported; Llama-family "
                        "models use silu", hf->config_path, act);
