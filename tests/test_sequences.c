@@ -214,6 +214,33 @@ static void a_full_pool_makes_a_new_sequence_wait_or_refuses_it(void **state)
     }
 }
 
+/* pengine.h: pe_score takes blocks as sequences do, "PE_EAGAIN when the pool is full and
+ * cfg.kv_full is PE_KV_REFUSE"; the message says so; with room again it scores. */
+static void a_score_that_finds_the_pool_promised_is_refused_with_eagain(void **state)
+{
+    (void)state;
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.kv_tokens = 128; /* 8 blocks */
+    cfg.kv_full = PE_KV_REFUSE;
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    int32_t prompt[20];
+    tm_tokens(prompt, 20, llama_spec.vocab, 6);
+    static run r;
+    memset(&r, 0, sizeof r);
+    en_allow_steps(e, 0); /* the sequence waits, its 8 blocks spoken for */
+    submit(e, prompt, 20, 100, 0, NULL);
+    static float logits[4096];
+    assert_true(llama_spec.vocab <= 4096);
+    assert_int_equal(pe_score(e, prompt, 20, 0, logits), PE_EAGAIN);
+    assert_non_null(strstr(pe_last_error(), "kv_full"));
+    en_allow_steps(e, -1);
+    drain(e, &r);
+    assert_int_equal(r.ntok[0], 100);
+    assert_int_equal(pe_score(e, prompt, 20, 0, logits), PE_OK);
+    pe_engine_destroy(e);
+}
+
 /* ---- sampling -------------------------------------------------------------------------- */
 
 static void generate(pe_engine *e, const int32_t *prompt, size_t n, int G, const pe_sampling *s,
@@ -589,6 +616,7 @@ int main(void)
         cmocka_unit_test(a_mixed_batch_gives_each_sequence_what_it_gets_alone),
         cmocka_unit_test(ended_sequences_free_their_blocks_and_an_exact_pool_works),
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
+        cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),
         cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
         cmocka_unit_test(temperature_sampling_follows_the_softmax),
         cmocka_unit_test(top_p_keeps_the_nucleus),
