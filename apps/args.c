@@ -127,21 +127,79 @@ int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int m
     return 0;
 }
 
+/* One token id of a --tokens or --stop list: digits only, below 2^31. */
+static int parse_token_id(const char *flag, const char *list, const char *p, size_t len,
+                          int32_t *id, char *msg, size_t msg_len)
+{
+    int shown = len > 20 ? 20 : (int)len;
+    const char *more = len > 20 ? "..." : "";
+    for (size_t k = 0; k < len; k++)
+        if (!isdigit((unsigned char)p[k]))
+            return fail(msg, msg_len,
+                        "%s '%.40s%s': '%.*s%s' is not a token id; list ids (integers >= 0) "
+                        "separated by commas, e.g. %s 1,2,3",
+                        flag, list, strlen(list) > 40 ? "..." : "", shown, p, more, flag);
+    long v = 0;
+    for (size_t k = 0; k < len && v <= INT32_MAX; k++)
+        v = v * 10 + (p[k] - '0');
+    if (v > INT32_MAX)
+        return fail(msg, msg_len,
+                    "%s: token id %.*s%s is too large; give ids below the model's vocabulary "
+                    "size (at most 2^31 - 1)",
+                    flag, shown, p, more);
+    *id = (int32_t)v;
+    return 0;
+}
+
+int cli_parse_token_ids(const char *flag, const char *s, int32_t *ids, int max, int *n,
+                        char *msg, size_t msg_len)
+{
+    *n = 0;
+    if (!*s)
+        return fail(msg, msg_len, "%s is empty; list token ids separated by commas, e.g. %s 1,2,3",
+                    flag, flag);
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0)
+            return fail(msg, msg_len,
+                        "%s '%.40s%s' has an empty entry; list token ids separated by single "
+                        "commas, e.g. %s 1,2,3",
+                        flag, s, strlen(s) > 40 ? "..." : "", flag);
+        if (*n == max)
+            return fail(msg, msg_len, "%s has more than %d ids; give at most %d", flag, max, max);
+        if (parse_token_id(flag, s, p, len, &ids[*n], msg, msg_len))
+            return -1;
+        (*n)++;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
 /* ---- the flag table ---------------------------------------------------------------------- */
+
+/* The demos a flag is for: every one, the MLP demos only, or the decoder demo only. A flag
+ * the demo that runs would ignore is refused (cli_check_demo_flags). */
+typedef enum flag_use { FOR_ALL = 0, FOR_MLP, FOR_DECODER } flag_use;
 
 typedef struct flag_def {
     const char *name;
     int takes_value;
+    flag_use use;
 } flag_def;
 
 static const flag_def flags[] = {
-    {"--mode", 1},    {"--gpus", 1},      {"--dp", 1},           {"--pp", 1},
-    {"--tp", 1},      {"--model", 1},     {"--batch", 1},        {"--microbatches", 1},
-    {"--schedule", 1}, {"--split", 1},    {"--iters", 1},        {"--warmup", 1},
-    {"--seed", 1},    {"--backend", 1},   {"--trace", 1},        {"--json", 0},
-    {"--verify", 0},  {"--no-verify", 0}, {"--topology", 0},     {"--help", 0},
-    {"-h", 0},        {"--version", 0},   {"--dtype", 1},        {"--threads", 1},
-    {"--kv-tokens", 1}, {"--prompt-len", 1}, {"--max-tokens", 1},
+    {"--mode", 1, FOR_ALL},        {"--gpus", 1, FOR_ALL},        {"--dp", 1, FOR_ALL},
+    {"--pp", 1, FOR_ALL},          {"--tp", 1, FOR_ALL},          {"--model", 1, FOR_ALL},
+    {"--batch", 1, FOR_ALL},       {"--microbatches", 1, FOR_MLP}, {"--schedule", 1, FOR_MLP},
+    {"--split", 1, FOR_MLP},       {"--iters", 1, FOR_MLP},       {"--warmup", 1, FOR_ALL},
+    {"--seed", 1, FOR_ALL},        {"--backend", 1, FOR_ALL},     {"--trace", 1, FOR_MLP},
+    {"--json", 0, FOR_ALL},        {"--verify", 0, FOR_ALL},      {"--no-verify", 0, FOR_ALL},
+    {"--topology", 0, FOR_ALL},    {"--help", 0, FOR_ALL},        {"-h", 0, FOR_ALL},
+    {"--version", 0, FOR_ALL},     {"--dtype", 1, FOR_ALL},       {"--threads", 1, FOR_ALL},
+    {"--kv-tokens", 1, FOR_DECODER}, {"--prompt-len", 1, FOR_DECODER},
+    {"--max-tokens", 1, FOR_DECODER},
 };
 
 static const flag_def *find_flag(const char *name, size_t len)
@@ -254,6 +312,9 @@ static int resolve_grid(cli_options *o, char *msg, size_t len)
     int grid_given = o->dp || o->pp || o->tp;
     if (!o->mode && !grid_given && o->model_path && o->ndevices)
         o->mode = CLI_MODE_DP; /* pengine --model DIR --gpus 0: one replica per device */
+    if (!o->mode && !grid_given && o->model_path)
+        return fail(msg, len, "no devices given for --model %s; add --gpus 0 (one device; "
+                              "--gpus 0,1: one replica on each)", o->model_path);
     if (!o->mode && !grid_given)
         return fail(msg, len, "nothing to run; give a mode and devices, e.g. pengine --mode pp "
                               "--gpus 0,1 (see pengine --help)");
@@ -342,6 +403,10 @@ int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
         }
         if (apply(o, f->name, value, msg, msg_len))
             return CLI_USAGE;
+        const char **only = f->use == FOR_MLP ? &o->mlp_only_flag
+                            : f->use == FOR_DECODER ? &o->decoder_only_flag : NULL;
+        if (only && !*only)
+            *only = f->name;
     }
     if (o->help || o->version)
         return CLI_OK;
@@ -349,5 +414,21 @@ int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
         return CLI_OK; /* --topology needs no grid; --gpus is optional */
     if (resolve_grid(o, msg, msg_len))
         return CLI_USAGE;
+    return CLI_OK;
+}
+
+int cli_check_demo_flags(const cli_options *o, int decoder)
+{
+    if (decoder && o->mlp_only_flag) {
+        cli_errorf("%s is a flag of the MLP demos, not of the decoder demo (--model %s is a "
+                   "decoder directory); drop it", o->mlp_only_flag, o->model_path);
+        return CLI_USAGE;
+    }
+    if (!decoder && o->decoder_only_flag) {
+        cli_errorf("%s is a flag of the decoder demo, not of the MLP demos; drop it, or give "
+                   "--model a decoder directory (e.g. one written by pengine gen llama)",
+                   o->decoder_only_flag);
+        return CLI_USAGE;
+    }
     return CLI_OK;
 }

@@ -40,6 +40,8 @@ typedef struct cli_options {
     size_t kv_tokens;          /* --kv-tokens: a decoder replica's KV pool, 0 = default */
     int prompt_len;            /* --prompt-len: the decoder demo's prompts (default 32) */
     int max_tokens;            /* --max-tokens: the decoder demo's generated tokens (32) */
+    const char *mlp_only_flag;     /* the first flag given that only the MLP demos use */
+    const char *decoder_only_flag; /* the first flag given that only the decoder demo uses */
     int help, version;
 } cli_options;
 
@@ -47,6 +49,12 @@ typedef struct cli_options {
  * together (grid product, --split count). Returns CLI_OK, or CLI_USAGE with a one-line
  * "<problem>; <fix>" in msg. */
 int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len);
+
+/* Refuses a flag that the demo about to run would ignore: an MLP demo's (--iters,
+ * --microbatches, --schedule, --split, --trace) for the decoder demo (decoder = 1), the
+ * decoder demo's (--prompt-len, --max-tokens, --kv-tokens) for an MLP demo. Returns CLI_OK,
+ * or CLI_USAGE with the error printed. */
+int cli_check_demo_flags(const cli_options *o, int decoder);
 
 /* The options before any flag. */
 void cli_default_options(cli_options *o);
@@ -59,6 +67,11 @@ int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, c
 /* Parses a device list "0,1,3" into ids (at most max). Returns 0, or -1 with msg set. */
 int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int min_value,
                        int *n, char *msg, size_t msg_len);
+
+/* Parses a token id list "1,2,3" into ids (at most max): integers from 0 to 2^31 - 1 (the
+ * vocabulary is checked by the library). Returns 0, or -1 with msg set. */
+int cli_parse_token_ids(const char *flag, const char *s, int32_t *ids, int max, int *n,
+                        char *msg, size_t msg_len);
 
 /* Strict number parsing: the whole string, in [lo, hi]. Return 0, or -1 with msg set. */
 int cli_parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *msg,

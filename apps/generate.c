@@ -31,13 +31,71 @@ static int usage_error(const char *msg)
     return CLI_USAGE;
 }
 
+/* --tokens: the prompt (a later --tokens replaces it). Returns the exit code, msg set. */
+static int set_prompt(gen_opts *g, const char *v, char *msg, size_t len)
+{
+    size_t entries = 1;
+    for (const char *p = v; *p; p++)
+        entries += *p == ',';
+    free(g->prompt);
+    g->nprompt = 0;
+    g->prompt = malloc((entries < GEN_MAX_PROMPT ? entries : GEN_MAX_PROMPT) * sizeof *g->prompt);
+    if (!g->prompt) {
+        snprintf(msg, len, "out of memory for a prompt of %zu tokens; give a shorter --tokens",
+                 entries);
+        return CLI_RUNTIME;
+    }
+    if (cli_parse_token_ids("--tokens", v, g->prompt, GEN_MAX_PROMPT, &g->nprompt, msg, len))
+        return CLI_USAGE;
+    return CLI_OK;
+}
+
+/* Applies one flag with its value. Returns the exit code, msg set on a failure. */
+static int apply_flag(gen_opts *g, const char *f, const char *v, char *msg, size_t len)
+{
+    long x = 0;
+    double d = 0;
+    int bad = 0;
+    if (!strcmp(f, "--model")) {
+        g->dev.model_path = v;
+    } else if (!strcmp(f, "--tokens")) {
+        return set_prompt(g, v, msg, len);
+    } else if (!strcmp(f, "--max-tokens")) {
+        bad = cli_parse_long(f, v, 1, 1L << 24, &x, msg, len);
+        g->max_tokens = (int)x;
+    } else if (!strcmp(f, "--temperature")) {
+        bad = cli_parse_double(f, v, 0.0, 100.0, &d, msg, len);
+        g->sampling.temperature = (float)d;
+    } else if (!strcmp(f, "--top-k")) {
+        bad = cli_parse_long(f, v, 0, 1L << 30, &x, msg, len);
+        g->sampling.top_k = (int)x;
+    } else if (!strcmp(f, "--top-p")) {
+        bad = cli_parse_double(f, v, 0.0, 1.0, &d, msg, len);
+        if (!bad && d <= 0.0) {
+            snprintf(msg, len, "--top-p 0 keeps no token; give a number in (0, 1]");
+            bad = 1;
+        }
+        g->sampling.top_p = (float)d;
+    } else if (!strcmp(f, "--seed")) {
+        bad = cli_parse_u64(f, v, &g->sampling.seed, msg, len);
+    } else if (!strcmp(f, "--logprobs")) {
+        bad = cli_parse_long(f, v, 0, PE_MAX_LOGPROBS, &x, msg, len);
+        g->logprobs = (int)x;
+    } else if (!strcmp(f, "--stop")) {
+        bad = cli_parse_token_ids("--stop", v, g->stop, PE_MAX_STOP, &g->nstop, msg, len);
+    } else { /* the device flags, as the main command parses them */
+        bad = cli_apply_device_flag(&g->dev, f, v, msg, len) < 0;
+    }
+    return bad ? CLI_USAGE : CLI_OK;
+}
+
+/* Returns CLI_OK, -1 after --help, or the exit code of an error (printed). */
 static int parse(int argc, char **argv, gen_opts *g)
 {
     char msg[CLI_MSG_LEN];
     static const char *const with_value[] = {
         "--model", "--tokens", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed",
         "--logprobs", "--stop", "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens"};
-    /* --model is ours; the rest of the device flags go through cli_apply_device_flag */
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--json")) { g->json = 1; continue; }
@@ -54,61 +112,22 @@ static int parse(int argc, char **argv, gen_opts *g)
             snprintf(msg, sizeof msg, "%s needs a value; see pengine --help", f);
             return usage_error(msg);
         }
-        const char *v = argv[++i];
-        int bad = 0;
-        long x;
-        double d;
-        if (!strcmp(f, "--model")) {
-            g->dev.model_path = v;
-        } else if (!strcmp(f, "--tokens")) {
-            int *ids = malloc(GEN_MAX_PROMPT * sizeof *ids);
-            if (!ids)
-                return usage_error("out of memory for the prompt");
-            bad = cli_parse_int_list("--tokens", v, ids, GEN_MAX_PROMPT, 0, &g->nprompt, msg,
-                                     sizeof msg);
-            free(g->prompt);
-            g->prompt = malloc((size_t)(g->nprompt ? g->nprompt : 1) * sizeof *g->prompt);
-            for (int k = 0; !bad && g->prompt && k < g->nprompt; k++)
-                g->prompt[k] = ids[k];
-            free(ids);
-        } else if (!strcmp(f, "--max-tokens")) {
-            bad = cli_parse_long(f, v, 1, 1L << 24, &x, msg, sizeof msg);
-            g->max_tokens = (int)x;
-        } else if (!strcmp(f, "--temperature")) {
-            bad = cli_parse_double(f, v, 0.0, 100.0, &d, msg, sizeof msg);
-            g->sampling.temperature = (float)d;
-        } else if (!strcmp(f, "--top-k")) {
-            bad = cli_parse_long(f, v, 0, 1L << 30, &x, msg, sizeof msg);
-            g->sampling.top_k = (int)x;
-        } else if (!strcmp(f, "--top-p")) {
-            bad = cli_parse_double(f, v, 0.0, 1.0, &d, msg, sizeof msg);
-            if (!bad && d <= 0.0) {
-                snprintf(msg, sizeof msg, "--top-p 0 keeps no token; give a number in (0, 1]");
-                bad = 1;
-            }
-            g->sampling.top_p = (float)d;
-        } else if (!strcmp(f, "--seed")) {
-            bad = cli_parse_u64(f, v, &g->sampling.seed, msg, sizeof msg);
-        } else if (!strcmp(f, "--logprobs")) {
-            bad = cli_parse_long(f, v, 0, PE_MAX_LOGPROBS, &x, msg, sizeof msg);
-            g->logprobs = (int)x;
-        } else if (!strcmp(f, "--stop")) {
-            int ids[PE_MAX_STOP];
-            bad = cli_parse_int_list("--stop", v, ids, PE_MAX_STOP, 0, &g->nstop, msg, sizeof msg);
-            for (int k = 0; !bad && k < g->nstop; k++)
-                g->stop[k] = ids[k];
-        } else { /* the device flags, as the main command parses them */
-            bad = cli_apply_device_flag(&g->dev, f, v, msg, sizeof msg) < 0;
+        int rc = apply_flag(g, f, argv[++i], msg, sizeof msg);
+        if (rc != CLI_OK) {
+            cli_error(msg);
+            return rc;
         }
-        if (bad)
-            return usage_error(msg);
     }
     if (!g->dev.model_path)
-        return usage_error("generate needs --model DIR (a decoder, e.g. one written by pengine "
-                           "gen llama --out DIR)");
-    if (!g->prompt || g->nprompt == 0)
-        return usage_error("generate needs a prompt: --tokens 1,2,3 (token ids)");
-    return 0;
+        return usage_error("generate needs --model DIR; give a decoder directory, e.g. one "
+                           "written by pengine gen llama --out DIR");
+    if (g->nprompt == 0)
+        return usage_error("generate needs a prompt; give its token ids, e.g. --tokens 1,2,3 "
+                           "(pengine tokenize turns text into ids)");
+    if (g->logprobs > 0 && !g->json)
+        return usage_error("--logprobs is printed only in the JSON output; add --json, or drop "
+                           "--logprobs");
+    return CLI_OK;
 }
 
 typedef struct stream_ctx {
@@ -172,7 +191,7 @@ int cli_generate(int argc, char **argv)
     g.max_tokens = 16;
     g.sampling.top_p = 1.0f;
     int rc = parse(argc, argv, &g);
-    if (rc != 0) {
+    if (rc != CLI_OK) {
         free(g.prompt);
         return rc < 0 ? CLI_OK : rc;
     }
@@ -197,13 +216,16 @@ int cli_generate(int argc, char **argv)
     rc = cli_batch_alloc(&b);
     if (rc == CLI_OK)
         rc = cli_batch_run(e, &b);
+    if (!g.json && (rc == CLI_OK || sc.printed)) {
+        printf("\n"); /* ends the streamed line, also when the sequence failed */
+        fflush(stdout);  /* before the rates on stderr */
+    }
     if (rc == CLI_OK) {
         cli_rates r;
         cli_batch_rates(&b, &r);
         if (g.json) {
             print_json(&g, &b, &r);
         } else {
-            printf("\n");
             fprintf(stderr, "pengine: %d prompt tokens, %d generated (finish: %s); time to "
                     "first token %.2f ms, prefill %.1f tok/s, decode %.3f ms/token (%.1f tok/s)\n",
                     g.nprompt, b.ntok[0], cli_finish_name(b.finish[0]), r.ttft_ms,

@@ -58,21 +58,22 @@ int cli_batch_alloc(cli_batch *b)
     size_t n = (size_t)b->n, m = (size_t)(b->max_tokens > 0 ? b->max_tokens : 1);
     b->tokens = calloc(n, sizeof *b->tokens);
     b->events = calloc(n, sizeof *b->events);
+    b->t_tok = calloc(n, sizeof *b->t_tok);
     b->ntok = calloc(n, sizeof *b->ntok);
     b->finish = calloc(n, sizeof *b->finish);
     b->status = calloc(n, sizeof *b->status);
-    b->t_first = calloc(n, sizeof *b->t_first);
-    b->t_last = calloc(n, sizeof *b->t_last);
-    int ok = b->tokens && b->events && b->ntok && b->finish && b->status && b->t_first &&
-             b->t_last;
+    int ok = b->tokens && b->events && b->t_tok && b->ntok && b->finish && b->status;
     for (size_t i = 0; ok && i < n; i++) {
         b->tokens[i] = malloc(m * sizeof **b->tokens);
+        b->t_tok[i] = malloc(m * sizeof **b->t_tok);
         b->events[i] = b->logprobs ? malloc(m * sizeof **b->events) : NULL;
-        ok = b->tokens[i] && (!b->logprobs || b->events[i]);
+        ok = b->tokens[i] && b->t_tok[i] && (!b->logprobs || b->events[i]);
     }
     if (!ok) {
         cli_batch_free(b);
-        cli_error("out of memory for the batch's results; use a smaller --batch or --max-tokens");
+        cli_errorf("out of memory for the results of %d sequence%s x %zu tokens; lower "
+                   "--max-tokens%s", b->n, b->n == 1 ? "" : "s", m,
+                   b->n > 1 ? " or the number of sequences (--batch)" : "");
         return CLI_RUNTIME;
     }
     return CLI_OK;
@@ -80,23 +81,23 @@ int cli_batch_alloc(cli_batch *b)
 
 void cli_batch_free(cli_batch *b)
 {
-    for (int i = 0; b->tokens && i < b->n; i++)
-        free(b->tokens[i]);
-    for (int i = 0; b->events && i < b->n; i++)
-        free(b->events[i]);
+    for (int i = 0; i < b->n; i++) {
+        free(b->tokens ? b->tokens[i] : NULL);
+        free(b->events ? b->events[i] : NULL);
+        free(b->t_tok ? b->t_tok[i] : NULL);
+    }
     free(b->tokens);
     free(b->events);
+    free(b->t_tok);
     free(b->ntok);
     free(b->finish);
     free(b->status);
-    free(b->t_first);
-    free(b->t_last);
     b->tokens = NULL;
     b->events = NULL;
+    b->t_tok = NULL;
     b->ntok = NULL;
     b->finish = NULL;
     b->status = NULL;
-    b->t_first = b->t_last = NULL;
 }
 
 int cli_batch_run(pe_engine *e, cli_batch *b)
@@ -127,9 +128,7 @@ int cli_batch_run(pe_engine *e, cli_batch *b)
         int i = (int)(intptr_t)ev.user;
         double now = cli_now_ms();
         if (ev.token >= 0 && b->ntok[i] < b->max_tokens) {
-            if (b->ntok[i] == 0)
-                b->t_first[i] = now;
-            b->t_last[i] = now;
+            b->t_tok[i][b->ntok[i]] = now;
             b->tokens[i][b->ntok[i]] = ev.token;
             if (b->events && b->events[i])
                 b->events[i][b->ntok[i]] = ev;
@@ -150,36 +149,60 @@ int cli_batch_run(pe_engine *e, cli_batch *b)
     return rc;
 }
 
+/* When the last sequence got its first token (t0 when none did). */
+static double last_first_token(const cli_batch *b)
+{
+    double t = b->t0;
+    for (int i = 0; i < b->n; i++)
+        if (b->ntok[i] && b->t_tok[i][0] > t)
+            t = b->t_tok[i][0];
+    return t;
+}
+
+/* The decode rates (cli_rates), both over the decode phase: from last_first, when the
+ * last sequence got its first token, to the batch's last token. Before last_first some
+ * prompts were still being prefilled (a batch's prompts longer than one step, or sequences
+ * queued behind others), and the tokens of that time came at prefill's pace: neither the
+ * tokens before last_first nor the gaps that start before it are counted. */
+static void decode_rates(const cli_batch *b, double last_first, cli_rates *out)
+{
+    double end = last_first, gaps = 0;
+    long after = 0, ngaps = 0;
+    for (int i = 0; i < b->n; i++) {
+        const double *t = b->t_tok[i];
+        for (int j = 1; j < b->ntok[i]; j++) {
+            after += t[j] > last_first;
+            if (t[j - 1] >= last_first) {
+                gaps += t[j] - t[j - 1];
+                ngaps++;
+            }
+        }
+        if (b->ntok[i] && t[b->ntok[i] - 1] > end)
+            end = t[b->ntok[i] - 1];
+    }
+    out->decode_ms = ngaps ? gaps / (double)ngaps : 0;
+    double span = end - last_first;
+    out->decode_tok_s = span > 0 ? (double)after / (span * 1e-3) : 0;
+}
+
 void cli_batch_rates(const cli_batch *b, cli_rates *out)
 {
     memset(out, 0, sizeof *out);
-    double last_first = b->t0, first_first = 0, end = b->t0, ttft = 0;
-    long after_first = 0;
+    double ttft = 0;
     int started = 0;
     for (int i = 0; i < b->n; i++) {
         out->prompt_tokens += (long)b->lens[i];
         out->generated += b->ntok[i];
-        if (!b->ntok[i])
-            continue;
-        ttft += b->t_first[i] - b->t0;
-        last_first = b->t_first[i] > last_first ? b->t_first[i] : last_first;
-        first_first = !started || b->t_first[i] < first_first ? b->t_first[i] : first_first;
-        end = b->t_last[i] > end ? b->t_last[i] : end;
-        after_first += b->ntok[i] - 1;
-        started++;
+        if (b->ntok[i]) {
+            ttft += b->t_tok[i][0] - b->t0;
+            started++;
+        }
     }
     if (!started)
         return;
+    double last_first = last_first_token(b);
     out->ttft_ms = ttft / started;
-    out->prefill_tok_s = (double)out->prompt_tokens / ((last_first - b->t0) * 1e-3);
-    /* decode: the span after the last sequence got its first token, when every sequence of
-     * the batch decodes together */
-    double span = end - last_first;
-    long steps = 0;
-    for (int i = 0; i < b->n; i++)
-        if (b->ntok[i] > 1 && b->ntok[i] - 1 > steps)
-            steps = b->ntok[i] - 1;
-    out->decode_ms = steps ? span / (double)steps : 0;
-    out->decode_tok_s = span > 0 ? (double)after_first / (span * 1e-3) : 0;
-    (void)first_first;
+    if (last_first > b->t0)
+        out->prefill_tok_s = (double)out->prompt_tokens / ((last_first - b->t0) * 1e-3);
+    decode_rates(b, last_first, out);
 }

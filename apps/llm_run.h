@@ -39,7 +39,7 @@ typedef struct cli_batch {
     pe_finish *finish;
     pe_status *status;
     double t0;                /* ms: when the first sequence was submitted */
-    double *t_first, *t_last; /* ms: each sequence's first and last token */
+    double **t_tok;           /* (n, max_tokens) ms: when each token's event arrived */
 } cli_batch;
 
 /* Allocates the result arrays of b (n and max_tokens set). Returns the exit code. */
@@ -49,12 +49,18 @@ void cli_batch_free(cli_batch *b);
  * CLI_RUNTIME (printed) when a submit fails or a sequence ends with an error. */
 int cli_batch_run(pe_engine *e, cli_batch *b);
 
-/* The rates of a finished batch. */
+/* The rates of a finished batch, from the client's arrival times of the token events.
+ * last_first is when the last sequence got its first token: every prompt is prefilled by
+ * then. The decode phase runs from last_first to the batch's last token; tokens and gaps
+ * before it came while prompts were still being prefilled and are not counted. */
 typedef struct cli_rates {
-    double ttft_ms;           /* mean time to first token */
-    double prefill_tok_s;     /* prompt tokens / the time until every first token */
-    double decode_ms;         /* per token of a sequence after its first (the decode step) */
-    double decode_tok_s;      /* tokens after the first, over the decode span, all sequences */
+    double ttft_ms;           /* mean over the sequences of (first token - t0) */
+    double prefill_tok_s;     /* prompt tokens / (last_first - t0) */
+    double decode_ms;         /* mean gap between two consecutive tokens of a sequence, over
+                               * the gaps inside the decode phase: one decode step when the
+                               * batch decodes together */
+    double decode_tok_s;      /* tokens that arrived after last_first, all sequences, / the
+                               * decode phase's length */
     long prompt_tokens, generated;
 } cli_rates;
 void cli_batch_rates(const cli_batch *b, cli_rates *out);

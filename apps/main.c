@@ -25,9 +25,19 @@ static int check_trace_path(const char *path)
     return CLI_OK;
 }
 
+/* --model DIR is a decoder (a Hugging Face directory); a file is an MLP. */
+static int is_decoder_dir(const char *model_path)
+{
+    struct stat sb;
+    return model_path && stat(model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 static int run_demo(const cli_options *o)
 {
-    int rc = cli_preflight(o);
+    int decoder = is_decoder_dir(o->model_path);
+    int rc = cli_check_demo_flags(o, decoder);
+    if (rc == CLI_OK)
+        rc = cli_preflight(o);
     if (rc == CLI_OK && o->trace_path)
         rc = check_trace_path(o->trace_path);
     if (rc != CLI_OK)
@@ -37,8 +47,6 @@ static int run_demo(const cli_options *o)
         cli_error("out of memory before the run started; free some memory and retry");
         return CLI_RUNTIME;
     }
-    struct stat sb;
-    int decoder = o->model_path && stat(o->model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
     switch (decoder ? CLI_MODE_NONE : o->mode) {
     case CLI_MODE_NONE:
         if (decoder) {

@@ -109,8 +109,11 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
         }
         if (*n == cap) {
             int32_t *ni = realloc(ids, 2 * cap * sizeof *ni);
-            if (!ni)
-                break;
+            if (!ni) {
+                free(ids);
+                cli_errorf("out of memory after %zu ids on stdin; give fewer", *n);
+                return CLI_RUNTIME;
+            }
             ids = ni;
             cap *= 2;
         }

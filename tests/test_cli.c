@@ -1,19 +1,15 @@
 /* test_cli.c: the pengine command, run as a child process: exit codes and one-line errors
  * for every bad input, gen's reproducibility, each demo's verdict, --json and --trace.
  *
- * argv[1] is the pengine binary. Each run captures stdout and stderr separately (in files,
- * so a chatty child can never block on a full pipe) and is killed after a time limit. */
+ * argv[1] is the pengine binary. Each run (tu_run_cmd, test_util.h) captures stdout and
+ * stderr separately and is killed after a time limit. */
 #include "test_util.h"
 
-#include <dirent.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -21,31 +17,9 @@
 #include "pengine/pengine.h"
 
 #define RUN_LIMIT_S 60
-#define MAX_ARGS 48
 
 static const char *g_bin;    /* the pengine binary */
 static char g_dir[512];      /* scratch folder for models, traces and captured output */
-
-typedef struct cli_run {
-    int status; /* exit code, or 128 + signal */
-    char *out;  /* stdout, NUL-terminated */
-    char *err;  /* stderr */
-} cli_run;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 static void path_in_dir(char *buf, size_t len, const char *name)
 {
@@ -53,64 +27,22 @@ static void path_in_dir(char *buf, size_t len, const char *name)
 }
 
 /* Runs pengine with args (NULL-terminated); fails the test if it outlives the limit. */
-static cli_run run_args(const char *const *args)
+static tu_run run_args(const char *const *args)
 {
-    char out_path[600], err_path[600];
-    path_in_dir(out_path, sizeof out_path, "stdout.txt");
-    path_in_dir(err_path, sizeof err_path, "stderr.txt");
-    char *argv[MAX_ARGS + 2];
-    int n = 0;
-    argv[n++] = (char *)g_bin;
-    for (; args[n - 1] && n <= MAX_ARGS; n++)
-        argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
-            _exit(126);
-        setenv("TMPDIR", g_dir, 1);
-        execv(g_bin, argv);
-        _exit(127);
-    }
-    int wstatus = 0;
-    struct timespec nap = {0, 10 * 1000 * 1000};
-    for (int waited = 0;; waited++) {
-        pid_t w = waitpid(pid, &wstatus, WNOHANG);
-        if (w == pid)
-            break;
-        if (waited > RUN_LIMIT_S * 100) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &wstatus, 0);
-            fail_msg("pengine %s ran longer than %d s", args[0] ? args[0] : "", RUN_LIMIT_S);
-        }
-        nanosleep(&nap, NULL);
-    }
-    cli_run r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-}
-
-static void run_free(cli_run *r)
-{
-    free(r->out);
-    free(r->err);
+    tu_cmd c = {.bin = g_bin, .tmpdir = g_dir, .limit_s = RUN_LIMIT_S};
+    return tu_run_cmd(&c, args);
 }
 
 #define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
 
-static void print_run(const cli_run *r)
+static void print_run(const tu_run *r)
 {
     print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
 }
 
 /* Exit 2, nothing on stdout, exactly one stderr line "pengine: error: ...; ..." holding
  * every given substring. */
-static void expect_usage_error(const cli_run *r, const char *const *subs)
+static void expect_usage_error(const tu_run *r, const char *const *subs)
 {
     if (r->status != 2)
         print_run(r);
@@ -134,11 +66,11 @@ static void gen_model(const char *name, const char *hidden, const char *layers, 
                       size_t len)
 {
     path_in_dir(path, len, name);
-    cli_run r = RUN("gen", "mlp", "--hidden", hidden, "--layers", layers, "--out", path);
+    tu_run r = RUN("gen", "mlp", "--hidden", hidden, "--layers", layers, "--out", path);
     if (r.status != 0)
         print_run(&r);
     assert_int_equal(r.status, 0);
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* ---- help, version --------------------------------------------------------------------- */
@@ -146,21 +78,28 @@ static void gen_model(const char *name, const char *hidden, const char *layers, 
 static void test_help_and_version_exit_0(void **state)
 {
     (void)state;
-    cli_run r = RUN("--help");
+    tu_run r = RUN("--help");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "--mode dp|tp|pp"));
     assert_non_null(strstr(r.out, "--gpus"));
     assert_non_null(strstr(r.out, "--threads N"));
     assert_non_null(strstr(r.out, "exit codes"));
+    /* every subcommand and demo in the usage lines has its options listed */
+    const char *listed[] = {"generate options", "--tokens LIST", "--temperature T",
+                            "--logprobs K", "decoder demo (--model DIR", "--prompt-len N",
+                            "--max-tokens N", "--kv-tokens N", "tokenize options"};
+    for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
+        if (!strstr(r.out, listed[i]))
+            fail_msg("--help does not list '%s'", listed[i]);
     assert_string_equal(r.err, "");
-    run_free(&r);
+    tu_run_free(&r);
 
     r = RUN("--version");
     assert_int_equal(r.status, 0);
     char want[64];
     snprintf(want, sizeof want, "pengine %s\n", pe_version());
     assert_string_equal(r.out, want);
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* ---- bad input: parsing ------------------------------------------------------------------ */
@@ -168,81 +107,81 @@ static void test_help_and_version_exit_0(void **state)
 static void test_unknown_mode_or_flag_is_usage_error(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "xx", "--gpus", "0,1");
+    tu_run r = RUN("--mode", "xx", "--gpus", "0,1");
     EXPECT_USAGE(r, "unknown mode 'xx'", "--mode dp");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--frobnicate");
     EXPECT_USAGE(r, "unknown flag '--frobnicate'");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--schedule", "fast");
     EXPECT_USAGE(r, "unknown schedule 'fast'");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--iters", "ten");
     EXPECT_USAGE(r, "--iters 'ten'");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--dtype", "fp16");
     EXPECT_USAGE(r, "unknown dtype 'fp16'", "--dtype fp32 or bf16");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--threads", "257");
     EXPECT_USAGE(r, "--threads");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--threads", "two");
     EXPECT_USAGE(r, "--threads 'two'");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus"); /* a value is missing */
     EXPECT_USAGE(r, "--gpus needs a value");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("stray");
     EXPECT_USAGE(r, "unexpected argument 'stray'");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_malformed_device_lists_are_usage_errors(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "dp", "--gpus", "");
+    tu_run r = RUN("--mode", "dp", "--gpus", "");
     EXPECT_USAGE(r, "--gpus is empty");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "dp", "--gpus", "0,,1");
     EXPECT_USAGE(r, "'0,,1' has an empty entry");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "dp", "--gpus", "0,");
     EXPECT_USAGE(r, "empty entry");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "dp", "--gpus", "a");
     EXPECT_USAGE(r, "'a' is not an integer");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "dp", "--gpus", "-1");
     EXPECT_USAGE(r, "-1 is below 0");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "dp");
     EXPECT_USAGE(r, "no devices given", "--gpus");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_missing_device_lists_the_existing_ones(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "dp", "--gpus", "0,999999", "--backend", "host");
+    tu_run r = RUN("--mode", "dp", "--gpus", "0,999999", "--backend", "host");
     EXPECT_USAGE(r, "device 999999 does not exist", "0: ", "pick ids from that list");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_grid_product_must_match_devices(void **state)
 {
     (void)state;
-    cli_run r = RUN("--dp", "2", "--tp", "2", "--gpus", "0,1");
+    tu_run r = RUN("--dp", "2", "--tp", "2", "--gpus", "0,1");
     EXPECT_USAGE(r, "dp=2 x pp=1 x tp=2", "needs 4 devices", "lists 2");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--pp", "3", "--gpus", "0,1");
     EXPECT_USAGE(r, "needs 3 devices");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--split", "3,4,1");
     EXPECT_USAGE(r, "--split lists 3", "pp=2");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--microbatches", "65");
     EXPECT_USAGE(r, "--microbatches 65 is more than the 64 rows");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* ---- bad input: what the engine or the model file refuses -------------------------------- */
@@ -252,10 +191,10 @@ static void test_width_not_divisible_by_tp_suggests_a_fix(void **state)
     (void)state;
     char model[600];
     gen_model("w12.safetensors", "12", "2", model, sizeof model);
-    cli_run r = RUN("--mode", "tp", "--gpus", "0,0,0,0,0", "--backend", "host", "--model", model,
+    tu_run r = RUN("--mode", "tp", "--gpus", "0,0,0,0,0", "--backend", "host", "--model", model,
                     "--iters", "1", "--warmup", "0");
     EXPECT_USAGE(r, "12", "divisible", "pp");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_more_stages_than_layers_is_usage_error(void **state)
@@ -263,10 +202,10 @@ static void test_more_stages_than_layers_is_usage_error(void **state)
     (void)state;
     char model[600];
     gen_model("l2.safetensors", "16", "2", model, sizeof model);
-    cli_run r = RUN("--mode", "pp", "--gpus", "0,1,0", "--backend", "host", "--model", model,
+    tu_run r = RUN("--mode", "pp", "--gpus", "0,1,0", "--backend", "host", "--model", model,
                     "--iters", "1", "--warmup", "0");
     EXPECT_USAGE(r, "3 stages", "2 layers");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void write_bytes(const char *path, const char *data, size_t n)
@@ -282,23 +221,23 @@ static void test_bad_model_files_name_the_fault(void **state)
     (void)state;
     char good[600], bad[600];
     gen_model("good.safetensors", "12", "2", good, sizeof good);
-    char *bytes = slurp(good);
+    char *bytes = tu_slurp(good, NULL);
     struct stat st;
     assert_int_equal(stat(good, &st), 0);
     size_t size = (size_t)st.st_size;
 
     /* missing */
     path_in_dir(bad, sizeof bad, "missing.safetensors");
-    cli_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
+    tu_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
     EXPECT_USAGE(r, "missing.safetensors");
-    run_free(&r);
+    tu_run_free(&r);
 
     /* truncated inside the tensor data: the message names a tensor and a byte offset */
     path_in_dir(bad, sizeof bad, "truncated.safetensors");
     write_bytes(bad, bytes, size - 100);
     r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
     EXPECT_USAGE(r, "truncated.safetensors", "tensor 'layers.", "byte");
-    run_free(&r);
+    tu_run_free(&r);
 
     /* a header that lies about a tensor's offsets */
     char *lie = strstr(bytes + 8, "[624,1200]"); /* after the 8-byte length */
@@ -308,7 +247,7 @@ static void test_bad_model_files_name_the_fault(void **state)
     write_bytes(bad, bytes, size);
     r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--model", bad);
     EXPECT_USAGE(r, "layers.1.weight", "9200");
-    run_free(&r);
+    tu_run_free(&r);
     memcpy(lie, "[624,1200]", 10);
 
     /* garbage where the header length should be */
@@ -317,31 +256,31 @@ static void test_bad_model_files_name_the_fault(void **state)
     write_bytes(bad, bytes, size);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--model", bad);
     EXPECT_USAGE(r, "corrupt.safetensors", "header");
-    run_free(&r);
+    tu_run_free(&r);
     free(bytes);
 }
 
 static void test_unwritable_trace_path_is_usage_error(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--trace",
+    tu_run r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", "--trace",
                     "/nonexistent-dir/t.json");
     EXPECT_USAGE(r, "--trace /nonexistent-dir/t.json");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_gen_bad_input_is_usage_error(void **state)
 {
     (void)state;
-    cli_run r = RUN("gen", "cnn", "--hidden", "8");
+    tu_run r = RUN("gen", "cnn", "--hidden", "8");
     EXPECT_USAGE(r, "unknown model kind 'cnn'");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("gen", "mlp", "--hidden", "8", "--layers", "2");
     EXPECT_USAGE(r, "--out is missing");
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("gen", "mlp", "--hidden", "0", "--layers", "2", "--out", "x");
     EXPECT_USAGE(r, "--hidden 0 is out of range");
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* ---- gen ----------------------------------------------------------------------------------- */
@@ -353,7 +292,7 @@ static int same_file(const char *a, const char *b)
     assert_int_equal(stat(b, &sb), 0);
     if (sa.st_size != sb.st_size)
         return 0;
-    char *x = slurp(a), *y = slurp(b);
+    char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
     int same = memcmp(x, y, (size_t)sa.st_size) == 0;
     free(x);
     free(y);
@@ -370,11 +309,11 @@ static void test_gen_same_seed_same_bytes(void **state)
     const char *seeds[] = {"7", "7", "8"};
     const char *paths[] = {a, b, c};
     for (int i = 0; i < 3; i++) {
-        cli_run r = RUN("gen", "mlp", "--hidden", "64", "--layers", "3", "--in", "32",
+        tu_run r = RUN("gen", "mlp", "--hidden", "64", "--layers", "3", "--in", "32",
                         "--out-dim", "5", "--seed", seeds[i], "--out", paths[i]);
         assert_int_equal(r.status, 0);
         assert_string_equal(r.err, "");
-        run_free(&r);
+        tu_run_free(&r);
     }
     assert_true(same_file(a, b));
     assert_false(same_file(a, c));
@@ -390,7 +329,7 @@ static size_t count(const char *s, const char *sub)
     return n;
 }
 
-static void expect_demo_ok(const cli_run *r, size_t verdicts)
+static void expect_demo_ok(const tu_run *r, size_t verdicts)
 {
     if (r->status != 0)
         print_run(r);
@@ -402,25 +341,25 @@ static void expect_demo_ok(const cli_run *r, size_t verdicts)
 static void test_dp_demo_matches_bit_for_bit(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "single device"));
     assert_non_null(strstr(r.out, "samples per second"));
     assert_non_null(strstr(r.out, "speedup"));
     assert_non_null(strstr(r.out, "bit for bit"));
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_tp_demo_matches_within_tolerance(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "within 1e-5 relative"));
     assert_non_null(strstr(r.out, "max abs error"));
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* bf16 on the host: TP within the bf16 rule, PP bit for bit (both round every GEMM input
@@ -428,23 +367,23 @@ static void test_tp_demo_matches_within_tolerance(void **state)
 static void test_bf16_demos_verify_against_one_device(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16",
+    tu_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16",
                     "--iters", "2", "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "dtype                          bf16"));
     assert_non_null(strstr(r.out, "within 1e-3 relative"));
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16", "--iters",
             "2", "--warmup", "1");
     expect_demo_ok(&r, 2);
     assert_non_null(strstr(r.out, "bit for bit"));
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_pp_demo_prints_bubbles_and_timeline(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 2); /* naive and micro-batched both checked */
     assert_non_null(strstr(r.out, "naive (m=1)"));
@@ -468,19 +407,19 @@ static void test_pp_demo_prints_bubbles_and_timeline(void **state)
         for (const char *mb = "0123"; *mb; mb++)
             assert_non_null(strchr(row, *mb));
     }
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_stream_schedule_and_hybrid_grid_verify(void **state)
 {
     (void)state;
-    cli_run r = RUN("--dp", "2", "--pp", "2", "--gpus", "0,1,0,1", "--backend", "host",
+    tu_run r = RUN("--dp", "2", "--pp", "2", "--gpus", "0,1,0,1", "--backend", "host",
                     "--schedule", "stream", "--microbatches", "3", "--batch", "10",
                     "--iters", "2", "--warmup", "1");
     expect_demo_ok(&r, 2);
     assert_non_null(strstr(r.out, "stream (m=3)"));
     assert_non_null(strstr(r.out, "dp=2 x pp=2 x tp=1"));
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 /* ---- --json and --trace --------------------------------------------------------------------- */
@@ -504,7 +443,7 @@ static const cJSON *obj(const cJSON *o, const char *key)
 static void test_dp_json_holds_every_figure_and_nothing_else(void **state)
 {
     (void)state;
-    cli_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1", "--json");
     if (r.status != 0)
         print_run(&r);
@@ -529,7 +468,7 @@ static void test_dp_json_holds_every_figure_and_nothing_else(void **state)
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "match")));
     assert_true(num(v, "max_abs_error") == 0);
     cJSON_Delete(j);
-    run_free(&r);
+    tu_run_free(&r);
 }
 
 static void test_pp_json_and_trace_file(void **state)
@@ -537,7 +476,7 @@ static void test_pp_json_and_trace_file(void **state)
     (void)state;
     char trace[600];
     path_in_dir(trace, sizeof trace, "trace.json");
-    cli_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1", "--json", "--trace", trace);
     if (r.status != 0)
         print_run(&r);
@@ -563,9 +502,9 @@ static void test_pp_json_and_trace_file(void **state)
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify"), "match")));
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify_naive"), "match")));
     cJSON_Delete(j);
-    run_free(&r);
+    tu_run_free(&r);
 
-    char *text = slurp(trace);
+    char *text = tu_slurp(trace, NULL);
     cJSON *t = cJSON_Parse(text);
     assert_non_null(t);
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(t, "traceEvents");
@@ -583,27 +522,198 @@ static void test_pp_json_and_trace_file(void **state)
     free(text);
 }
 
+/* ---- decoders: the demo and generate ------------------------------------------------------ */
+
+/* A tiny random Llama (2 layers, hidden 64, vocab 256, context 128) in the scratch folder. */
+static void gen_llama(char *dir, size_t len)
+{
+    path_in_dir(dir, len, "tiny-llama");
+    tu_run r = RUN("gen", "llama", "--preset", "tiny", "--out", dir);
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    tu_run_free(&r);
+}
+
+/* stdout is one JSON object and nothing else; returns it. */
+static cJSON *parse_json_only(const tu_run *r)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(r->out, &end, 0);
+    if (!j)
+        print_run(r);
+    assert_non_null(j);
+    while (*end == '\n' || *end == ' ')
+        end++;
+    assert_int_equal(*end, '\0');
+    return j;
+}
+
+static void test_decoder_demo_verifies_against_the_reference(void **state)
+{
+    (void)state;
+    char dir[600];
+    gen_llama(dir, sizeof dir);
+    tu_run r = RUN("--model", dir, "--gpus", "0", "--backend", "host", "--prompt-len", "8",
+                   "--max-tokens", "4", "--batch", "2");
+    expect_demo_ok(&r, 1);
+    assert_non_null(strstr(r.out, "2 sequences x 8 prompt tokens, then 4 generated"));
+    assert_non_null(strstr(r.out, "greedy tokens = reference argmax 4 of 4"));
+    assert_string_equal(r.err, "");
+    tu_run_free(&r);
+
+    r = RUN("--model", dir, "--gpus", "0", "--backend", "host", "--prompt-len", "8",
+            "--max-tokens", "4", "--batch", "2", "--json");
+    assert_int_equal(r.status, 0);
+    cJSON *j = parse_json_only(&r);
+    const cJSON *rates = obj(j, "rates");
+    assert_int_equal((int)num(rates, "generated"), 2 * 4);
+    assert_true(num(rates, "ttft_ms") > 0);
+    assert_true(num(rates, "decode_ms_per_token") > 0 && num(rates, "decode_tok_s") > 0);
+    const cJSON *v = obj(j, "verify");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "match")));
+    assert_int_equal((int)num(v, "positions"), 8 + 4);
+    assert_int_equal((int)num(v, "greedy_agree"), 4);
+    assert_int_equal((int)num(v, "greedy_checked"), 4);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+}
+
+/* The flags one kind of demo would ignore are refused, before anything runs or is written. */
+static void test_demos_refuse_flags_they_would_ignore(void **state)
+{
+    (void)state;
+    char dir[600], trace[600];
+    gen_llama(dir, sizeof dir);
+    path_in_dir(trace, sizeof trace, "kept.json");
+    write_bytes(trace, "keep", 4);
+    tu_run r = RUN("--model", dir, "--gpus", "0", "--backend", "host", "--trace", trace);
+    EXPECT_USAGE(r, "--trace is a flag of the MLP demos", "drop it");
+    tu_run_free(&r);
+    char *kept = tu_slurp(trace, NULL);
+    assert_string_equal(kept, "keep"); /* not truncated */
+    free(kept);
+    const char *mlp_only[][2] = {{"--iters", "3"}, {"--microbatches", "2"},
+                                 {"--schedule", "gpipe"}, {"--split", "2"}};
+    for (size_t i = 0; i < sizeof mlp_only / sizeof mlp_only[0]; i++) {
+        r = RUN("--model", dir, "--gpus", "0", "--backend", "host", mlp_only[i][0],
+                mlp_only[i][1]);
+        EXPECT_USAGE(r, mlp_only[i][0], "not of the decoder demo");
+        tu_run_free(&r);
+    }
+    const char *decoder_only[] = {"--prompt-len", "--max-tokens", "--kv-tokens"};
+    for (size_t i = 0; i < sizeof decoder_only / sizeof decoder_only[0]; i++) {
+        r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", decoder_only[i], "8");
+        EXPECT_USAGE(r, decoder_only[i], "a flag of the decoder demo", "--model");
+        tu_run_free(&r);
+    }
+}
+
+static void test_model_without_devices_suggests_gpus_0(void **state)
+{
+    (void)state;
+    char dir[600];
+    gen_llama(dir, sizeof dir);
+    tu_run r = RUN("--model", dir);
+    EXPECT_USAGE(r, "no devices given for --model", "add --gpus 0");
+    assert_null(strstr(r.err, "--mode pp")); /* a decoder runs no pp demo */
+    tu_run_free(&r);
+}
+
+static void test_generate_json_holds_the_sequence(void **state)
+{
+    (void)state;
+    char dir[600];
+    gen_llama(dir, sizeof dir);
+    tu_run r = RUN("generate", "--model", dir, "--backend", "host", "--tokens", "1,2,3",
+                   "--max-tokens", "4", "--json");
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    cJSON *j = parse_json_only(&r);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    assert_int_equal(cJSON_GetArraySize(toks), 4);
+    char streamed[128] = "";
+    const cJSON *t;
+    cJSON_ArrayForEach(t, toks)
+    {
+        assert_true(cJSON_IsNumber(t) && t->valueint >= 0 && t->valueint < 256);
+        snprintf(streamed + strlen(streamed), sizeof streamed - strlen(streamed), "%s%d",
+                 streamed[0] ? " " : "", t->valueint);
+    }
+    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(j, "finish_reason");
+    assert_true(cJSON_IsString(finish));
+    assert_string_equal(finish->valuestring, "length");
+    assert_int_equal((int)num(j, "prompt_tokens"), 3);
+    assert_int_equal((int)num(j, "completion_tokens"), 4);
+    assert_true(num(j, "ttft_ms") > 0 && num(j, "prefill_tok_s") > 0);
+    /* one sequence: both decode rates measure the same 3 gaps after the first token */
+    double product = num(j, "decode_ms_per_token") * num(j, "decode_tok_s");
+    assert_true(fabs(product - 1000.0) < 1e-6 * 1000.0);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+
+    /* without --json the same greedy tokens stream on one line, the rates go to stderr */
+    r = RUN("generate", "--model", dir, "--backend", "host", "--tokens", "1,2,3",
+            "--max-tokens", "4");
+    assert_int_equal(r.status, 0);
+    strcat(streamed, "\n");
+    assert_string_equal(r.out, streamed);
+    assert_non_null(strstr(r.err, "3 prompt tokens, 4 generated (finish: length)"));
+    tu_run_free(&r);
+}
+
+static void test_generate_bad_input_names_the_problem(void **state)
+{
+    (void)state;
+    char dir[600];
+    gen_llama(dir, sizeof dir);
+    tu_run r = RUN("generate", "--model", dir, "--tokens", "1,x");
+    EXPECT_USAGE(r, "--tokens '1,x'", "'x' is not a token id");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--top-p", "0");
+    EXPECT_USAGE(r, "--top-p 0 keeps no token");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,99999999999");
+    EXPECT_USAGE(r, "token id 99999999999 is too large");
+    assert_null(strstr(r.err, "backend")); /* a token id, not a device id */
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,,2");
+    EXPECT_USAGE(r, "empty entry");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--logprobs", "2");
+    EXPECT_USAGE(r, "--logprobs", "add --json");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--stop", "7,-1");
+    EXPECT_USAGE(r, "--stop", "'-1' is not a token id");
+    tu_run_free(&r);
+    r = RUN("generate", "--tokens", "1,2");
+    EXPECT_USAGE(r, "generate needs --model DIR");
+    tu_run_free(&r);
+}
+
 static void test_topology_report(void **state)
 {
     (void)state;
-    cli_run r = RUN("--topology", "--gpus", "0,1", "--backend", "host");
+    tu_run r = RUN("--topology", "--gpus", "0,1", "--backend", "host");
     if (r.status != 0)
         print_run(&r);
     assert_int_equal(r.status, 0);
     assert_true(strlen(r.out) > 0);
-    run_free(&r);
+    tu_run_free(&r);
     /* --threads 1: the device's worker gets one core, core 0 */
     r = RUN("--topology", "--gpus", "0", "--backend", "host", "--threads", "1");
     assert_int_equal(r.status, 0);
     assert_true(strstr(r.out, "): cores 0\n") || strstr(r.out, "): cores 0 (PUs"));
-    run_free(&r);
+    tu_run_free(&r);
     /* and a demo runs with it */
     r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--threads", "1", "--iters",
             "2", "--warmup", "0");
     if (r.status != 0)
         print_run(&r);
     assert_int_equal(r.status, 0);
-    run_free(&r);
+    tu_run_free(&r);
     r = RUN("--topology", "--json", "--backend", "host");
     assert_int_equal(r.status, 0);
     cJSON *j = cJSON_Parse(r.out);
@@ -612,25 +722,7 @@ static void test_topology_report(void **state)
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "workers");
     assert_int_equal(cJSON_GetArraySize(w), (int)num(j, "cores"));
     cJSON_Delete(j);
-    run_free(&r);
-}
-
-/* Removes the files in our scratch folder (it has no subfolders), then the folder. */
-static void remove_scratch(void)
-{
-    DIR *d = opendir(g_dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[900];
-        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(g_dir);
+    tu_run_free(&r);
 }
 
 int main(int argc, char **argv)
@@ -667,8 +759,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dp_json_holds_every_figure_and_nothing_else),
         cmocka_unit_test(test_pp_json_and_trace_file),
         cmocka_unit_test(test_topology_report),
+        cmocka_unit_test(test_decoder_demo_verifies_against_the_reference),
+        cmocka_unit_test(test_demos_refuse_flags_they_would_ignore),
+        cmocka_unit_test(test_model_without_devices_suggests_gpus_0),
+        cmocka_unit_test(test_generate_json_holds_the_sequence),
+        cmocka_unit_test(test_generate_bad_input_names_the_problem),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    remove_scratch();
+    tu_rm_tree(g_dir);
     return failed;
 }

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -823,33 +822,12 @@ static const char *g_bin; /* the pengine binary (argv[1]); NULL: the command tes
 /* Runs the command with args (NULL-ended); returns its exit status; its stderr in err. */
 static int run_cmd(const char *const *args, char *err, size_t errlen)
 {
-    char errpath[600];
-    tu_temp_path(errpath, sizeof errpath, "gen_cmd_stderr");
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        FILE *e = freopen(errpath, "w", stderr);
-        FILE *o = freopen("/dev/null", "w", stdout);
-        (void)e;
-        (void)o;
-        const char *argv[64] = {g_bin};
-        int n = 1;
-        while (args[n - 1] && n < 63) {
-            argv[n] = args[n - 1];
-            n++;
-        }
-        argv[n] = NULL;
-        execv(g_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    size_t n = 0;
-    char *text = (char *)slurp(errpath, &n);
-    snprintf(err, errlen, "%s", text);
-    free(text);
-    unlink(errpath);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    tu_cmd c = {.bin = g_bin, .limit_s = 120};
+    tu_run r = tu_run_cmd(&c, args);
+    snprintf(err, errlen, "%s", r.err);
+    int status = r.status;
+    tu_run_free(&r);
+    return status;
 }
 
 static void same_dirs(const char *a, const char *b, const char *const *names)

@@ -1,4 +1,4 @@
-/* test_tokenizer_cli.c: "pengine tokenize", run as a child process as tests/test_cli.c does:
+/* test_tokenizer_cli.c: "pengine tokenize", run as a child process (tu_run_cmd, test_util.h):
  * text on stdin -> ids (space-separated, --json array), --decode ids -> text, --model DIR,
  * and exit 2 with one stderr line naming the problem for a missing or malformed tokenizer
  * file and for bad ids. Uses a hand-made tokenizer.json (no npm package needed).
@@ -6,14 +6,10 @@
  * argv[1] is the pengine binary. */
 #include "test_util.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define RUN_LIMIT_S 30
 
@@ -37,26 +33,6 @@ static const char *g_json =
     "\"\xE2\x96\x81\": 3, \"h\": 4, \"i\": 5, \"\xE2\x96\x81h\": 6, \"\xE2\x96\x81hi\": 7, "
     "\"\\\"\": 8}, \"merges\": [\"\xE2\x96\x81 h\", \"\xE2\x96\x81h i\"]}}";
 
-typedef struct cli_run {
-    int status;
-    char *out, *err;
-} cli_run;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
@@ -66,63 +42,31 @@ static void write_file(const char *path, const char *text)
 }
 
 /* Runs pengine tokenize args... with input on stdin. */
-static cli_run run_args(const char *input, const char *const *args)
+static tu_run run_args(const char *input, const char *const *args)
 {
-    char in[600], out[600], err[600];
-    snprintf(in, sizeof in, "%s/stdin.txt", g_dir);
-    snprintf(out, sizeof out, "%s/stdout.txt", g_dir);
-    snprintf(err, sizeof err, "%s/stderr.txt", g_dir);
-    write_file(in, input);
-    char *argv[16];
-    int n = 0;
-    argv[n++] = (char *)g_bin;
-    argv[n++] = (char *)"tokenize";
+    const char *argv[16] = {"tokenize"};
+    int n = 1;
     for (; *args && n < 15; args++)
-        argv[n++] = (char *)*args;
+        argv[n++] = *args;
     argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(in, "r", stdin) || !freopen(out, "w", stdout) || !freopen(err, "w", stderr))
-            _exit(126);
-        execv(g_bin, argv);
-        _exit(127);
-    }
-    int ws = 0;
-    struct timespec nap = {0, 10 * 1000 * 1000};
-    for (int waited = 0; waitpid(pid, &ws, WNOHANG) != pid; waited++) {
-        if (waited > RUN_LIMIT_S * 100) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            fail_msg("pengine tokenize ran longer than %d s", RUN_LIMIT_S);
-        }
-        nanosleep(&nap, NULL);
-    }
-    cli_run r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws), slurp(out), slurp(err)};
-    return r;
+    tu_cmd c = {.bin = g_bin, .input = input, .limit_s = RUN_LIMIT_S};
+    return tu_run_cmd(&c, argv);
 }
 
 #define RUN(input, ...) run_args(input, (const char *const[]){__VA_ARGS__, NULL})
 
-static void run_free(cli_run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static void expect_ok(cli_run *r, const char *out)
+static void expect_ok(tu_run *r, const char *out)
 {
     if (r->status != 0 || strcmp(r->out, out) != 0)
         print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
     assert_int_equal(r->status, 0);
     assert_string_equal(r->out, out);
     assert_string_equal(r->err, "");
-    run_free(r);
+    tu_run_free(r);
 }
 
 /* Exit 2, nothing on stdout, one stderr line "pengine: error: ...; ..." with every sub. */
-static void expect_usage(cli_run *r, const char *const *subs)
+static void expect_usage(tu_run *r, const char *const *subs)
 {
     if (r->status != 2)
         print_message("exit %d\n--- stdout\n%s--- stderr\n%s---\n", r->status, r->out, r->err);
@@ -138,7 +82,7 @@ static void expect_usage(cli_run *r, const char *const *subs)
             print_message("missing '%s' in: %s", *subs, r->err);
         assert_non_null(strstr(r->err, *subs));
     }
-    run_free(r);
+    tu_run_free(r);
 }
 
 #define EXPECT_USAGE(run, ...) expect_usage(&(run), (const char *const[]){__VA_ARGS__, NULL})
@@ -156,20 +100,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"tokenizer.json", "stdin.txt", "stdout.txt", "stderr.txt", "bad.json"};
-    char p[700];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
-        unlink(p);
-    }
-    rmdir(g_dir);
+    tu_rm_tree(g_dir);
     return 0;
 }
 
 static void test_text_on_stdin_prints_ids(void **state)
 {
     (void)state;
-    cli_run r = RUN("hi hi", "--tokenizer", g_tok);
+    tu_run r = RUN("hi hi", "--tokenizer", g_tok);
     expect_ok(&r, "1 7 7\n");
     r = RUN("hi hi", "--tokenizer", g_tok, "--json");
     expect_ok(&r, "[1, 7, 7]\n");
@@ -182,7 +120,7 @@ static void test_text_on_stdin_prints_ids(void **state)
 static void test_decode_turns_ids_back_into_text(void **state)
 {
     (void)state;
-    cli_run r = RUN("7 7", "--tokenizer", g_tok, "--decode");
+    tu_run r = RUN("7 7", "--tokenizer", g_tok, "--decode");
     expect_ok(&r, "hi hi");
     r = RUN("[1, 7, 7]\n", "--tokenizer", g_tok, "--decode");
     expect_ok(&r, "<s> hi hi");
@@ -193,7 +131,7 @@ static void test_decode_turns_ids_back_into_text(void **state)
 static void test_bad_input_is_exit_2_with_one_line(void **state)
 {
     (void)state;
-    cli_run r = RUN("x", "--tokenizer", "/nonexistent/tok.json");
+    tu_run r = RUN("x", "--tokenizer", "/nonexistent/tok.json");
     EXPECT_USAGE(r, "/nonexistent/tok.json");
     char bad[700];
     snprintf(bad, sizeof bad, "%s/bad.json", g_dir);
