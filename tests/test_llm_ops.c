@@ -12,6 +12,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -879,6 +880,51 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
     free(tok);
 }
 
+/* A pool that cannot start (its thread stacks too large to map: pthread_create fails)
+ * fails set_compute_threads with a message, and the device keeps the pool it had: the
+ * same thread count, and an op that uses every thread's scratch still runs and gives the
+ * rule's tokens. The change then succeeds once threads can start again. */
+static void test_a_failed_thread_change_keeps_the_pool(void **state)
+{
+    be_device *dev = *state;
+    use_threads(dev, 2);
+    pthread_attr_t def, huge;
+    assert_int_equal(pthread_getattr_default_np(&def), 0);
+    assert_int_equal(pthread_attr_init(&huge), 0);
+    assert_int_equal(pthread_attr_setstacksize(&huge, (size_t)1 << 62), 0);
+    assert_int_equal(pthread_setattr_default_np(&huge), 0);
+    pe_status st = ops->set_compute_threads(dev, 3);
+    assert_int_equal(pthread_setattr_default_np(&def), 0);
+    pthread_attr_destroy(&huge);
+    pthread_attr_destroy(&def);
+    assert_int_equal(st, PE_ENOMEM);
+    if (!strstr(ops->last_error(dev), "3 compute threads") ||
+        !strstr(ops->last_error(dev), "keeps its 2"))
+        fail_msg("message '%s' lacks the count asked or the one kept",
+                 ops->last_error(dev));
+    assert_int_equal(ops->compute_threads(dev), 2);
+    /* rows of 8192 logits: pieces of 2 rows (hb_row_grain), so both threads sample */
+    const size_t rows = 8, n = 8192;
+    float *x = fvec(rows * n, 77, 4.0f), *w = malloc(n * sizeof *w), mass[256];
+    uint32_t hist[256];
+    pe_k_sampling p[8];
+    int32_t tok[8];
+    assert_non_null(w);
+    for (size_t r = 0; r < rows; r++)
+        p[r] = (pe_k_sampling){.temperature = 0.8f, .top_k = 50, .top_p = 0.9f,
+                               .u = (float)r / (float)rows};
+    for (int round = 0; round < 2; round++) {
+        memset(tok, 0xff, sizeof tok);
+        assert_int_equal(ops->sample(dev, x, rows, n, p, tok, NULL), PE_OK);
+        for (size_t r = 0; r < rows; r++)
+            assert_int_equal(tok[r], pe_k_sample_row(x + r * n, (int32_t)n, p[r], w, hist, mass));
+        if (round == 0)
+            use_threads(dev, 3); /* threads start again: the change goes through */
+    }
+    free(x);
+    free(w);
+}
+
 int main(void)
 {
     ops = be_host_ops();
@@ -902,6 +948,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sampling_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_thread_change_keeps_the_pool, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_temperature_sampling_follows_the_softmax, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_top_p_keeps_the_smallest_nucleus, setup, teardown),
