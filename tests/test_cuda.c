@@ -352,7 +352,7 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
-        /* a bf16 table: every element widened exactly, as pe_k_table_elem */
+        /* a bf16 table: every element widened exactly, as pe_k_load_elem */
         ids[5] = 4;
         ids[9] = 49;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);

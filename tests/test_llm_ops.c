@@ -342,12 +342,12 @@ static void test_kv_append_stores_at_the_slots(void **state)
                                        (size_t)d;
                             float src = (which ? v : k)[r * stride + (size_t)h * hd + d];
                             float want = bf ? pe_k_round_bf16(src) : src;
-                            assert_true(pe_k_kv_load(p.kv.base, bf, i) == want);
+                            assert_true(pe_k_load_elem(p.kv.base, bf, i) == want);
                             hit[i] = 1;
                         }
             for (size_t i = 0; i < p.elems; i++)
                 if (!hit[i])
-                    assert_true(pe_k_kv_load(p.kv.base, bf, i) == pe_k_kv_load(before, bf, i));
+                    assert_true(pe_k_load_elem(p.kv.base, bf, i) == pe_k_load_elem(before, bf, i));
             free(hit);
             if (first)
                 assert_same_bits(p.kv.base, first, pool_bytes(&p), "kv_append",

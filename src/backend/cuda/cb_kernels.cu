@@ -22,6 +22,7 @@ using cb::aligned16;
 using cb::grid_for;
 using cb::grid_stride;
 using cb::kThreads;
+using cb::row_blocks;
 using cb::thread_index;
 
 struct Relu {
@@ -230,12 +231,10 @@ __global__ void embedding_rows(float *out, const void *table, int bf16, const in
                 reinterpret_cast<float4 *>(o)[i] = reinterpret_cast<const float4 *>(t)[i];
         } else {
             for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
-                o[i] = pe_k_table_elem(table, bf16, (size_t)id * dim + i);
+                o[i] = pe_k_load_elem(table, bf16, (size_t)id * dim + i);
         }
     }
 }
-
-unsigned row_blocks(size_t rows) { return (unsigned)(rows < cb::kMaxBlocks ? rows : cb::kMaxBlocks); }
 
 /* out(n) = bf16(in(n)); four elements per thread when in is 16- and out 8-byte aligned. */
 __global__ void to_bf16_4(ushort4 *out, const float4 *in, size_t n4)
