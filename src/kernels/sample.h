@@ -114,9 +114,9 @@ PE_KFN float pe_k_kth_largest(const float *x, int32_t n, int32_t k, uint32_t *hi
 }
 
 /* For weights w(n) >= 0: the largest value t of w such that the w_i >= t sum to at least
- * target (t = the smallest weight if none does). Radix selection on the bits of w (which
- * order as the values for w >= 0), summing each bucket's mass in index order. hist: 256
- * floats of scratch. */
+ * target; 0.0f if none does (target above the weights' sum as the buckets add it), which
+ * keeps every weight. Radix selection on the bits of w (which order as the values for
+ * w >= 0), summing each bucket's mass in index order. hist: 256 floats of scratch. */
 PE_KFN float pe_k_mass_threshold(const float *w, int32_t n, float target, float *hist)
 {
     uint32_t prefix = 0, mask = 0;

@@ -18,8 +18,16 @@
  *
  * The summation order differs from pe_k_attend_naive (the naive twin: two passes, p = e /
  * sum, then sum p v): here sum(e v) / sum(e), tiled and split; the results agree within a
- * few ulp of the output's scale. Device-side tables are trusted for their meaning but not
- * for memory: a block id outside the pool reads as zeros, a row outside the step is skipped.
+ * few ulp of the output's scale.
+ *
+ * The chunk table and the block tables live on the device and are not checked on the host
+ * (the host backend checks its own). The grids check: a block id outside [0, nblocks)
+ * reads as zeros; a chunk with row0 < 0 or n <= 0, a row outside [0, rows) and a negative
+ * position are skipped. They do not check the block tables' extent: key position j of a
+ * chunk reads block_tables[bt + j / block_tokens] unguarded, so a chunk's bt (>= 0) and
+ * its last position must stay inside the step's tables, as the engine builds them; nor
+ * chunks whose rows overlap (those rows are written by more than one), nor pos0 + n
+ * overflowing int32.
  */
 #include <stdint.h>
 
