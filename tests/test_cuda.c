@@ -346,12 +346,15 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
             pe_k_embedding_row(ref + i * dim, table, 0, (size_t)ids[i], dim);
         }
         assert_memory_equal(got, ref, n * dim * sizeof(float));
-        /* An id outside [0, vocab) is PE_EINVAL naming it. */
+        /* An id outside [0, vocab) is PE_EINVAL naming it, and out is left untouched. */
         ids[5] = (int32_t)vocab;
         ids[9] = -3;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
+        /* every id is checked before any row is written: out keeps the previous rows */
+        download(d, got, dout, n * dim);
+        assert_memory_equal(got, ref, n * dim * sizeof(float));
         /* a bf16 table: every element widened exactly, as pe_k_load_elem */
         ids[5] = 4;
         ids[9] = 49;
