@@ -385,15 +385,11 @@ cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table, i
                                 int32_t *bad)
 {
     (void)s;
-    for (size_t r = 0; r < n; r++) {
-        if (pe_k_id_in_range(ids[r], vocab)) {
-            pe_k_embedding_row(out + r * dim, table, bf16, (size_t)ids[r], dim);
-        } else {
-            memset(out + r * dim, 0, dim * sizeof *out);
-            if ((int32_t)r < *bad)
-                *bad = (int32_t)r;
-        }
-    }
+    for (size_t r = 0; r < n; r++) /* every id first, as the check grid */
+        if (!pe_k_id_in_range(ids[r], vocab) && (int32_t)r < *bad)
+            *bad = (int32_t)r;
+    for (size_t r = 0; r < n && *bad == INT32_MAX; r++)
+        pe_k_embedding_row(out + r * dim, table, bf16, (size_t)ids[r], dim);
     return cudaSuccess;
 }
 

@@ -346,13 +346,16 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
             pe_k_embedding_row(ref + i * dim, table, 0, (size_t)ids[i], dim);
         }
         assert_memory_equal(got, ref, n * dim * sizeof(float));
-        /* An id outside [0, vocab) is PE_EINVAL naming it. */
+        /* An id outside [0, vocab) is PE_EINVAL naming it, and out is left untouched. */
         ids[5] = (int32_t)vocab;
         ids[9] = -3;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
-        /* a bf16 table: every element widened exactly, as pe_k_table_elem */
+        /* every id is checked before any row is written: out keeps the previous rows */
+        download(d, got, dout, n * dim);
+        assert_memory_equal(got, ref, n * dim * sizeof(float));
+        /* a bf16 table: every element widened exactly, as pe_k_load_elem */
         ids[5] = 4;
         ids[9] = 49;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
@@ -1235,11 +1238,18 @@ static void decoder_ops_refuse_bad_arguments(void **state)
             fail_msg("%s: message '%s' lacks '%s'", #call, ops->last_error(d), word);         \
     } while (0)
     REFUSED(ops->rmsnorm(d, buf, buf, buf, 2, 4, -1.0f), "rmsnorm");
+    REFUSED(ops->rmsnorm(d, buf, buf, buf, 2, 0, 1e-5f), "cols"); /* as the host */
     REFUSED(ops->rope(d, buf, 2, 16, 2, 7, ibuf, buf), "odd");
     REFUSED(ops->rope(d, buf, 2, 16, 2, 16, ibuf, buf), "stride");
     REFUSED(ops->kv_append(d, &kv, 2, buf, buf, 16, ibuf, 1), "layer 2");
     REFUSED(ops->kv_append(d, &kv, 0, buf, buf, 15, ibuf, 1), "stride");
     REFUSED(ops->attention(d, &kv, 5, &a), "layer 5");
+    kv.shape.head_dim = 7; /* odd, as the host refuses it: RoPE turns pairs of dimensions */
+    a.q_stride = a.out_stride = 4 * 7;
+    REFUSED(ops->attention(d, &kv, 0, &a), "even");
+    REFUSED(ops->kv_append(d, &kv, 0, buf, buf, 14, ibuf, 1), "even");
+    kv.shape.head_dim = 8;
+    a.q_stride = a.out_stride = 32;
     a.heads = 3;
     REFUSED(ops->attention(d, &kv, 0, &a), "multiple");
     a.heads = 4;
@@ -1261,6 +1271,45 @@ static void decoder_ops_refuse_bad_arguments(void **state)
     ops->free(d, buf);
     ops->free(d, ibuf);
     ops->close(d);
+}
+
+/* No rows is PE_OK before any other check, on both backends alike: rows of 0 values (the
+ * CUDA check once divided by them) and a k wider than the empty rows; nothing is written. */
+static void sample_ops_accept_no_rows(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    const be_ops *backends[2] = {be_host_ops(), ops};
+    for (int b = 0; b < 2; b++) {
+        const be_ops *o = backends[b];
+        be_device *d = NULL;
+        assert_int_equal(o->open(0, &d, NULL), PE_OK);
+        float *buf = NULL;
+        int32_t *ibuf = NULL;
+        int32_t mark[16], got[16];
+        float fmark[16], fgot[16];
+        for (int i = 0; i < 16; i++) {
+            mark[i] = -7 - i;
+            fmark[i] = 0.5f + (float)i;
+        }
+        assert_int_equal(o->alloc(d, sizeof fmark, (void **)&buf), PE_OK);
+        assert_int_equal(o->alloc(d, sizeof mark, (void **)&ibuf), PE_OK);
+        assert_int_equal(o->copy_h2d(d, buf, fmark, sizeof fmark), PE_OK);
+        assert_int_equal(o->copy_h2d(d, ibuf, mark, sizeof mark), PE_OK);
+        for (size_t n = 0; n <= 4; n += 4) {
+            assert_int_equal(o->argmax(d, buf, 0, n, ibuf), PE_OK);
+            assert_int_equal(o->topk(d, buf, 0, n, n + 1, ibuf, buf, buf), PE_OK);
+            assert_int_equal(o->sample(d, buf, 0, n, NULL, ibuf, buf), PE_OK);
+        }
+        assert_int_equal(o->synchronize(d), PE_OK);
+        assert_int_equal(o->copy_d2h(d, got, ibuf, sizeof got), PE_OK);
+        assert_int_equal(o->copy_d2h(d, fgot, buf, sizeof fgot), PE_OK);
+        assert_memory_equal(got, mark, sizeof mark);
+        assert_memory_equal(fgot, fmark, sizeof fmark);
+        o->free(d, buf);
+        o->free(d, ibuf);
+        o->close(d);
+    }
 }
 
 /* ---- collectives: n rank threads, each opening its own device ---- */
@@ -1715,6 +1764,7 @@ int main(void)
         cmocka_unit_test(argmax_topk_and_lse_match_host),
         cmocka_unit_test(sample_agrees_with_host_rule),
         cmocka_unit_test(decoder_ops_refuse_bad_arguments),
+        cmocka_unit_test(sample_ops_accept_no_rows),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),
         cmocka_unit_test(peer_path_collectives_four_ranks_one_gpu),
         cmocka_unit_test(peer_path_abort_wakes_a_blocked_rank),

@@ -10,8 +10,12 @@
  */
 #include "test_util.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,12 +342,12 @@ static void test_kv_append_stores_at_the_slots(void **state)
                                        (size_t)d;
                             float src = (which ? v : k)[r * stride + (size_t)h * hd + d];
                             float want = bf ? pe_k_round_bf16(src) : src;
-                            assert_true(pe_k_kv_load(p.kv.base, bf, i) == want);
+                            assert_true(pe_k_load_elem(p.kv.base, bf, i) == want);
                             hit[i] = 1;
                         }
             for (size_t i = 0; i < p.elems; i++)
                 if (!hit[i])
-                    assert_true(pe_k_kv_load(p.kv.base, bf, i) == pe_k_kv_load(before, bf, i));
+                    assert_true(pe_k_load_elem(p.kv.base, bf, i) == pe_k_load_elem(before, bf, i));
             free(hit);
             if (first)
                 assert_same_bits(p.kv.base, first, pool_bytes(&p), "kv_append",
@@ -556,6 +560,16 @@ static void test_vector_exp_is_within_3_ulp(void **state)
     hb_simd_best()->exp_sum(p, 2, 0.0f);
     assert_true(isnan(p[0]));
     assert_true(p[1] == 1.0f);
+    /* below -87.34 the AVX2 version clamps its argument: about FLT_MIN where expf gives a
+     * denormal or 0 (hb_simd.h) */
+    if (hb_simd_avx2()) {
+        p[0] = -100.0f;
+        p[1] = -1000.0f;
+        hb_simd_avx2()->exp_sum(p, 2, 0.0f);
+        for (int i = 0; i < 2; i++)
+            if (!(p[i] > 0.99f * FLT_MIN && p[i] < 1.01f * FLT_MIN))
+                fail_msg("avx2 exp below -87.34 gave %g, not about FLT_MIN", (double)p[i]);
+    }
 }
 
 /* The vectorized GELU and SwiGLU (hb_simd gelu, silu_mul) against the functions in double,
@@ -879,6 +893,68 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
     free(tok);
 }
 
+/* pthread_create, interposed (the pool's calls bind to this definition): while
+ * refuse_threads is set it fails as glibc does when no thread can start (EAGAIN), without
+ * calling the real one; otherwise it is the real one (or a sanitizer's interceptor, next
+ * in the lookup order). */
+static atomic_int refuse_threads;
+typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+int pthread_create(pthread_t *restrict t, const pthread_attr_t *restrict attr,
+                   void *(*fn)(void *), void *restrict arg)
+{
+    static _Atomic(create_fn) real;
+    if (atomic_load(&refuse_threads))
+        return EAGAIN;
+    create_fn f = atomic_load(&real);
+    if (!f) {
+        *(void **)&f = dlsym(RTLD_NEXT, "pthread_create");
+        if (!f)
+            abort();
+        atomic_store(&real, f);
+    }
+    return f(t, attr, fn, arg);
+}
+
+/* A pool that cannot start (pthread_create fails) fails set_compute_threads with a
+ * message, and the device keeps the pool it had: the same thread count, and an op that
+ * uses every thread's scratch still runs and gives the rule's tokens. The change then
+ * succeeds once threads can start again. */
+static void test_a_failed_thread_change_keeps_the_pool(void **state)
+{
+    be_device *dev = *state;
+    use_threads(dev, 2);
+    atomic_store(&refuse_threads, 1);
+    pe_status st = ops->set_compute_threads(dev, 3);
+    atomic_store(&refuse_threads, 0);
+    assert_int_equal(st, PE_ENOMEM);
+    if (!strstr(ops->last_error(dev), "3 compute threads") ||
+        !strstr(ops->last_error(dev), "keeps its 2"))
+        fail_msg("message '%s' lacks the count asked or the one kept",
+                 ops->last_error(dev));
+    assert_int_equal(ops->compute_threads(dev), 2);
+    /* rows of 8192 logits: pieces of 2 rows (hb_row_grain), so both threads sample */
+    const size_t rows = 8, n = 8192;
+    float *x = fvec(rows * n, 77, 4.0f), *w = malloc(n * sizeof *w), mass[256];
+    uint32_t hist[256];
+    pe_k_sampling p[8];
+    int32_t tok[8];
+    assert_non_null(w);
+    for (size_t r = 0; r < rows; r++)
+        p[r] = (pe_k_sampling){.temperature = 0.8f, .top_k = 50, .top_p = 0.9f,
+                               .u = (float)r / (float)rows};
+    for (int round = 0; round < 2; round++) {
+        memset(tok, 0xff, sizeof tok);
+        assert_int_equal(ops->sample(dev, x, rows, n, p, tok, NULL), PE_OK);
+        for (size_t r = 0; r < rows; r++)
+            assert_int_equal(tok[r], pe_k_sample_row(x + r * n, (int32_t)n, p[r], w, hist, mass));
+        if (round == 0)
+            use_threads(dev, 3); /* threads start again: the change goes through */
+    }
+    free(x);
+    free(w);
+}
+
 int main(void)
 {
     ops = be_host_ops();
@@ -902,6 +978,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sampling_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_thread_change_keeps_the_pool, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_temperature_sampling_follows_the_softmax, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_top_p_keeps_the_smallest_nucleus, setup, teardown),

@@ -153,7 +153,8 @@ typedef struct be_ops {
     /* x(n) += r(n) */
     pe_status (*residual_add)(be_device *dev, float *x, const float *r, size_t n);
     /* out(n, dim) = table(vocab, dim)[ids(n)], the table fp32 or bf16 (dtype), out fp32;
-     * ids is a device pointer; an id outside [0, vocab) is PE_EINVAL (out untouched) */
+     * ids is a device pointer; an id outside [0, vocab) is PE_EINVAL, every id checked
+     * before any row is written (out untouched) */
     pe_status (*embedding)(be_device *dev, pe_dtype dtype, float *out, const void *table,
                            const int32_t *ids, size_t n, size_t dim, size_t vocab);
 

@@ -50,12 +50,6 @@ PE_KFN size_t pe_k_kv_index(pe_k_kv_shape s, int32_t block, int layer, int v, in
            (size_t)s.head_dim;
 }
 
-/* Element i of a pool of fp32 (bf16 = 0) or bf16 (bf16 = 1) values, as a float. */
-PE_KFN float pe_k_kv_load(const void *pool, int bf16, size_t i)
-{
-    return bf16 ? pe_k_from_bf16(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
-}
-
 /* Stores x at element i: fp32, or rounded to bf16. */
 PE_KFN void pe_k_kv_store(void *pool, int bf16, size_t i, float x)
 {
@@ -102,7 +96,7 @@ PE_KFN void pe_k_attend_naive(float *out, const float *q, const void *pool, int 
         size_t k = pe_k_kv_index(s, bt[j / B], layer, 0, kvh, j % B);
         float dot = 0.0f;
         for (int d = 0; d < hd; d++)
-            dot += q[d] * pe_k_kv_load(pool, bf16, k + (size_t)d);
+            dot += q[d] * pe_k_load_elem(pool, bf16, k + (size_t)d);
         scores[j] = dot * scale;
         mx = scores[j] > mx ? scores[j] : mx;
     }
@@ -117,7 +111,7 @@ PE_KFN void pe_k_attend_naive(float *out, const float *q, const void *pool, int 
         size_t v = pe_k_kv_index(s, bt[j / B], layer, 1, kvh, j % B);
         float p = scores[j] / sum;
         for (int d = 0; d < hd; d++)
-            out[d] += p * pe_k_kv_load(pool, bf16, v + (size_t)d);
+            out[d] += p * pe_k_load_elem(pool, bf16, v + (size_t)d);
     }
 }
 

@@ -9,6 +9,7 @@
 #ifndef PE_KERNELS_BF16_H
 #define PE_KERNELS_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -30,6 +31,13 @@ PE_KFN float pe_k_from_bf16(uint16_t h)
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* Element i of an array of fp32 (bf16 = 0) or bf16 (bf16 = 1) values, as a float: an
+ * embedding table's or a KV pool's. */
+PE_KFN float pe_k_load_elem(const void *p, int bf16, size_t i)
+{
+    return bf16 ? pe_k_from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
 /* x rounded to the nearest bf16, as a float. */

@@ -15,18 +15,12 @@ PE_KFN int pe_k_id_in_range(long long id, size_t vocab)
     return id >= 0 && (unsigned long long)id < (unsigned long long)vocab;
 }
 
-/* Element i of a table of fp32 (bf16 = 0) or bf16 (bf16 = 1) values, as a float. */
-PE_KFN float pe_k_table_elem(const void *table, int bf16, size_t i)
-{
-    return bf16 ? pe_k_from_bf16(((const uint16_t *)table)[i]) : ((const float *)table)[i];
-}
-
 /* out(dim) = table(vocab, dim)[id], the table fp32 or bf16; id already checked with
  * pe_k_id_in_range. */
 PE_KFN void pe_k_embedding_row(float *out, const void *table, int bf16, size_t id, size_t dim)
 {
     for (size_t i = 0; i < dim; i++)
-        out[i] = pe_k_table_elem(table, bf16, id * dim + i);
+        out[i] = pe_k_load_elem(table, bf16, id * dim + i);
 }
 
 #endif

@@ -114,9 +114,9 @@ PE_KFN float pe_k_kth_largest(const float *x, int32_t n, int32_t k, uint32_t *hi
 }
 
 /* For weights w(n) >= 0: the largest value t of w such that the w_i >= t sum to at least
- * target (t = the smallest weight if none does). Radix selection on the bits of w (which
- * order as the values for w >= 0), summing each bucket's mass in index order. hist: 256
- * floats of scratch. */
+ * target; 0.0f if none does (target above the weights' sum as the buckets add it), which
+ * keeps every weight. Radix selection on the bits of w (which order as the values for
+ * w >= 0), summing each bucket's mass in index order. hist: 256 floats of scratch. */
 PE_KFN float pe_k_mass_threshold(const float *w, int32_t n, float target, float *hist)
 {
     uint32_t prefix = 0, mask = 0;
@@ -149,12 +149,13 @@ PE_KFN float pe_k_mass_threshold(const float *w, int32_t n, float target, float 
 PE_KFN int32_t pe_k_sample_row(const float *x, int32_t n, pe_k_sampling p, float *w,
                                uint32_t *hist, float *mass)
 {
+    const int32_t am = pe_k_argmax_row(x, n);
     if (!(p.temperature > 0.0f))
-        return pe_k_argmax_row(x, n);
+        return am;
     float tk = -INFINITY;
     if (p.top_k > 0 && p.top_k < n)
         tk = pe_k_kth_largest(x, n, p.top_k, hist);
-    float mx = x[pe_k_argmax_row(x, n)];
+    float mx = x[am];
     float z = 0.0f;
     for (int32_t i = 0; i < n; i++) {
         w[i] = x[i] >= tk ? expf((x[i] - mx) / p.temperature) : 0.0f;
@@ -168,7 +169,7 @@ PE_KFN int32_t pe_k_sample_row(const float *x, int32_t n, pe_k_sampling p, float
         if (w[i] > 0.0f && w[i] >= tp)
             kept += w[i];
     float r = p.u * kept, c = 0.0f;
-    int32_t last = pe_k_argmax_row(x, n);
+    int32_t last = am;
     for (int32_t i = 0; i < n; i++)
         if (w[i] > 0.0f && w[i] >= tp) {
             c += w[i];

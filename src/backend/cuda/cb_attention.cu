@@ -18,8 +18,16 @@
  *
  * The summation order differs from pe_k_attend_naive (the naive twin: two passes, p = e /
  * sum, then sum p v): here sum(e v) / sum(e), tiled and split; the results agree within a
- * few ulp of the output's scale. Device-side tables are trusted for their meaning but not
- * for memory: a block id outside the pool reads as zeros, a row outside the step is skipped.
+ * few ulp of the output's scale.
+ *
+ * The chunk table and the block tables live on the device and are not checked on the host
+ * (the host backend checks its own). The grids check: a block id outside [0, nblocks)
+ * reads as zeros; a chunk with row0 < 0 or n <= 0, a row outside [0, rows) and a negative
+ * position are skipped. They do not check the block tables' extent: key position j of a
+ * chunk reads block_tables[bt + j / block_tokens] unguarded, so a chunk's bt (>= 0) and
+ * its last position must stay inside the step's tables, as the engine builds them; nor
+ * chunks whose rows overlap (those rows are written by more than one), nor pos0 + n
+ * overflowing int32.
  */
 #include <stdint.h>
 
@@ -106,10 +114,10 @@ __device__ inline float4 load4(const void *pool, int bf16, bool vec, size_t i, i
         return *reinterpret_cast<const float4 *>(static_cast<const float *>(pool) + i);
     }
     float4 o;
-    o.x = d < hd ? pe_k_kv_load(pool, bf16, i) : 0.0f;
-    o.y = d + 1 < hd ? pe_k_kv_load(pool, bf16, i + 1) : 0.0f;
-    o.z = d + 2 < hd ? pe_k_kv_load(pool, bf16, i + 2) : 0.0f;
-    o.w = d + 3 < hd ? pe_k_kv_load(pool, bf16, i + 3) : 0.0f;
+    o.x = d < hd ? pe_k_load_elem(pool, bf16, i) : 0.0f;
+    o.y = d + 1 < hd ? pe_k_load_elem(pool, bf16, i + 1) : 0.0f;
+    o.z = d + 2 < hd ? pe_k_load_elem(pool, bf16, i + 2) : 0.0f;
+    o.w = d + 3 < hd ? pe_k_load_elem(pool, bf16, i + 3) : 0.0f;
     return o;
 }
 
@@ -129,6 +137,24 @@ __device__ inline float4 load_key4(const cb_attn_args &a, bool vec, size_t at, i
     if (at == SIZE_MAX)
         return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     return load4(a.pool, a.bf16, vec, at + (size_t)d, d, a.shape.head_dim);
+}
+
+/* Prefill: stages K (v = 0) or V (v = 1) of the keys at positions k0 .. k0 + nk - 1 of KV
+ * head kh into tile(KT, HDP + 1), 4 dimensions a thread and step; rows from nk on are
+ * zeros. Every thread of the block calls. */
+template <int KT, int HDP>
+__device__ inline void stage_tile(float (*tile)[HDP + 1], const cb_attn_args &a,
+                                  const int32_t *bt, int32_t k0, int nk, int v, int kh, bool vec)
+{
+    for (int e = threadIdx.x; e < KT * (HDP / 4); e += kT) {
+        int kk = e / (HDP / 4), d = 4 * (e % (HDP / 4));
+        float4 x = kk < nk ? load_key4(a, vec, key_at(a, bt, k0 + kk, v, kh), d)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        tile[kk][d] = x.x;
+        tile[kk][d + 1] = x.y;
+        tile[kk][d + 2] = x.z;
+        tile[kk][d + 3] = x.w;
+    }
 }
 
 /* Decode: one block per (row, KV head kh, head group hg, split sp), blockIdx.x in that
@@ -432,15 +458,7 @@ template <int HDP> __global__ void __launch_bounds__(kT) attn_prefill(Plan p)
     for (int32_t k0 = k_lo; k0 <= p_hi; k0 += KT) {
         const int nk = imin(KT, p_hi + 1 - k0);
         /* K tile */
-        for (int e = threadIdx.x; e < KT * (HDP / 4); e += kT) {
-            int kk = e / (HDP / 4), d = 4 * (e % (HDP / 4));
-            float4 v = kk < nk ? load_key4(a, vec, key_at(a, bt, k0 + kk, 0, kh), d)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            kv[kk][d] = v.x;
-            kv[kk][d + 1] = v.y;
-            kv[kk][d + 2] = v.z;
-            kv[kk][d + 3] = v.w;
-        }
+        stage_tile<KT, HDP>(kv, a, bt, k0, nk, 0, kh, vec);
         __syncthreads();
         /* scores */
         {
@@ -486,15 +504,7 @@ template <int HDP> __global__ void __launch_bounds__(kT) attn_prefill(Plan p)
             }
         }
         /* V tile, into the same buffer (the scores are done with K) */
-        for (int e = threadIdx.x; e < KT * (HDP / 4); e += kT) {
-            int kk = e / (HDP / 4), d = 4 * (e % (HDP / 4));
-            float4 v = kk < nk ? load_key4(a, vec, key_at(a, bt, k0 + kk, 1, kh), d)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            kv[kk][d] = v.x;
-            kv[kk][d + 1] = v.y;
-            kv[kk][d + 2] = v.z;
-            kv[kk][d + 3] = v.w;
-        }
+        stage_tile<KT, HDP>(kv, a, bt, k0, nk, 1, kh, vec);
         __syncthreads();
         /* values */
         for (int j = 0; j < RPT; j++) {

@@ -7,17 +7,18 @@
 
 #include "backend/cuda/cb_internal.h"
 
-/* The pool's dtype and shape, and the layer. */
+/* The pool's dtype and shape, and the layer: what the host's hb_kv_check refuses. */
 static pe_status check_pool(be_device *dev, const char *op, const be_kv *kv, int layer)
 {
     const pe_k_kv_shape s = kv->shape;
     if (kv->dtype != PE_DTYPE_FP32 && kv->dtype != PE_DTYPE_BF16)
         return pe_fail(&dev->err, PE_EINVAL, "%s: the KV pool's dtype %d is neither fp32 nor bf16",
                        op, (int)kv->dtype);
-    if (s.nlayers < 1 || s.kv_heads < 1 || s.block_tokens < 1 || s.head_dim < 1)
+    if (s.nlayers < 1 || s.kv_heads < 1 || s.block_tokens < 1 || s.head_dim < 1 ||
+        s.head_dim % 2 != 0) /* even, as on the host: RoPE turns pairs of dimensions */
         return pe_fail(&dev->err, PE_EINVAL,
                        "%s: KV pool shape (%d layers, %d KV heads, %d tokens a block, head_dim "
-                       "%d) has a field below 1",
+                       "%d); all must be >= 1 and head_dim even",
                        op, s.nlayers, s.kv_heads, s.block_tokens, s.head_dim);
     if (layer < 0 || layer >= s.nlayers)
         return pe_fail(&dev->err, PE_EINVAL, "%s: layer %d is outside the pool's %d layers", op,

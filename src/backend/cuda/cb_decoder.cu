@@ -20,6 +20,7 @@ using cb::aligned16;
 using cb::grid_for;
 using cb::grid_stride;
 using cb::kThreads;
+using cb::row_blocks;
 using cb::thread_index;
 
 /* One block per row: out(rows, cols) = x * rstd * w, rstd from the row's sum of squares
@@ -119,8 +120,6 @@ __global__ void kv_append_elems(void *pool, int bf16, pe_k_kv_shape s, size_t ns
         pe_k_kv_store(pool, bf16, pe_k_kv_index(s, block, layer, 1, h, row) + d, v[src]);
     }
 }
-
-unsigned row_blocks(size_t rows) { return (unsigned)(rows < cb::kMaxBlocks ? rows : cb::kMaxBlocks); }
 
 } /* namespace */
 

@@ -12,6 +12,10 @@ static int mul_overflows(size_t a, size_t b) { return a && b > SIZE_MAX / a; }
 pe_status cb_rmsnorm(be_device *dev, float *out, const float *x, const float *w, size_t rows,
                      size_t cols, float eps)
 {
+    if (rows && cols == 0) /* as on the host */
+        return pe_fail(&dev->err, PE_EINVAL,
+                       "rmsnorm: %zu rows of 0 columns have no mean square; cols must be > 0",
+                       rows);
     if (!(eps >= 0.0f))
         return pe_fail(&dev->err, PE_EINVAL, "rmsnorm: eps %g must be >= 0", (double)eps);
     if (mul_overflows(rows, cols))

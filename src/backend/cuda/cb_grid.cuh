@@ -34,6 +34,13 @@ inline int row_threads(size_t work)
     return (int)t;
 }
 
+/* Blocks for one block per row: rows, at most kMaxBlocks (the grids' row loops stride over
+ * the rest). The launchers return before a launch for rows == 0. */
+inline unsigned row_blocks(size_t rows)
+{
+    return (unsigned)(rows < kMaxBlocks ? rows : kMaxBlocks);
+}
+
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 #ifndef PE_CUDA_EMU
@@ -52,39 +59,32 @@ inline cudaError_t launch(void (*k)(P...), unsigned blocks, int threads, cudaStr
 __device__ inline size_t thread_index() { return blockIdx.x * (size_t)blockDim.x + threadIdx.x; }
 __device__ inline size_t grid_stride() { return (size_t)gridDim.x * blockDim.x; }
 
-__device__ inline float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+/* The reductions' operators, f(own, other): a lane's own value first, the value it
+ * receives second. Max and Min keep the own value unless the other is strictly larger
+ * (smaller), so a NaN received never replaces a number. */
+struct Add {
+    template <class T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+    template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; }
+};
+struct Min {
+    template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
 
-__device__ inline float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        float w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-
-/* The sum of v over aligned groups of W lanes (W a power of two <= 32); every lane of a
- * group gets its group's sum. */
-template <int W> __device__ inline float group_sum(float v)
+/* f of v over aligned groups of W lanes (W a power of two <= 32), by xor butterflies;
+ * every lane of a group gets its group's result. */
+template <int W, class T, class F> __device__ inline T group_reduce(T v, F f)
 {
     for (int o = W / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-template <int W> __device__ inline float group_max(float v)
-{
-    for (int o = W / 2; o > 0; o >>= 1) {
-        float w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
+template <int W> __device__ inline float group_sum(float v) { return group_reduce<W>(v, Add()); }
+template <int W> __device__ inline float group_max(float v) { return group_reduce<W>(v, Max()); }
+__device__ inline float warp_sum(float v) { return group_reduce<32>(v, Add()); }
+__device__ inline float warp_max(float v) { return group_reduce<32>(v, Max()); }
 
 /* Inclusive prefix sum of v over the lanes of the warp (lane 0 first). */
 template <class T> __device__ inline T warp_scan(T v)
@@ -98,18 +98,19 @@ template <class T> __device__ inline T warp_scan(T v)
     return v;
 }
 
-/* The sum (or max) of v over the block; every thread gets it. blockDim.x is a multiple
- * of 32; red holds 32 floats of shared memory. */
-__device__ inline float block_sum(float v, float *red)
+/* f of v over the block; every thread gets it. identity: f's identity (the value of the
+ * warps a block of fewer than 32 warps lacks). blockDim.x is a multiple of 32; red holds
+ * 32 T of shared memory. */
+template <class T, class F> __device__ inline T block_reduce(T v, T identity, F f, T *red)
 {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = group_reduce<32>(v, f);
     __syncthreads(); /* red may still be read from the previous reduction */
     if (lane == 0)
         red[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = warp_sum(lane < nw ? red[lane] : 0.0f);
+        v = group_reduce<32>(lane < nw ? red[lane] : identity, f);
         if (lane == 0)
             red[0] = v;
     }
@@ -117,21 +118,10 @@ __device__ inline float block_sum(float v, float *red)
     return red[0];
 }
 
+__device__ inline float block_sum(float v, float *red) { return block_reduce(v, 0.0f, Add(), red); }
 __device__ inline float block_max(float v, float *red)
 {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        red[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = warp_max(lane < nw ? red[lane] : -INFINITY);
-        if (lane == 0)
-            red[0] = v;
-    }
-    __syncthreads();
-    return red[0];
+    return block_reduce(v, -INFINITY, Max(), red);
 }
 
 } /* namespace cb */

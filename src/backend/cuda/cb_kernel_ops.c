@@ -45,9 +45,10 @@ pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n)
                            "residual_add kernel launch");
 }
 
-/* The ids live on the device, so the range check runs in the grid; the call waits for it
- * (one small copy and a stream synchronize) to return PE_EINVAL at the call, as the
- * interface says. Embedding runs once per forward, before the layers. */
+/* The ids live on the device, so the range check runs in a grid, before the gather grid
+ * (which writes nothing after a bad id: out untouched, as the interface says); the call
+ * waits for it (one small copy and a stream synchronize) to return PE_EINVAL at the call.
+ * Embedding runs once per forward, before the layers. */
 pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
                        const int32_t *ids, size_t n, size_t dim, size_t vocab)
 {

@@ -22,6 +22,7 @@ using cb::aligned16;
 using cb::grid_for;
 using cb::grid_stride;
 using cb::kThreads;
+using cb::row_blocks;
 using cb::thread_index;
 
 struct Relu {
@@ -208,34 +209,37 @@ template <bool VEC> __global__ void softmax_rows(float *x, size_t rows, size_t c
     }
 }
 
-/* One block per row: out(n, dim) = table(vocab, dim)[ids(n)]. A row whose id is out of
- * range is zeroed and the smallest such row is kept in *bad. */
+/* *bad = the smallest row whose id is outside [0, vocab) (min with what it holds). */
+__global__ void embedding_check(const int32_t *ids, size_t n, size_t vocab, int32_t *bad)
+{
+    for (size_t row = thread_index(); row < n; row += grid_stride())
+        if (!pe_k_id_in_range(ids[row], vocab))
+            atomicMin(bad, row < (size_t)INT32_MAX ? (int32_t)row : INT32_MAX - 1);
+}
+
+/* One block per row: out(n, dim) = table(vocab, dim)[ids(n)], after embedding_check on the
+ * same stream: nothing is written when it found a bad id (*bad != INT32_MAX). */
 template <bool VEC>
 __global__ void embedding_rows(float *out, const void *table, int bf16, const int32_t *ids,
-                               size_t n, size_t dim, size_t vocab, int32_t *bad)
+                               size_t n, size_t dim, size_t vocab, const int32_t *bad)
 {
+    if (*bad != INT32_MAX)
+        return;
     for (size_t row = blockIdx.x; row < n; row += gridDim.x) {
         int32_t id = ids[row];
         float *o = out + row * dim;
-        if (!pe_k_id_in_range(id, vocab)) {
-            if (threadIdx.x == 0)
-                atomicMin(bad, row < (size_t)INT32_MAX ? (int32_t)row : INT32_MAX - 1);
-            for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
-                o[i] = 0.0f;
+        if (!pe_k_id_in_range(id, vocab)) /* checked above; never read outside the table */
             continue;
-        }
         if (VEC) { /* fp32 table */
             const float *t = static_cast<const float *>(table) + (size_t)id * dim;
             for (size_t i = threadIdx.x; i < dim / 4; i += blockDim.x)
                 reinterpret_cast<float4 *>(o)[i] = reinterpret_cast<const float4 *>(t)[i];
         } else {
             for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
-                o[i] = pe_k_table_elem(table, bf16, (size_t)id * dim + i);
+                o[i] = pe_k_load_elem(table, bf16, (size_t)id * dim + i);
         }
     }
 }
-
-unsigned row_blocks(size_t rows) { return (unsigned)(rows < cb::kMaxBlocks ? rows : cb::kMaxBlocks); }
 
 /* out(n) = bf16(in(n)); four elements per thread when in is 16- and out 8-byte aligned. */
 __global__ void to_bf16_4(ushort4 *out, const float4 *in, size_t n4)
@@ -331,6 +335,7 @@ extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const voi
 {
     if (n == 0 || dim == 0)
         return cudaSuccess;
+    embedding_check<<<grid_for(n, kThreads), kThreads, 0, s>>>(ids, n, vocab, bad);
     bool vec = !bf16 && dim % 4 == 0 && aligned16(out) && aligned16(table);
     int threads = cb::row_threads(vec ? dim / 4 : dim);
     if (vec)

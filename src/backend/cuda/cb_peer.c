@@ -47,7 +47,6 @@ typedef struct cb_chan_slot {
 /* Sender -> receiver messages (runtime/chan.h: slots of cb_chan_slot, whose events stay
  * made for the slot's next message). */
 struct cb_chan {
-    cb_group *g;
     be_device *sender; /* registered with this device (NULL once it closed); cb_device.c */
     int from, to;
     rt_chan ch;
@@ -73,8 +72,6 @@ struct cb_peer {
     int n_retired, cap_retired;
     struct cb_chan *chans; /* (n * n): [from * n + to] */
 };
-
-static int aborted(const cb_group *g) { return atomic_load(&g->aborted) != 0; }
 
 /* A CUDA failure inside a collective: the message, and the group aborted. */
 static pe_status fail(be_comm *c, cudaError_t e, const char *call)
@@ -583,7 +580,6 @@ pe_status cb_peer_create(cb_group *g, be_device *const *devs, pe_err *err)
     for (int from = 0; from < n && s == PE_OK; from++)
         for (int to = 0; to < n && s == PE_OK; to++) {
             struct cb_chan *ch = &p->chans[from * n + to];
-            ch->g = g;
             ch->from = from;
             ch->to = to;
             s = rt_chan_init(&ch->ch, CB_CHAN_SLOTS, sizeof(cb_chan_slot), err);

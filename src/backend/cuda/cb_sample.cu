@@ -64,36 +64,11 @@ __device__ inline Best warp_best(Best b)
     return b;
 }
 
-struct Add {
-    template <class T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-    template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
-struct Min {
-    template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; }
-};
-
-/* f over the block (every thread gets it); red: 32 T of shared memory. */
-template <class T, class F> __device__ T block_all(T v, T identity, F f, T *red)
-{
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v = f(v, __shfl_xor_sync(kFull, v, o));
-    __syncthreads(); /* red may still be read from the previous reduction */
-    if (lane == 0)
-        red[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < nw ? red[lane] : identity;
-        for (int o = 16; o > 0; o >>= 1)
-            v = f(v, __shfl_xor_sync(kFull, v, o));
-        if (lane == 0)
-            red[0] = v;
-    }
-    __syncthreads();
-    return red[0];
-}
+using cb::Add;
+using cb::block_reduce;
+using cb::Max;
+using cb::Min;
+using cb::row_blocks;
 
 /* Inclusive prefix sum over the block in thread order; *total gets the block's sum. */
 __device__ u64 block_scan(u64 v, u64 *red, u64 *total)
@@ -335,7 +310,7 @@ __device__ int32_t sample_row(const float *x, int32_t n, pe_k_sampling p, Shared
         u64 z = 0;
         for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
             z += fixed40(weight(x[i], tk, mx, t));
-        z = block_all<u64>(z, 0, Add(), sh.red64);
+        z = block_reduce<u64>(z, 0, Add(), sh.red64);
         const float frac = p.top_p > 0.0f ? p.top_p : 0.0f;
         const u64 target = (u64)((double)frac * (double)z);
         tp = __uint_as_float(block_mass_bits(x, n, tk, mx, t, target, sh));
@@ -349,8 +324,8 @@ __device__ int32_t sample_row(const float *x, int32_t n, pe_k_sampling p, Shared
             last = i;
         }
     }
-    kept = block_all<u64>(kept, 0, Add(), sh.red64);
-    last = block_all<int32_t>(last, -1, Max(), sh.red32);
+    kept = block_reduce<u64>(kept, 0, Add(), sh.red64);
+    last = block_reduce<int32_t>(last, -1, Max(), sh.red32);
     if (last < 0)
         return am;
     const float u = p.u > 0.0f ? (p.u < 1.0f ? p.u : 1.0f) : 0.0f;
@@ -365,7 +340,7 @@ __device__ int32_t sample_row(const float *x, int32_t n, pe_k_sampling p, Shared
         }
         u64 incl = block_scan(v, sh.red64, &sh.total);
         bool pass = i < n && v > 0 && run + incl > r;
-        int32_t first = block_all<int32_t>(pass ? i : kNone, kNone, Min(), sh.red32);
+        int32_t first = block_reduce<int32_t>(pass ? i : kNone, kNone, Min(), sh.red32);
         if (first != kNone)
             return first;
         run += sh.total;
@@ -413,7 +388,7 @@ __global__ void __launch_bounds__(1024) topk_rows(const float *x, size_t rows, i
         int32_t cnt = 0;
         for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
             cnt += xr[i] == xr[i];
-        cnt = block_all<int32_t>(cnt, 0, Add(), sh.red32);
+        cnt = block_reduce<int32_t>(cnt, 0, Add(), sh.red32);
         const int kk = cnt < k ? (int)cnt : k;
         if (kk > 0) {
             const uint32_t tkey = block_kth_key<true>(xr, n, kk, sh);
@@ -462,11 +437,11 @@ __global__ void __launch_bounds__(1024) topk_rows(const float *x, size_t rows, i
             float m = -INFINITY;
             for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
                 m = xr[i] > m ? xr[i] : m;
-            m = block_all<float>(m, -INFINITY, Max(), sh.redf);
+            m = block_reduce<float>(m, -INFINITY, Max(), sh.redf);
             float s = 0.0f;
             for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
                 s += expf(xr[i] - m);
-            s = block_all<float>(s, 0.0f, Add(), sh.redf);
+            s = block_reduce<float>(s, 0.0f, Add(), sh.redf);
             if (threadIdx.x == 0)
                 lse[row] = m + logf(s);
         }
@@ -475,7 +450,6 @@ __global__ void __launch_bounds__(1024) topk_rows(const float *x, size_t rows, i
 }
 
 int row_threads(size_t n) { return n >= 4096 ? 1024 : 256; }
-unsigned row_blocks(size_t rows) { return (unsigned)(rows < cb::kMaxBlocks ? rows : cb::kMaxBlocks); }
 
 } /* namespace */
 

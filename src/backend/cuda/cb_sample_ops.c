@@ -1,14 +1,15 @@
 /* cb_sample_ops.c: argmax, topk and sample on the CUDA backend: argument checks, the
  * launch on the device's stream, launch errors as pe_status. The grids (one block per
- * row) are in cb_sample.cu. */
+ * row) are in cb_sample.cu. No rows is PE_OK before any check, as on the host. */
 #include <stdint.h>
 
 #include "backend/cuda/cb_internal.h"
 
+/* rows >= 1 (the callers return first for none). */
 static pe_status check_rows(be_device *dev, const char *op, size_t rows, size_t n,
                             size_t max_n)
 {
-    if (rows && n == 0)
+    if (n == 0)
         return pe_fail(&dev->err, PE_EINVAL, "%s: rows of 0 values have no largest", op);
     if (n > max_n)
         return pe_fail(&dev->err, PE_EINVAL,
@@ -21,6 +22,8 @@ static pe_status check_rows(be_device *dev, const char *op, size_t rows, size_t 
 
 pe_status cb_argmax(be_device *dev, const float *x, size_t rows, size_t n, int32_t *idx)
 {
+    if (rows == 0)
+        return PE_OK;
     pe_status s = check_rows(dev, "argmax", rows, n, INT32_MAX);
     if (s != PE_OK)
         return s;
@@ -31,6 +34,8 @@ pe_status cb_argmax(be_device *dev, const float *x, size_t rows, size_t n, int32
 pe_status cb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t k,
                   int32_t *idx, float *val, float *lse)
 {
+    if (rows == 0)
+        return PE_OK;
     pe_status s = check_rows(dev, "topk", rows, n, INT32_MAX);
     if (s != PE_OK)
         return s;
@@ -46,6 +51,8 @@ pe_status cb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t 
 pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,
                     const pe_k_sampling *params, int32_t *tokens, float *logit)
 {
+    if (rows == 0)
+        return PE_OK;
     pe_status s = check_rows(dev, "sample", rows, n, CB_SAMPLE_MAX_N);
     if (s != PE_OK)
         return s;

@@ -6,6 +6,13 @@
 
 #include "backend/host/hb_internal.h"
 
+static void free_tls(hb_scratch *tls, int n)
+{
+    for (int t = 0; tls && t < n; t++)
+        free(tls[t].p);
+    free(tls);
+}
+
 /* Frees the pool and the per-thread scratch; the owner goes back to its own cores. */
 static void stop_pool(be_device *dev)
 {
@@ -14,42 +21,62 @@ static void stop_pool(be_device *dev)
     if (dev->owner_pinned)
         (void)rt_topology_bind_self(dev->topo, &dev->home, NULL);
     dev->owner_pinned = 0;
-    for (int t = 0; dev->tls && t < dev->nthreads; t++)
-        free(dev->tls[t].p);
-    free(dev->tls);
+    free_tls(dev->tls, dev->nthreads);
     dev->tls = NULL;
     dev->nthreads = 0;
 }
 
-/* n threads. A bound worker's threads get a core each: the owner core 0 of its set,
- * helper i core i (round-robin past the cores), so no spinning thread of the pool ever
- * waits for one that the OS put on its core. An unbound worker's threads stay where the
- * OS puts them (other devices may share those cores). */
-static pe_status start_pool(be_device *dev, int n)
+/* A pool of n threads and its (empty) per-thread scratch, into *pool and *tls; the device
+ * is not touched, so that a failure leaves its current pool working. A bound worker's
+ * threads are pinned: the owner to core 0 of its set (by install_pool), helper i to core
+ * i % ncores. With n <= ncores every thread has a core of its own, so no spinning thread
+ * of the pool waits for one that the OS put on its core; with more threads than cores
+ * (set_compute_threads) helpers share cores round-robin and can wait for each other. An
+ * unbound worker's threads stay where the OS puts them (other devices may share those
+ * cores). */
+static pe_status make_pool(be_device *dev, int n, rt_pool **pool, hb_scratch **tls,
+                           pe_err *err)
 {
-    dev->tls = calloc((size_t)n, sizeof *dev->tls);
+    *pool = NULL;
+    *tls = calloc((size_t)n, sizeof **tls);
     rt_binding *pins = dev->bound ? calloc((size_t)n, sizeof *pins) : NULL;
-    if (!dev->tls || (dev->bound && !pins)) {
+    if (!*tls || (dev->bound && !pins)) {
         free(pins);
-        free(dev->tls);
-        dev->tls = NULL;
-        return hb_fail(dev, PE_ENOMEM, "host device %d: out of memory for %d compute threads",
-                       dev->id, n);
+        free(*tls);
+        *tls = NULL;
+        return pe_fail(err, PE_ENOMEM, "out of memory for %d compute threads", n);
     }
     for (int i = 0; pins && i < n; i++)
         pins[i] = dev->cores[i % dev->ncores];
-    pe_err err = {{0}};
-    pe_status s = rt_pool_create(n, dev->bound ? dev->topo : NULL, pins, &dev->pool, &err);
+    pe_status s = rt_pool_create(n, dev->bound ? dev->topo : NULL, pins, pool, err);
     free(pins);
     if (s != PE_OK) {
-        free(dev->tls);
-        dev->tls = NULL;
-        return hb_fail(dev, s, "host device %d: %s", dev->id, err.msg);
+        free(*tls);
+        *tls = NULL;
     }
+    return s;
+}
+
+/* Makes a pool from make_pool the device's (it has none); pins the owner. */
+static void install_pool(be_device *dev, rt_pool *pool, hb_scratch *tls, int n)
+{
+    dev->pool = pool;
+    dev->tls = tls;
     dev->nthreads = n;
     if (dev->bound && n > 1 && dev->home.cpulist[0] &&
         rt_topology_bind_self(dev->topo, &dev->cores[0], NULL) == PE_OK)
         dev->owner_pinned = 1;
+}
+
+static pe_status start_pool(be_device *dev, int n)
+{
+    rt_pool *pool;
+    hb_scratch *tls;
+    pe_err err = {{0}};
+    pe_status s = make_pool(dev, n, &pool, &tls, &err);
+    if (s != PE_OK)
+        return hb_fail(dev, s, "host device %d: %s", dev->id, err.msg);
+    install_pool(dev, pool, tls, n);
     return PE_OK;
 }
 
@@ -91,8 +118,18 @@ pe_status hb_set_compute_threads(be_device *dev, int n)
                        dev->id, n, HB_MAX_THREADS);
     if (n == dev->nthreads)
         return PE_OK;
+    /* The new pool first: if it cannot start, the device keeps computing with the old. */
+    rt_pool *pool;
+    hb_scratch *tls;
+    pe_err err = {{0}};
+    pe_status s = make_pool(dev, n, &pool, &tls, &err);
+    if (s != PE_OK)
+        return hb_fail(dev, s,
+                       "host device %d: %d compute threads: %s; the device keeps its %d",
+                       dev->id, n, err.msg, dev->nthreads);
     stop_pool(dev);
-    return start_pool(dev, n);
+    install_pool(dev, pool, tls, n);
+    return PE_OK;
 }
 
 int hb_compute_threads(const be_device *dev) { return dev->nthreads; }

@@ -17,7 +17,8 @@ typedef struct hb_simd {
     /* s(nk) = scale * (q(hd) . K(nk, hd) row t) */
     void (*scores)(float *s, const float *q, const float *K, int nk, int hd, float scale);
     /* p(n) = exp(p(n) - m); returns their sum (portable: expf; AVX2: a degree-6 polynomial
-     * after range reduction, within 2 ulp of expf) */
+     * after range reduction, within 2 ulp of expf for p - m >= -87.34; below, where expf is
+     * a denormal or 0, the argument is clamped and the result is about 1.2e-38, FLT_MIN) */
     float (*exp_sum)(float *p, int n, float m);
     /* acc(hd) = c * acc(hd) */
     void (*rescale)(float *acc, float c, int hd);
