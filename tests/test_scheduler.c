@@ -1420,6 +1420,140 @@ static void test_an_undeliverable_token_event_ends_its_sequence_with_enomem(void
     h_free(h);
 }
 
+/* ---- kept sequences: parking, append, release (no model: block counts by hand) ---- */
+
+typedef struct kept_log {
+    int tokens, finals;
+    pe_finish last;
+} kept_log;
+
+static pe_status log_event(void *ctx, en_seq *seq, const pe_token_event *ev)
+{
+    (void)seq;
+    kept_log *k = ctx;
+    k->tokens += ev->token >= 0;
+    k->finals += ev->finish != PE_FINISH_NONE;
+    k->last = ev->finish;
+    return PE_OK;
+}
+
+/* A sequence message: n tokens (100, 101, ...) and a generation of max_tokens. */
+static en_seq *kept_msg(uint64_t id, int n, int max_tokens, int keep, int context)
+{
+    en_seq *q = calloc(1, sizeof *q);
+    assert_non_null(q);
+    int cap = n + max_tokens < context ? n + max_tokens : context;
+    q->tokens = malloc((size_t)cap * sizeof *q->tokens);
+    assert_non_null(q->tokens);
+    for (int i = 0; i < n; i++)
+        q->tokens[i] = 100 + i;
+    q->hdr.kind = EN_MSG_SEQ;
+    q->id = id;
+    q->ntok = q->prompt_len = n;
+    q->cap = cap;
+    q->max_tokens = max_tokens;
+    q->ignore_eos = 1;
+    q->keep = keep;
+    return q;
+}
+
+/* Builds a step, checks its one chunk (pos0, n), samples `token` at its logit row (if it
+ * has one) and takes it back. */
+static void run_chunk(en_sched *s, en_step *st, int pos0, int n, int32_t token)
+{
+    assert_int_equal(en_sched_build(s, st), 1);
+    assert_int_equal(st->nchunks, 1);
+    assert_int_equal(st->chunks[0].pos0, pos0);
+    assert_int_equal(st->chunks[0].n, n);
+    const int r = st->chunks[0].logit0;
+    if (r >= 0) {
+        st->out_tokens[r] = token;
+        st->out_logit[r] = 0.0f;
+        st->out_lse[r] = 0.0f;
+    }
+    en_sched_complete(s, st);
+}
+
+/* scheduler.h: a kept sequence parks with its blocks (its promise shrinks to them); an
+ * append is prefilled from its first uncached position, the last generated token, on the
+ * blocks it holds; a turn that is not kept frees them; release and end_all free a parked
+ * one; an append to no parked sequence is refused. */
+static void test_a_kept_sequence_parks_with_its_blocks_and_an_append_prefills_only_the_rest(
+    void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config(); /* blocks of 4, 64 of them, context 64 */
+    kept_log log = {0};
+    en_sched s;
+    assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
+    en_step *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    en_sched_add(&s, kept_msg(1, 6, 2, 1, cfg.context)); /* promise: 7 positions, 2 blocks */
+    run_chunk(&s, st, 0, 6, 20);
+    assert_int_equal(en_sched_room(&s), 64 - 2);
+    run_chunk(&s, st, 6, 1, 21); /* its 2nd token: the end of the turn, parked */
+    assert_int_equal(log.finals, 1);
+    assert_int_equal(log.last, PE_FINISH_LENGTH);
+    assert_int_equal(en_sched_sequences(&s), 0);
+    assert_int_equal(s.nfree, 64 - 2); /* positions 0..6 stay cached */
+    assert_int_equal(en_sched_room(&s), 64 - 2);
+    assert_int_equal(en_sched_build(&s, st), 0);
+    /* turn 2: 3 more tokens; the uncached ones are the last generated token and those */
+    assert_int_equal(en_sched_append(&s, kept_msg(1, 3, 2, 0, cfg.context)), PE_OK);
+    run_chunk(&s, st, 7, 4, 22);
+    assert_int_equal(s.nfree, 64 - 3); /* 11 positions */
+    assert_int_equal(en_sched_room(&s), 64 - 3); /* promise: 12 positions, 3 blocks */
+    run_chunk(&s, st, 11, 1, 23);
+    assert_int_equal(log.finals, 2);
+    assert_int_equal(log.tokens, 4);
+    assert_int_equal(s.nfree, 64); /* not kept this time: all back */
+    assert_int_equal(en_sched_room(&s), 64);
+    assert_int_equal(en_sched_append(&s, kept_msg(1, 1, 1, 1, cfg.context)), PE_EINVAL);
+    /* release, and end_all, free what is parked */
+    en_sched_add(&s, kept_msg(2, 9, 1, 1, cfg.context));
+    run_chunk(&s, st, 0, 9, 24);
+    assert_int_equal(s.nfree, 64 - 3);
+    assert_int_equal(en_sched_release(&s, 2), PE_OK);
+    assert_int_equal(en_sched_release(&s, 2), PE_EINVAL);
+    assert_int_equal(s.nfree, 64);
+    assert_int_equal(en_sched_room(&s), 64);
+    en_sched_add(&s, kept_msg(3, 5, 1, 1, cfg.context));
+    run_chunk(&s, st, 0, 5, 25);
+    assert_int_equal(s.nfree, 64 - 2);
+    en_sched_end_all(&s, PE_ECLOSED);
+    assert_int_equal(s.nfree, 64);
+    assert_null(s.parked);
+    en_step_free(st);
+    en_sched_free(&s);
+}
+
+/* An append past the context is refused and the sequence stays parked as it was. */
+static void test_an_append_past_the_context_leaves_the_sequence_parked(void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config();
+    kept_log log = {0};
+    en_sched s;
+    assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
+    en_step *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    en_sched_add(&s, kept_msg(1, 10, 1, 1, cfg.context));
+    run_chunk(&s, st, 0, 10, 20);
+    /* it holds 11 tokens (10 cached): 53 more reach the context of 64 */
+    assert_int_equal(en_sched_append(&s, kept_msg(1, 53, 1, 1, cfg.context)), PE_EINVAL);
+    assert_int_equal(s.nfree, 64 - 3); /* 10 positions still held */
+    assert_int_equal(en_sched_append(&s, kept_msg(1, 52, 1, 1, cfg.context)), PE_OK);
+    run_chunk(&s, st, 10, 16, 21); /* chunks of the step's token budget, 16 */
+    run_chunk(&s, st, 26, 16, 21);
+    run_chunk(&s, st, 42, 16, 21);
+    run_chunk(&s, st, 58, 5, 22);
+    assert_int_equal(log.finals, 2);
+    en_sched_end_all(&s, PE_ECLOSED);
+    assert_int_equal(s.nfree, 64);
+    en_step_free(st);
+    en_sched_free(&s);
+}
+
 static void test_end_all_ends_waiting_and_idle_ones_now(void **state)
 {
     (void)state;
@@ -1650,6 +1784,8 @@ int main(void)
         TEST(test_cancel_of_an_unknown_or_ended_id_does_nothing),
         TEST(test_failed_step_ends_its_sequences_with_its_error_and_spares_others),
         TEST(test_an_undeliverable_token_event_ends_its_sequence_with_enomem),
+        TEST(test_a_kept_sequence_parks_with_its_blocks_and_an_append_prefills_only_the_rest),
+        TEST(test_an_append_past_the_context_leaves_the_sequence_parked),
         TEST(test_end_all_ends_waiting_and_idle_ones_now),
         TEST(test_end_all_ends_sequences_in_a_step_when_it_returns),
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),

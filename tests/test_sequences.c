@@ -2,7 +2,7 @@
  * what it gets alone; KV paging (blocks freed, a pool filled exactly, waiting and refusal);
  * sampling (greedy, top-k 1, seeds, the softmax's distribution, the nucleus); 1,000
  * sequences from 4 threads each get all of their tokens and one final event; cancel; bad
- * parameters; a worker failing mid-decode. */
+ * parameters; a worker failing mid-decode; kept sequences (append, release). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -517,6 +517,151 @@ static void cancel_ends_a_sequence_once_mid_way(void **state)
     pe_engine_destroy(e);
 }
 
+/* ---- kept sequences ------------------------------------------------------------------------ */
+
+static uint64_t submit_kept(pe_engine *e, const int32_t *prompt, size_t n, int max_tokens,
+                            int slot)
+{
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = prompt;
+    p.prompt_len = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    p.keep = 1;
+    p.user = (void *)(intptr_t)slot;
+    uint64_t id = 0;
+    if (pe_seq_submit(e, &p, &id) != PE_OK)
+        fail_msg("pe_seq_submit: %s", pe_last_error());
+    return id;
+}
+
+static pe_status append(pe_engine *e, uint64_t id, const int32_t *more, size_t n,
+                        int max_tokens, int slot, int keep)
+{
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = more;
+    p.prompt_len = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    p.keep = keep;
+    p.user = (void *)(intptr_t)slot;
+    return pe_seq_append(e, id, &p);
+}
+
+/* pengine.h: an append generates "with only the new tokens prefilled, the rest in the KV
+ * cache": two turns of a kept sequence give, token for token (greedy), what one fresh
+ * sequence holding the whole conversation gives; each turn ends with one final event and
+ * counts its tokens from 0; the id stays. */
+static void a_kept_sequence_continues_as_the_whole_conversation_would(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    static run r;
+    memset(&r, 0, sizeof r);
+    int32_t prompt[5], more[3], whole[5 + 7 + 3];
+    tm_tokens(prompt, 5, llama_spec.vocab, 31);
+    tm_tokens(more, 3, llama_spec.vocab, 32);
+    uint64_t id = submit_kept(e, prompt, 5, 7, 0);
+    drain(e, &r);
+    assert_int_equal(r.finals[0], 1);
+    assert_int_equal(r.ntok[0], 7);
+    assert_int_equal(append(e, id, more, 3, 9, 1, 1), PE_OK); /* turn 2 records in slot 1 */
+    drain(e, &r);
+    assert_int_equal(r.finals[1], 1);
+    assert_int_equal(r.finish[1], PE_FINISH_LENGTH);
+    assert_int_equal(r.ntok[1], 9);
+    memcpy(whole, prompt, sizeof prompt);
+    memcpy(whole + 5, r.tok[0], 7 * sizeof(int32_t));
+    memcpy(whole + 12, more, sizeof more);
+    submit(e, whole, 15, 9, 2, NULL);
+    drain(e, &r);
+    assert_int_equal(r.ntok[2], 9);
+    assert_memory_equal(r.tok[1], r.tok[2], 9 * sizeof(int32_t));
+    /* a third turn, not kept: it ends for good */
+    assert_int_equal(append(e, id, more, 2, 3, 3, 0), PE_OK);
+    drain(e, &r);
+    assert_int_equal(r.ntok[3], 3);
+    assert_int_equal(append(e, id, more, 1, 3, 4, 1), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "not a kept sequence"));
+    pe_engine_destroy(e);
+}
+
+/* A parked sequence holds its KV blocks: a sequence that needs the whole pool is refused
+ * (PE_KV_REFUSE) until it is released, and then runs. Destroy frees what is still kept. */
+static void a_kept_sequence_holds_its_blocks_until_released(void **state)
+{
+    (void)state;
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.kv_tokens = 128; /* 8 blocks */
+    cfg.kv_full = PE_KV_REFUSE;
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    static run r;
+    memset(&r, 0, sizeof r);
+    int32_t prompt[20];
+    tm_tokens(prompt, 20, llama_spec.vocab, 33);
+    uint64_t kept = submit_kept(e, prompt, 20, 40, 0); /* 59 positions: 4 blocks */
+    drain(e, &r);
+    assert_int_equal(r.ntok[0], 40);
+    submit(e, prompt, 20, 100, 1, NULL); /* 119 positions: all 8 blocks */
+    drain(e, &r);
+    assert_int_equal(r.finish[1], PE_FINISH_ERROR);
+    assert_int_equal(r.status[1], PE_EAGAIN);
+    assert_int_equal(pe_seq_release(e, kept), PE_OK);
+    submit(e, prompt, 20, 100, 2, NULL);
+    drain(e, &r);
+    assert_int_equal(r.ntok[2], 100);
+    assert_int_equal(pe_seq_release(e, kept), PE_EINVAL); /* released: gone */
+    submit_kept(e, prompt, 20, 4, 3); /* left kept: destroy frees it */
+    drain(e, &r);
+    pe_engine_destroy(e);
+}
+
+/* Appends and releases that cannot be done are PE_EINVAL with a message saying why. */
+static void appends_and_releases_that_cannot_be_done_are_refused(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    static run r;
+    memset(&r, 0, sizeof r);
+    int32_t prompt[6];
+    tm_tokens(prompt, 6, llama_spec.vocab, 34);
+    const struct {
+        uint64_t id;
+        const char *why;
+    } unknown[] = {{999, "not a kept sequence"}};
+    assert_int_equal(append(e, unknown[0].id, prompt, 2, 2, 0, 1), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), unknown[0].why));
+    assert_int_equal(pe_seq_release(e, unknown[0].id), PE_EINVAL);
+    uint64_t plain = submit(e, prompt, 6, 2, 0, NULL); /* not kept */
+    drain(e, &r);
+    assert_int_equal(append(e, plain, prompt, 2, 2, 1, 1), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "not a kept sequence"));
+    en_allow_steps(e, 0); /* a kept one still generating */
+    uint64_t kept = submit_kept(e, prompt, 6, 4, 2);
+    assert_int_equal(append(e, kept, prompt, 2, 2, 3, 1), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "still generating"));
+    assert_int_equal(pe_seq_release(e, kept), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "still generating"));
+    en_allow_steps(e, -1);
+    drain(e, &r);
+    assert_int_equal(r.ntok[2], 4);
+    static int32_t longer[128];
+    tm_tokens(longer, 128, llama_spec.vocab, 35);
+    assert_int_equal(append(e, kept, longer, 118, 2, 3, 1), PE_EINVAL); /* 10 + 118 = 128 */
+    assert_non_null(strstr(pe_last_error(), "context"));
+    int32_t bad = (int32_t)llama_spec.vocab;
+    assert_int_equal(append(e, kept, &bad, 1, 2, 3, 1), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "pe_seq_append: the prompt"));
+    assert_int_equal(append(e, kept, prompt, 1, 2, 3, 1), PE_OK); /* still kept after all that */
+    drain(e, &r);
+    assert_int_equal(r.ntok[3], 2);
+    assert_int_equal(pe_seq_release(e, kept), PE_OK);
+    pe_engine_destroy(e);
+}
+
 /* ---- bad parameters ------------------------------------------------------------------------ */
 
 static void bad_parameters_are_refused_with_a_message(void **state)
@@ -624,6 +769,9 @@ int main(void)
         cmocka_unit_test(cancel_ends_a_sequence_once_mid_way),
         cmocka_unit_test(bad_parameters_are_refused_with_a_message),
         cmocka_unit_test(a_worker_failing_mid_decode_ends_every_sequence_with_an_error),
+        cmocka_unit_test(a_kept_sequence_continues_as_the_whole_conversation_would),
+        cmocka_unit_test(a_kept_sequence_holds_its_blocks_until_released),
+        cmocka_unit_test(appends_and_releases_that_cannot_be_done_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

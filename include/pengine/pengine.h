@@ -211,6 +211,8 @@ typedef struct pe_seq_params {
     size_t nstop;           /* <= PE_MAX_STOP */
     int ignore_eos;         /* 1: the model's eos_token_id does not end the sequence */
     int logprobs;           /* top log-probabilities per token, 0..PE_MAX_LOGPROBS */
+    int keep;               /* 1: after its final event the sequence keeps its tokens and KV
+                             * cache, for pe_seq_append, until pe_seq_release */
     void *user;             /* handed back in every event */
 } pe_seq_params;
 
@@ -250,6 +252,20 @@ pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id);
 /* Asks sequence id to stop. It ends with one final event: CANCELLED, or whatever ended it
  * first. PE_EINVAL for an id that was never given; PE_OK for one that already ended. */
 pe_status pe_seq_cancel(pe_engine *e, uint64_t id);
+
+/* Appends p->prompt (p->prompt_len more tokens, e.g. a chat's next turn, without BOS) to
+ * kept sequence id after its final event, and generates again with p's other parameters:
+ * only the new tokens (and the last generated one) are prefilled, the rest is in the KV
+ * cache. The sequence keeps its id; its new events count their index from 0 and end with
+ * one final event again; p->keep says whether it stays kept after that. PE_EINVAL when id
+ * is not kept, is still generating, ended with an error (no KV is left: release it), or
+ * when its tokens and the new ones reach the context. Thread-safe. */
+pe_status pe_seq_append(pe_engine *e, uint64_t id, const pe_seq_params *p);
+
+/* Frees kept sequence id and its KV blocks (every kept sequence is released by its client,
+ * after its final event; destroy frees the rest). PE_EINVAL when id is not kept or still
+ * generating. */
+pe_status pe_seq_release(pe_engine *e, uint64_t id);
 
 /* Takes one token event. pe_seq_poll returns PE_EAGAIN when none is ready; pe_seq_wait
  * blocks until one is, and returns PE_EAGAIN at once when no sequence is outstanding (every

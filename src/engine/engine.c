@@ -107,6 +107,7 @@ void pe_engine_destroy(pe_engine *e)
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->err_mu);
     pthread_mutex_destroy(&e->sync_mu);
+    en_kept_destroy(e);
     pthread_cond_destroy(&e->sync_cv);
     free(e);
 }
@@ -212,6 +213,7 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     pthread_mutex_init(&e->err_mu, NULL);
     pthread_mutex_init(&e->sync_mu, NULL);
     pthread_cond_init(&e->sync_cv, NULL);
+    en_kept_init(e);
     atomic_init(&e->failed, PE_OK);
     atomic_init(&e->outstanding, 0);
     atomic_init(&e->next_seq, 0);

@@ -116,6 +116,16 @@ typedef struct en_replica {
     atomic_int seqs;        /* published: sequences waiting or running */
 } en_replica;
 
+/* A kept sequence's state in the engine's table (kept.c). */
+typedef enum en_kept_state { EN_KEPT_RUNNING, EN_KEPT_PARKED, EN_KEPT_DEAD } en_kept_state;
+
+typedef struct en_kept {
+    uint64_t id;
+    int replica;         /* the one holding it */
+    int ntok;            /* its tokens when it parked */
+    en_kept_state state;
+} en_kept;
+
 struct pe_engine {
     pe_config cfg;
     int *devices; /* (world) copy of cfg.devices */
@@ -150,6 +160,9 @@ struct pe_engine {
     atomic_ullong next_seq; /* the next sequence id */
     atomic_int stopping;  /* destroy: replicas end their sequences and stop */
     atomic_long step_budget; /* tests (en_allow_steps): steps left to start; < 0: no limit */
+    pthread_mutex_t kept_mu; /* the kept sequences (kept.c) */
+    en_kept *kept;           /* (nkept) */
+    size_t nkept, kept_cap;
     int stage_first[EN_MAX_STAGES + 1];
     pe_model_info info;
 
@@ -250,6 +263,29 @@ void en_replicas_stop(pe_engine *e);
 void en_replicas_free(pe_engine *e);
 /* Wakes every replica (after a failure) so it ends its sequences. */
 void en_replicas_wake(pe_engine *e);
+
+/* ---- kept.c: kept sequences (pe_seq_append, pe_seq_release) ---- */
+void en_kept_init(pe_engine *e);
+void en_kept_destroy(pe_engine *e);
+/* A kept sequence starts RUNNING on replica (its submit); PE_ENOMEM when the table cannot
+ * grow. */
+pe_status en_kept_add(pe_engine *e, uint64_t id, int replica);
+/* Its submit failed after all. */
+void en_kept_forget(pe_engine *e, uint64_t id);
+/* Its final event: PARKED with ntok tokens, or DEAD (the replica, before the event). */
+void en_kept_ended(pe_engine *e, uint64_t id, int parked, int ntok);
+/* PARKED -> RUNNING for an append of n tokens, with the replica holding it; PE_EINVAL with
+ * a message when it is not parked or n more tokens reach the context. */
+pe_status en_kept_take_for_append(pe_engine *e, uint64_t id, size_t n, int *replica,
+                                  pe_err *err);
+/* The append was not sent after all: PARKED again. */
+void en_kept_untake(pe_engine *e, uint64_t id);
+/* Tokens of a parked sequence (0 when unknown). */
+int en_kept_length(pe_engine *e, uint64_t id);
+/* Takes a PARKED or DEAD sequence out of the table for a release (*parked: its replica
+ * must free its blocks); PE_EINVAL with a message when unknown or RUNNING. */
+pe_status en_kept_take_for_release(pe_engine *e, uint64_t id, int *replica, int *parked,
+                                   pe_err *err);
 
 /* ---- trace.c ---- */
 void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,

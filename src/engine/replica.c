@@ -22,6 +22,12 @@ static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
 {
     en_replica *r = ctx;
     pe_engine *e = r->e;
+    if (seq->tracked && ev->finish != PE_FINISH_NONE) { /* before the client sees the end */
+        if (seq->keep) /* parked, or DEAD after an error until the client releases it */
+            en_kept_ended(e, seq->id, en_sched_keeps(seq, ev), seq->ntok);
+        else /* its last turn: kept no more */
+            en_kept_forget(e, seq->id);
+    }
     if (seq->score) {
         pthread_mutex_lock(&e->sync_mu);
         seq->sync->status = ev->finish == PE_FINISH_ERROR        ? ev->status
@@ -59,6 +65,21 @@ static void dispatch(en_replica *r, en_step *st)
     en_sched_complete(&r->sched, st);
 }
 
+/* More tokens for a kept sequence; when the scheduler cannot take them, the append still
+ * gets its one final event, an error (the sequence stays kept as it was, if it was). */
+static void append(en_replica *r, en_seq *more)
+{
+    const uint64_t id = more->id;
+    void *user = more->user;
+    pe_status s = en_sched_append(&r->sched, more);
+    if (s == PE_OK)
+        return;
+    en_kept_ended(r->e, id, s == PE_ENOMEM, en_kept_length(r->e, id));
+    pe_token_event ev = {.seq = id, .token = -1, .finish = PE_FINISH_ERROR, .status = s,
+                         .user = user};
+    (void)en_events_push(&r->e->events, &ev); /* its slot was reserved at the append */
+}
+
 static void handle(en_replica *r, en_msg *m)
 {
     switch (m->kind) {
@@ -72,6 +93,13 @@ static void handle(en_replica *r, en_msg *m)
     case EN_MSG_STEP:
         r->inflight--;
         en_sched_complete(&r->sched, (en_step *)m);
+        break;
+    case EN_MSG_APPEND:
+        append(r, (en_seq *)m);
+        break;
+    case EN_MSG_RELEASE:
+        en_sched_release(&r->sched, ((en_cancel *)m)->id);
+        free(m);
         break;
     case EN_MSG_WAKE:
         break;
@@ -190,9 +218,9 @@ void en_replicas_free(pe_engine *e)
         void *item;
         while (r->inbox && rt_queue_try_pop(r->inbox, &item) == PE_OK) { /* after the stop */
             en_msg *m = item;
-            if (m->kind == EN_MSG_SEQ)
+            if (m->kind == EN_MSG_SEQ || m->kind == EN_MSG_APPEND)
                 en_seq_free((en_seq *)m);
-            else if (m->kind == EN_MSG_CANCEL)
+            else if (m->kind == EN_MSG_CANCEL || m->kind == EN_MSG_RELEASE)
                 free(m);
         }
         en_sched_free(&r->sched);

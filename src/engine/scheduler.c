@@ -90,15 +90,32 @@ int en_sched_sequences(const en_sched *s) { return s->nwaiting + s->nrunning; }
 
 /* ---- ending a sequence ------------------------------------------------------------------ */
 
-/* Returns seq's blocks and promise, takes it out of running, emits ev (its final event) and
- * frees it. */
-static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
+/* Gives seq's blocks back to the free list, and its promise. */
+static void return_blocks(en_sched *s, en_seq *seq)
 {
     for (int i = 0; i < seq->nblocks; i++)
         s->free[s->nfree++] = seq->blocks[i];
     seq->nblocks = 0;
     s->promised -= seq->promised;
     seq->promised = 0;
+}
+
+int en_sched_keeps(const en_seq *seq, const pe_token_event *ev)
+{
+    return seq->keep && !seq->score && (ev->finish != PE_FINISH_ERROR || ev->status == PE_EAGAIN);
+}
+
+/* Takes seq out of running, emits ev (its final event), and frees it with its blocks, or
+ * parks it with them (a kept sequence: its promise shrinks to the blocks it holds). */
+static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
+{
+    const int keep = en_sched_keeps(seq, ev);
+    if (keep) {
+        s->promised -= seq->promised - seq->nblocks;
+        seq->promised = seq->nblocks;
+    } else {
+        return_blocks(s, seq);
+    }
     for (int i = 0; i < s->nrunning; i++)
         if (s->running[i] == seq) {
             memmove(&s->running[i], &s->running[i + 1],
@@ -107,7 +124,35 @@ static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
             break;
         }
     (void)s->emit(s->emit_ctx, seq, ev); /* a final event is always delivered */
+    if (keep) {
+        seq->parked_next = s->parked;
+        s->parked = seq;
+    } else {
+        en_seq_free(seq);
+    }
+}
+
+/* Takes the parked sequence id off the list; NULL when none. */
+static en_seq *unpark(en_sched *s, uint64_t id)
+{
+    for (en_seq **p = &s->parked; *p; p = &(*p)->parked_next)
+        if ((*p)->id == id) {
+            en_seq *seq = *p;
+            *p = seq->parked_next;
+            seq->parked_next = NULL;
+            return seq;
+        }
+    return NULL;
+}
+
+pe_status en_sched_release(en_sched *s, uint64_t id)
+{
+    en_seq *seq = unpark(s, id);
+    if (!seq)
+        return PE_EINVAL;
+    return_blocks(s, seq);
     en_seq_free(seq);
+    return PE_OK;
 }
 
 static pe_token_event event_of(const en_seq *seq, pe_finish finish_reason, pe_status st)
@@ -161,24 +206,68 @@ static void waiting_pop(en_sched *s)
     s->nwaiting--;
 }
 
+/* Blocks seq's admission adds to the promises: its need, less what it holds (an append). */
+static int admission_need(const en_sched *s, const en_seq *seq)
+{
+    return en_sched_blocks_needed(&s->cfg, seq) - seq->promised;
+}
+
 /* Blocks promised to the waiting sequences ahead, if they were all admitted. */
 int en_sched_waiting_need(const en_sched *s)
 {
     int need = 0;
     for (int i = 0; i < s->nwaiting; i++)
-        need += en_sched_blocks_needed(&s->cfg, s->waiting[(s->waiting_head + i) % s->waiting_cap]);
+        need += admission_need(s, s->waiting[(s->waiting_head + i) % s->waiting_cap]);
     return need;
 }
 
 void en_sched_add(en_sched *s, en_seq *seq)
 {
     if (s->cfg.kv_full == PE_KV_REFUSE &&
-        en_sched_blocks_needed(&s->cfg, seq) > en_sched_room(s) - en_sched_waiting_need(s)) {
+        admission_need(s, seq) > en_sched_room(s) - en_sched_waiting_need(s)) {
         end_with(s, seq, PE_FINISH_ERROR, PE_EAGAIN);
         return;
     }
     if (waiting_push(s, seq) != 0)
         end_with(s, seq, PE_FINISH_ERROR, PE_ENOMEM);
+}
+
+pe_status en_sched_append(en_sched *s, en_seq *more)
+{
+    en_seq *seq = unpark(s, more->id);
+    pe_status st = seq && seq->ntok + more->ntok < s->cfg.context ? PE_OK : PE_EINVAL;
+    int cap = seq ? seq->ntok + more->ntok + more->max_tokens : 0;
+    cap = cap < s->cfg.context ? cap : s->cfg.context;
+    int32_t *t = st == PE_OK ? realloc(seq->tokens, (size_t)cap * sizeof *t) : NULL;
+    if (st == PE_OK && !t)
+        st = PE_ENOMEM;
+    if (st != PE_OK) { /* not parked, past the context, or out of memory */
+        if (seq) {
+            seq->parked_next = s->parked; /* still kept, as it was */
+            s->parked = seq;
+        }
+        en_seq_free(more);
+        return st;
+    }
+    seq->tokens = t;
+    memcpy(seq->tokens + seq->ntok, more->tokens, (size_t)more->ntok * sizeof *t);
+    seq->ntok += more->ntok;
+    seq->cap = cap;
+    seq->prompt_len = seq->ntok;
+    seq->generated = 0;
+    seq->max_tokens = more->max_tokens;
+    seq->sampling = more->sampling;
+    seq->logprobs = more->logprobs;
+    memcpy(seq->stop, more->stop, sizeof seq->stop);
+    seq->nstop = more->nstop;
+    seq->ignore_eos = more->ignore_eos;
+    seq->keep = more->keep;
+    seq->user = more->user;
+    seq->cancelled = 0;
+    seq->ending = PE_OK;
+    en_seq_free(more);
+    en_sched_add(s, seq);
+    return PE_OK;
 }
 
 void en_sched_cancel(en_sched *s, uint64_t id)
@@ -207,6 +296,11 @@ void en_sched_cancel(en_sched *s, uint64_t id)
 
 void en_sched_end_all(en_sched *s, pe_status why)
 {
+    while (s->parked) {
+        en_seq *seq = unpark(s, s->parked->id);
+        return_blocks(s, seq);
+        en_seq_free(seq);
+    }
     while (s->nwaiting) {
         en_seq *seq = waiting_front(s);
         waiting_pop(s);
@@ -225,11 +319,11 @@ static void admit(en_sched *s)
 {
     while (s->nwaiting && s->nrunning < s->cfg.max_seqs) {
         en_seq *seq = waiting_front(s);
-        int need = en_sched_blocks_needed(&s->cfg, seq);
+        int need = admission_need(s, seq);
         if (need > en_sched_room(s))
             break;
         waiting_pop(s);
-        seq->promised = need;
+        seq->promised += need;
         s->promised += need;
         s->running[s->nrunning++] = seq;
     }
@@ -241,7 +335,7 @@ int en_sched_has_work(const en_sched *s)
         if (!s->running[i]->busy)
             return 1;
     return s->nwaiting > 0 && s->nrunning < s->cfg.max_seqs &&
-           en_sched_blocks_needed(&s->cfg, waiting_front(s)) <= en_sched_room(s);
+           admission_need(s, waiting_front(s)) <= en_sched_room(s);
 }
 
 /* ---- building a step ------------------------------------------------------------------------ */

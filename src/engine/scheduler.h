@@ -14,6 +14,12 @@
  * are then taken from the free list as its positions grow, and all return when it ends. So
  * a running sequence never runs out of blocks and never touches another's. A sequence whose
  * promise does not fit waits (PE_KV_WAIT) or ends with PE_EAGAIN (PE_KV_REFUSE).
+ *
+ * Kept sequences (pe_seq_params.keep): after its final event such a sequence is parked
+ * with its tokens and its blocks (its promise shrinks to the blocks it holds), until an
+ * append (more tokens, then a new generation over the cached prefix: a chat's next turn)
+ * or a release. An append is admitted as a new sequence is, promised only the blocks it
+ * does not hold yet.
  */
 #ifndef PE_ENGINE_SCHEDULER_H
 #define PE_ENGINE_SCHEDULER_H
@@ -30,7 +36,9 @@ typedef enum en_msg_kind {
     EN_MSG_SEQ = 1, /* a new sequence (en_seq) */
     EN_MSG_CANCEL,  /* a cancel request (en_cancel) */
     EN_MSG_STEP,    /* a step back from the workers (en_step) */
-    EN_MSG_WAKE     /* look at the engine's state (failure, stop) */
+    EN_MSG_WAKE,    /* look at the engine's state (failure, stop) */
+    EN_MSG_APPEND,  /* tokens and a new generation for a kept sequence (en_seq) */
+    EN_MSG_RELEASE  /* a kept sequence's blocks back (en_cancel) */
 } en_msg_kind;
 
 typedef struct en_msg {
@@ -65,6 +73,8 @@ typedef struct en_seq {
     int32_t stop[PE_MAX_STOP];
     int nstop;
     int ignore_eos;
+    int keep;            /* parked after its final event, for an append */
+    int tracked;         /* in the engine's table of kept sequences (it was kept once) */
     void *user;
     /* scoring (pe_score): logits instead of tokens */
     int score;
@@ -78,6 +88,7 @@ typedef struct en_seq {
     int busy;            /* in a step that is not back */
     pe_status ending;    /* end_all came while it was busy: it ends with this when back */
     int cancelled;
+    struct en_seq *parked_next; /* the scheduler's list of kept sequences */
 } en_seq;
 
 /* One chunk of a step: n tokens of seq from position pos0. */
@@ -151,6 +162,7 @@ typedef struct en_sched {
     int waiting_head, nwaiting, waiting_cap;
     en_seq **running;     /* (max_seqs) in admission order */
     int nrunning;
+    en_seq *parked;       /* kept sequences between their final event and an append */
     en_emit_fn emit;
     void *emit_ctx;
 } en_sched;
@@ -170,10 +182,20 @@ int en_sched_sequences(const en_sched *s);
 
 /* Queues a new sequence. It may end at once (PE_KV_REFUSE and no room) with its event. */
 void en_sched_add(en_sched *s, en_seq *seq);
+/* 1 when seq stays parked after its final event ev (it asked to be kept, and ev is not an
+ * engine failure: a refusal for room, PE_EAGAIN, keeps it too). */
+int en_sched_keeps(const en_seq *seq, const pe_token_event *ev);
+/* Appends the tokens of `more` (an en_seq holding only them, and the new generation's
+ * parameters) to the parked sequence more->id and queues it to generate again; frees
+ * more. PE_EINVAL when no such sequence is parked or the tokens reach the context,
+ * PE_ENOMEM when its tokens cannot grow: then nothing changed but the free of more. */
+pe_status en_sched_append(en_sched *s, en_seq *more);
+/* Frees the parked sequence id and its blocks; PE_EINVAL when none is parked. */
+pe_status en_sched_release(en_sched *s, uint64_t id);
 /* Marks sequence id cancelled; one not in a step ends now with its CANCELLED event. */
 void en_sched_cancel(en_sched *s, uint64_t id);
 /* Ends every sequence not in a step with `why` (its ERROR event); the ones in a step end
- * when it comes back. */
+ * when it comes back. Parked sequences are freed (their final event is out). */
 void en_sched_end_all(en_sched *s, pe_status why);
 /* 1 when a step could be built now (something waits to run and is not busy). */
 int en_sched_has_work(const en_sched *s);

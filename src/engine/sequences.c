@@ -6,6 +6,7 @@
  * from then on its replica's thread owns it, and it ends with exactly one final event.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,38 +54,43 @@ static pe_status check_tokens(const pe_engine *e, const int32_t *t, size_t n, co
     return PE_OK;
 }
 
-static pe_status check_params(const pe_engine *e, const pe_seq_params *p, pe_err *err)
+/* p's prompt (the new tokens, for an append) and parameters, for `call`. */
+static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const char *call,
+                              pe_err *err)
 {
     const int ctx = e->dec.cfg.maxT;
     if (!p->prompt || p->prompt_len == 0)
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: the prompt is empty; give at least "
-                       "one token (e.g. the model's BOS)");
+        return pe_fail(err, PE_EINVAL, "%s: the prompt is empty; give at least "
+                       "one token (e.g. the model's BOS)", call);
     if (p->prompt_len >= (size_t)ctx)
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: the prompt has %zu tokens but the "
+        return pe_fail(err, PE_EINVAL, "%s: the prompt has %zu tokens but the "
                        "model's context holds %d positions, so none is left to generate; "
-                       "shorten the prompt", p->prompt_len, ctx);
+                       "shorten the prompt", call, p->prompt_len, ctx);
     if (p->max_tokens < 1)
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: max_tokens is %d; ask for at least "
-                       "1 token", p->max_tokens);
+        return pe_fail(err, PE_EINVAL, "%s: max_tokens is %d; ask for at least "
+                       "1 token", call, p->max_tokens);
     const pe_sampling *s = &p->sampling;
     if (!(s->temperature >= 0.0f) || isinf(s->temperature))
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: temperature %g must be a finite "
-                       "number >= 0 (0 is greedy)", (double)s->temperature);
+        return pe_fail(err, PE_EINVAL, "%s: temperature %g must be a finite "
+                       "number >= 0 (0 is greedy)", call, (double)s->temperature);
     if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: top_p %g must be in (0, 1] (1 keeps "
-                       "every token)", (double)s->top_p);
+        return pe_fail(err, PE_EINVAL, "%s: top_p %g must be in (0, 1] (1 keeps "
+                       "every token)", call, (double)s->top_p);
     if (s->top_k < 0)
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: top_k %d must be >= 0 (0 keeps every "
-                       "token)", s->top_k);
+        return pe_fail(err, PE_EINVAL, "%s: top_k %d must be >= 0 (0 keeps every "
+                       "token)", call, s->top_k);
     if (p->logprobs < 0 || p->logprobs > PE_MAX_LOGPROBS)
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: logprobs %d must be in 0..%d",
+        return pe_fail(err, PE_EINVAL, "%s: logprobs %d must be in 0..%d", call,
                        p->logprobs, PE_MAX_LOGPROBS);
     if (p->nstop > PE_MAX_STOP || (p->nstop && !p->stop))
-        return pe_fail(err, PE_EINVAL, "pe_seq_submit: %zu stop tokens; give at most %d, "
-                       "and a non-NULL list", p->nstop, PE_MAX_STOP);
-    pe_status st = check_tokens(e, p->prompt, p->prompt_len, "pe_seq_submit: the prompt", err);
+        return pe_fail(err, PE_EINVAL, "%s: %zu stop tokens; give at most %d, "
+                       "and a non-NULL list", call, p->nstop, PE_MAX_STOP);
+    char what[64];
+    snprintf(what, sizeof what, "%s: the prompt", call);
+    pe_status st = check_tokens(e, p->prompt, p->prompt_len, what, err);
+    snprintf(what, sizeof what, "%s: the stop tokens", call);
     if (st == PE_OK)
-        st = check_tokens(e, p->stop, p->nstop, "pe_seq_submit: the stop tokens", err);
+        st = check_tokens(e, p->stop, p->nstop, what, err);
     return st;
 }
 
@@ -136,6 +142,44 @@ static pe_status check_fits(const pe_engine *e, const en_seq *q, const char *cal
                    e->sched_cfg.nblocks);
 }
 
+/* A sequence message from p: p's prompt tokens (its new tokens, for an append to a
+ * sequence holding `held` tokens) and generation parameters. NULL when out of memory. */
+static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
+{
+    size_t cap = (size_t)held + p->prompt_len + (size_t)p->max_tokens;
+    if (cap > (size_t)e->dec.cfg.maxT)
+        cap = (size_t)e->dec.cfg.maxT;
+    en_seq *q = seq_new(e, p->prompt, p->prompt_len, cap - (size_t)held);
+    if (!q)
+        return NULL;
+    q->max_tokens = p->max_tokens;
+    q->sampling = p->sampling;
+    q->logprobs = p->logprobs;
+    q->nstop = (int)p->nstop;
+    if (p->nstop)
+        memcpy(q->stop, p->stop, p->nstop * sizeof *p->stop);
+    q->ignore_eos = p->ignore_eos;
+    q->keep = q->tracked = p->keep != 0;
+    q->user = p->user;
+    return q;
+}
+
+/* Hands q to replica r with its final event's slot reserved; on failure q is freed. */
+static pe_status send_seq(pe_engine *e, en_replica *r, en_seq *q, const char *call,
+                          pe_err *err)
+{
+    if (en_events_expect(&e->events) != PE_OK) {
+        en_seq_free(q);
+        return pe_fail(err, PE_ENOMEM, "%s: out of host memory for the sequence's events", call);
+    }
+    if (rt_queue_push(r->inbox, q) != PE_OK) { /* never closed while running */
+        en_events_unexpect(&e->events);
+        en_seq_free(q);
+        return pe_fail(err, PE_ECLOSED, "%s: the engine is shutting down", call);
+    }
+    return PE_OK;
+}
+
 pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
 {
     if (!e || !p || !id) {
@@ -145,43 +189,97 @@ pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
     pe_err err = {{0}};
     pe_status s = need_decoder(e, "pe_seq_submit", &err);
     if (s == PE_OK)
-        s = check_params(e, p, &err);
+        s = check_params(e, p, "pe_seq_submit", &err);
     if (s != PE_OK)
         return en_error(e, s, &err);
-    size_t cap = p->prompt_len + (size_t)p->max_tokens;
-    if (cap > (size_t)e->dec.cfg.maxT)
-        cap = (size_t)e->dec.cfg.maxT;
-    en_seq *q = seq_new(e, p->prompt, p->prompt_len, cap);
+    en_seq *q = seq_from_params(e, p, 0);
     if (!q) {
         pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for a sequence");
         return en_error(e, PE_ENOMEM, &err);
     }
-    q->max_tokens = p->max_tokens;
-    q->sampling = p->sampling;
-    q->logprobs = p->logprobs;
-    q->nstop = (int)p->nstop;
-    if (p->nstop)
-        memcpy(q->stop, p->stop, p->nstop * sizeof *p->stop);
-    q->ignore_eos = p->ignore_eos;
-    q->user = p->user;
     s = check_fits(e, q, "pe_seq_submit", &err);
     if (s != PE_OK) {
         en_seq_free(q);
         return en_error(e, s, &err);
     }
-    if (en_events_expect(&e->events) != PE_OK) {
+    en_replica *r = pick_replica(e);
+    uint64_t qid = q->id = atomic_fetch_add(&e->next_seq, 1);
+    if (q->keep && en_kept_add(e, qid, r->d) != PE_OK) {
         en_seq_free(q);
-        pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for the sequence's events");
+        pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for a kept sequence");
         return en_error(e, PE_ENOMEM, &err);
     }
-    uint64_t qid = q->id = atomic_fetch_add(&e->next_seq, 1);
-    if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) { /* never closed while running */
-        en_events_unexpect(&e->events);
-        en_seq_free(q);
-        pe_fail(&err, PE_ECLOSED, "pe_seq_submit: the engine is shutting down");
-        return en_error(e, PE_ECLOSED, &err);
+    s = send_seq(e, r, q, "pe_seq_submit", &err);
+    if (s != PE_OK) {
+        en_kept_forget(e, qid);
+        return en_error(e, s, &err);
     }
     *id = qid;
+    return PE_OK;
+}
+
+pe_status pe_seq_append(pe_engine *e, uint64_t id, const pe_seq_params *p)
+{
+    if (!e || !p) {
+        pe_set_last_error("pe_seq_append: engine and params must not be NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    pe_status s = need_decoder(e, "pe_seq_append", &err);
+    if (s == PE_OK)
+        s = check_params(e, p, "pe_seq_append", &err);
+    int d = 0;
+    if (s == PE_OK)
+        s = en_kept_take_for_append(e, id, p->prompt_len, &d, &err);
+    if (s != PE_OK)
+        return en_error(e, s, &err);
+    const int held = en_kept_length(e, id);
+    en_seq *q = seq_from_params(e, p, held);
+    if (!q) {
+        en_kept_untake(e, id);
+        pe_fail(&err, PE_ENOMEM, "pe_seq_append: out of host memory for the tokens");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    q->hdr.kind = EN_MSG_APPEND;
+    q->id = id;
+    en_seq whole = *q; /* the blocks the whole sequence may need must fit a pool */
+    whole.prompt_len = held + q->ntok;
+    whole.ntok = whole.prompt_len;
+    s = check_fits(e, &whole, "pe_seq_append", &err);
+    if (s == PE_OK)
+        s = send_seq(e, &e->replicas[d], q, "pe_seq_append", &err);
+    else
+        en_seq_free(q);
+    if (s != PE_OK) {
+        en_kept_untake(e, id);
+        return en_error(e, s, &err);
+    }
+    return PE_OK;
+}
+
+pe_status pe_seq_release(pe_engine *e, uint64_t id)
+{
+    if (!e) {
+        pe_set_last_error("pe_seq_release: engine is NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    en_cancel *m = malloc(sizeof *m); /* first: a taken sequence must reach its replica */
+    if (!m) {
+        pe_fail(&err, PE_ENOMEM, "pe_seq_release: out of host memory");
+        return en_error(e, PE_ENOMEM, &err);
+    }
+    int d = 0, parked = 0;
+    pe_status s = e->decoder ? en_kept_take_for_release(e, id, &d, &parked, &err)
+                             : pe_fail(&err, PE_EINVAL, "pe_seq_release: no decoder is loaded");
+    if (s != PE_OK || !parked) { /* !parked: it ended with an error, nothing is held */
+        free(m);
+        return s == PE_OK ? PE_OK : en_error(e, s, &err);
+    }
+    m->hdr.kind = EN_MSG_RELEASE;
+    m->id = id;
+    if (rt_queue_push(e->replicas[d].inbox, m) != PE_OK)
+        free(m); /* shutting down: the replica frees it anyway */
     return PE_OK;
 }
 
