@@ -1,0 +1,40 @@
+/* chat_template.h: the built-in chat templates of `pengine chat` (ChatML, Llama 3, Llama 2),
+ * chosen from a model's tokenizer_config.json or by name, and the text of each turn.
+ *
+ * A conversation is one kept sequence: the first turn's text is encoded with the
+ * tokenizer's BOS, every later turn's text is appended to the tokens already in the KV
+ * cache (the previous reply, ended by the template's end-of-turn token or cut by the
+ * length, in which case the turn's text closes it first).
+ */
+#ifndef PE_APPS_CHAT_TEMPLATE_H
+#define PE_APPS_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+
+typedef struct cli_chat_template {
+    const char *name;      /* "chatml", "llama3", "llama2" */
+    const char *end_token; /* the end of an assistant reply, e.g. "<|im_end|>" */
+    const char *sys_open, *sys_close; /* around the system message */
+    const char *user_open;             /* before a user message */
+    const char *user_close;            /* after it, up to where the reply starts */
+    const char *next_turn;             /* before a later turn's user_open, after end_token */
+    int system_in_user;                /* llama2: the system message opens the first [INST] */
+} cli_chat_template;
+
+/* The built-in template called name; NULL when there is none. */
+const cli_chat_template *cli_chat_template_named(const char *name);
+/* "chatml, llama3, llama2": the names, for messages. */
+const char *cli_chat_template_names(void);
+
+/* The template of a model from the chat_template of the tokenizer_config.json in dir (the
+ * directory of the model or of its tokenizer.json). Returns NULL and writes why (a missing
+ * file or field, or a template that is none of the built-in ones) into msg. */
+const cli_chat_template *cli_chat_template_detect(const char *dir, char *msg, size_t len);
+
+/* The text of a turn (malloc'ed; NULL when out of memory): the first turn holds the
+ * system message (or none when system is NULL) and the user's; a later turn first closes
+ * the previous reply when `closed` is 0 (the length cut it before its end token). */
+char *cli_chat_turn_text(const cli_chat_template *t, int first, int closed, const char *system,
+                         const char *user);
+
+#endif
