@@ -1,5 +1,6 @@
 /* gen.c: "pengine gen mlp|gpt2|llama": parses the flags and writes a seeded random model
- * through the public tools API (pengine_tools.h: pe_gen_mlp_write, pe_gen_write). */
+ * through the public tools API (pengine_tools.h: pe_gen_mlp_write, pe_gen_write); with
+ * --tokenizer, a decoder gets a real tokenizer's vocabulary and its files. */
 #include "gen.h"
 
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "gen_tokenizer.h"
 #include "pengine/pengine_tools.h"
 
 static int gen_usage_error(const char *msg)
@@ -129,6 +131,7 @@ static const gen_flag gen_flags[] = {
     {"--dtype", G_OTHER, G_BOTH, 0, 0, 0},
     {"--rope-scaling", G_OTHER, G_LLAMA, 0, 0, 0},
     {"--out", G_OTHER, G_BOTH, 0, 0, 0},
+    {"--tokenizer", G_OTHER, G_BOTH, 0, 0, 0},
     {"--layers", G_INT, G_BOTH, F(layers), 1, 4096},
     {"--hidden", G_INT, G_BOTH, F(hidden), 1, 1 << 20},
     {"--heads", G_INT, G_BOTH, F(heads), 1, 4096},
@@ -218,7 +221,7 @@ static int gen_apply(pe_gen_spec *sp, const gen_flag *g, const char *v, const ch
         }
         *out = v;
     }
-    return 0; /* --preset and --arch were read before */
+    return 0; /* --preset, --arch and --tokenizer were read before */
 }
 
 /* The value of flag i ("--flag value" or "--flag=value"); NULL with msg set if missing. */
@@ -240,7 +243,7 @@ static const char *gen_value(int argc, char **argv, int *i, const gen_flag *g, c
 static int gen_decoder(int argc, char **argv, int llama)
 {
     char msg[CLI_MSG_LEN], name[64];
-    const char *kind = argv[1], *preset = "tiny", *out = NULL;
+    const char *kind = argv[1], *preset = "tiny", *out = NULL, *tokenizer = NULL;
     pe_gen_arch arch = llama ? PE_GEN_LLAMA : PE_GEN_GPT2;
     /* pass 1: the flags' names and values, the preset and the architecture */
     for (int i = 2; i < argc; i++) {
@@ -270,7 +273,12 @@ static int gen_decoder(int argc, char **argv, int llama)
             return gen_usage_error(msg);
         if (!strcmp(name, "--preset"))
             preset = v;
-        else if (!strcmp(name, "--arch")) {
+        else if (!strcmp(name, "--tokenizer")) {
+            if (!*v)
+                return gen_usage_error("--tokenizer is empty; give a tokenizer.json, e.g. "
+                                       "--tokenizer llama2/tokenizer.json");
+            tokenizer = v;
+        } else if (!strcmp(name, "--arch")) {
             if (!strcmp(v, "llama")) arch = PE_GEN_LLAMA;
             else if (!strcmp(v, "mistral")) arch = PE_GEN_MISTRAL;
             else if (!strcmp(v, "qwen2")) arch = PE_GEN_QWEN2;
@@ -310,8 +318,15 @@ static int gen_decoder(int argc, char **argv, int llama)
                  "%s --preset tiny --out tiny-%s", kind, kind);
         return gen_usage_error(msg);
     }
+    if (tokenizer) {
+        int rc = gen_fit_tokenizer(&spec, tokenizer, vocab_set, bos_set, eos_set);
+        if (rc != CLI_OK)
+            return rc;
+    }
     pe_status s = pe_gen_write(&spec, out);
-    return s == PE_OK ? CLI_OK : gen_failed(s, "--out");
+    if (s != PE_OK)
+        return gen_failed(s, "--out");
+    return tokenizer ? gen_copy_tokenizer(tokenizer, out) : CLI_OK;
 }
 
 int cli_gen(int argc, char **argv)

@@ -62,7 +62,9 @@ int cli_batch_alloc(cli_batch *b)
     b->ntok = calloc(n, sizeof *b->ntok);
     b->finish = calloc(n, sizeof *b->finish);
     b->status = calloc(n, sizeof *b->status);
-    int ok = b->tokens && b->events && b->t_tok && b->ntok && b->finish && b->status;
+    b->stopped = calloc(n, sizeof *b->stopped);
+    int ok = b->tokens && b->events && b->t_tok && b->ntok && b->finish && b->status &&
+             b->stopped;
     for (size_t i = 0; ok && i < n; i++) {
         b->tokens[i] = malloc(m * sizeof **b->tokens);
         b->t_tok[i] = malloc(m * sizeof **b->t_tok);
@@ -92,12 +94,14 @@ void cli_batch_free(cli_batch *b)
     free(b->ntok);
     free(b->finish);
     free(b->status);
+    free(b->stopped);
     b->tokens = NULL;
     b->events = NULL;
     b->t_tok = NULL;
     b->ntok = NULL;
     b->finish = NULL;
     b->status = NULL;
+    b->stopped = NULL;
 }
 
 int cli_batch_run(pe_engine *e, cli_batch *b)
@@ -127,17 +131,24 @@ int cli_batch_run(pe_engine *e, cli_batch *b)
     while (pe_seq_wait(e, &ev) == PE_OK) {
         int i = (int)(intptr_t)ev.user;
         double now = cli_now_ms();
-        if (ev.token >= 0 && b->ntok[i] < b->max_tokens) {
+        int final = ev.finish != PE_FINISH_NONE;
+        if (b->stopped[i] && !final)
+            continue; /* tokens made before the cancel took effect */
+        if (!b->stopped[i] && ev.token >= 0 && b->ntok[i] < b->max_tokens) {
             b->t_tok[i][b->ntok[i]] = now;
             b->tokens[i][b->ntok[i]] = ev.token;
             if (b->events && b->events[i])
                 b->events[i][b->ntok[i]] = ev;
             b->ntok[i]++;
         }
-        if (b->on_event)
-            b->on_event(b->ctx, i, &ev);
-        if (ev.finish != PE_FINISH_NONE) {
-            b->finish[i] = ev.finish;
+        if (!b->stopped[i] && b->on_event && b->on_event(b->ctx, i, &ev)) {
+            b->stopped[i] = 1;
+            if (!final)
+                pe_seq_cancel(e, ev.seq); /* PE_OK also when it ended meanwhile */
+        }
+        if (final) {
+            b->finish[i] = b->stopped[i] && ev.finish != PE_FINISH_ERROR ? PE_FINISH_STOP
+                                                                          : ev.finish;
             b->status[i] = ev.status;
             if (ev.finish == PE_FINISH_ERROR && rc == CLI_OK) {
                 cli_errorf("sequence %d failed: %s (%s)", i, pe_status_str(ev.status),
@@ -200,7 +211,13 @@ void cli_batch_rates(const cli_batch *b, cli_rates *out)
     }
     if (!started)
         return;
-    double last_first = last_first_token(b);
+    double last_first = last_first_token(b), end = b->t0;
+    for (int i = 0; i < b->n; i++)
+        if (b->ntok[i] && b->t_tok[i][b->ntok[i] - 1] > end)
+            end = b->t_tok[i][b->ntok[i] - 1];
+    out->wall_ms = end - b->t0;
+    if (out->wall_ms > 0)
+        out->tok_s = (double)out->generated / (out->wall_ms * 1e-3);
     out->ttft_ms = ttft / started;
     if (last_first > b->t0)
         out->prefill_tok_s = (double)out->prompt_tokens / ((last_first - b->t0) * 1e-3);

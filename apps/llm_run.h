@@ -17,8 +17,11 @@ double cli_now_ms(void);
  * of devices: one replica each). Failures are printed; returns the exit code. */
 int cli_llm_open(const cli_options *o, pe_engine **out);
 
-/* Called for every event as it arrives (e.g. to stream the tokens); may be NULL. */
-typedef void (*cli_on_event)(void *ctx, int seq, const pe_token_event *ev);
+/* Called for every event as it arrives (e.g. to stream the tokens); may be NULL. Returns 1
+ * to end sequence seq at this event (its text holds a stop string): the batch cancels it,
+ * keeps none of its later tokens, calls no more for it, and reports it finished by
+ * PE_FINISH_STOP. Returns 0 otherwise. */
+typedef int (*cli_on_event)(void *ctx, int seq, const pe_token_event *ev);
 
 typedef struct cli_batch {
     int n;                    /* sequences */
@@ -38,6 +41,7 @@ typedef struct cli_batch {
     pe_token_event **events;  /* (n, max_tokens) the token events (logprobs) */
     pe_finish *finish;
     pe_status *status;
+    int *stopped;             /* on_event ended it (finish PE_FINISH_STOP) */
     double t0;                /* ms: when the first sequence was submitted */
     double **t_tok;           /* (n, max_tokens) ms: when each token's event arrived */
 } cli_batch;
@@ -61,6 +65,8 @@ typedef struct cli_rates {
                                * batch decodes together */
     double decode_tok_s;      /* tokens that arrived after last_first, all sequences, / the
                                * decode phase's length */
+    double wall_ms;           /* from t0 to the batch's last token */
+    double tok_s;             /* generated / wall_ms: the batch's throughput */
     long prompt_tokens, generated;
 } cli_rates;
 void cli_batch_rates(const cli_batch *b, cli_rates *out);

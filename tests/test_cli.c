@@ -85,8 +85,9 @@ static void test_help_and_version_exit_0(void **state)
     assert_non_null(strstr(r.out, "--threads N"));
     assert_non_null(strstr(r.out, "exit codes"));
     /* every subcommand and demo in the usage lines has its options listed */
-    const char *listed[] = {"generate options", "--tokens LIST", "--temperature T",
-                            "--logprobs K", "decoder demo (--model DIR", "--prompt-len N",
+    const char *listed[] = {"generate options", "--tokens LIST", "--prompt TEXT",
+                            "--prompts FILE", "--stop STR", "--stop-ids LIST",
+                            "--tokenizer FILE", "--temperature T", "--logprobs K", "decoder demo (--model DIR", "--prompt-len N",
                             "--max-tokens N", "--kv-tokens N", "tokenize options"};
     for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
         if (!strstr(r.out, listed[i]))
@@ -685,11 +686,165 @@ static void test_generate_bad_input_names_the_problem(void **state)
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--logprobs", "2");
     EXPECT_USAGE(r, "--logprobs", "add --json");
     tu_run_free(&r);
-    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--stop", "7,-1");
-    EXPECT_USAGE(r, "--stop", "'-1' is not a token id");
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--stop-ids", "7,-1");
+    EXPECT_USAGE(r, "--stop-ids", "'-1' is not a token id");
     tu_run_free(&r);
     r = RUN("generate", "--tokens", "1,2");
     EXPECT_USAGE(r, "generate needs --model DIR");
+    tu_run_free(&r);
+}
+
+/* ---- generate with text: a hand-made tokenizer (the real ones: test_generate_text) ------------ */
+
+/* The SentencePiece-style tokenizer of test_tokenizer_cli.c, 9 tokens: "hi hi" -> <s> ▁hi ▁hi. */
+static const char *g_tok_json =
+    "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true, \"lstrip\": false, "
+    "\"rstrip\": false, \"normalized\": false, \"single_word\": false}, {\"id\": 2, \"content\": "
+    "\"</s>\", \"special\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+    "\"single_word\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
+    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
+    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+    "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+    "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}}, "
+    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Metaspace\", "
+    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\"}, {\"type\": "
+    "\"ByteFallback\"}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": \"BPE\", \"unk_token\": "
+    "\"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
+    "\"\xE2\x96\x81\": 3, \"h\": 4, \"i\": 5, \"\xE2\x96\x81h\": 6, \"\xE2\x96\x81hi\": 7, "
+    "\"\\\"\": 8}, \"merges\": [\"\xE2\x96\x81 h\", \"\xE2\x96\x81h i\"]}}";
+
+static void hand_tokenizer(char *path, size_t len)
+{
+    path_in_dir(path, len, "hand-tokenizer.json");
+    write_bytes(path, g_tok_json, strlen(g_tok_json));
+}
+
+static void test_gen_tokenizer_sets_vocab_and_generate_takes_text(void **state)
+{
+    (void)state;
+    char tok[600], dir[600], copy[700];
+    hand_tokenizer(tok, sizeof tok);
+    path_in_dir(dir, sizeof dir, "hand-llama");
+    tu_run r = RUN("gen", "llama", "--tokenizer", tok, "--out", dir);
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    tu_run_free(&r);
+    snprintf(copy, sizeof copy, "%s/tokenizer.json", dir);
+    assert_true(same_file(tok, copy));
+    snprintf(copy, sizeof copy, "%s/config.json", dir);
+    char *text = tu_slurp(copy, NULL);
+    cJSON *c = cJSON_Parse(text);
+    assert_int_equal((int)num(c, "vocab_size"), 9); /* the tokenizer's */
+    assert_int_equal((int)num(c, "bos_token_id"), 1); /* <s>, which its post-processor adds */
+    assert_int_equal((int)num(c, "eos_token_id"), 2); /* </s> */
+    cJSON_Delete(c);
+    free(text);
+
+    r = RUN("generate", "--model", dir, "--backend", "host", "--prompt", "hi hi", "--max-tokens",
+            "4", "--ignore-eos", "--json");
+    assert_int_equal(r.status, 0);
+    cJSON *j = parse_json_only(&r);
+    assert_int_equal((int)num(j, "prompt_tokens"), 3); /* <s> ▁hi ▁hi */
+    assert_int_equal((int)num(j, "completion_tokens"), 4);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+    assert_true(cJSON_IsString(t));
+    char *want = malloc(strlen(t->valuestring) + 2);
+    sprintf(want, "%s\n", t->valuestring);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+    /* streamed, the same text (greedy), then a newline */
+    r = RUN("generate", "--model", dir, "--backend", "host", "--prompt", "hi hi", "--max-tokens",
+            "4", "--ignore-eos");
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.out, want);
+    assert_non_null(strstr(r.err, "3 prompt tokens, 4 generated (finish: length)"));
+    free(want);
+    tu_run_free(&r);
+}
+
+static void test_gen_tokenizer_bad_input_is_usage_error(void **state)
+{
+    (void)state;
+    char tok[600], bad[600], dir[600];
+    struct stat st;
+    hand_tokenizer(tok, sizeof tok);
+    path_in_dir(dir, sizeof dir, "never-written");
+    tu_run r = RUN("gen", "gpt2", "--tokenizer", "/nonexistent/tokenizer.json", "--out", dir);
+    EXPECT_USAGE(r, "--tokenizer", "/nonexistent/tokenizer.json");
+    tu_run_free(&r);
+    path_in_dir(bad, sizeof bad, "bad-tokenizer.json");
+    write_bytes(bad, "{\"model\": ", 10);
+    r = RUN("gen", "llama", "--tokenizer", bad, "--out", dir);
+    EXPECT_USAGE(r, "bad-tokenizer.json", "JSON");
+    tu_run_free(&r);
+    r = RUN("gen", "llama", "--tokenizer", tok, "--vocab", "5", "--out", dir);
+    EXPECT_USAGE(r, "--vocab 5 is smaller than the tokenizer's 9 tokens");
+    tu_run_free(&r);
+    r = RUN("gen", "llama", "--tokenizer", "", "--out", dir);
+    EXPECT_USAGE(r, "--tokenizer is empty");
+    tu_run_free(&r);
+    assert_int_equal(stat(dir, &st), -1); /* nothing was written */
+}
+
+static void test_generate_text_bad_input_names_the_problem(void **state)
+{
+    (void)state;
+    char dir[600], tok[600], bad[600], file[600];
+    gen_llama(dir, sizeof dir); /* no tokenizer in it; context 128 */
+    hand_tokenizer(tok, sizeof tok);
+    tu_run r = RUN("generate", "--model", dir, "--backend", "host", "--prompt", "hi");
+    EXPECT_USAGE(r, "has no tokenizer", "--tokenizer FILE");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokenizer", "/nonexistent/tokenizer.json", "--prompt",
+            "hi");
+    EXPECT_USAGE(r, "/nonexistent/tokenizer.json");
+    tu_run_free(&r);
+    path_in_dir(bad, sizeof bad, "bad-tokenizer.json");
+    write_bytes(bad, "{\"model\": ", 10);
+    r = RUN("generate", "--model", dir, "--tokenizer", bad, "--prompt", "hi");
+    EXPECT_USAGE(r, "bad-tokenizer.json", "JSON");
+    tu_run_free(&r);
+
+    /* longer than the context: <s> and 200 x "▁hi" */
+    char prompt[700] = "";
+    for (int i = 0; i < 200; i++)
+        strcat(prompt, i ? " hi" : "hi");
+    r = RUN("generate", "--model", dir, "--backend", "host", "--tokenizer", tok, "--prompt",
+            prompt);
+    EXPECT_USAGE(r, "the prompt is 201 tokens", "context holds 128", "at most 127 tokens");
+    tu_run_free(&r);
+    path_in_dir(file, sizeof file, "prompts.txt");
+    char lines[800];
+    snprintf(lines, sizeof lines, "hi\n\n%s\n", prompt);
+    write_bytes(file, lines, strlen(lines));
+    r = RUN("generate", "--model", dir, "--backend", "host", "--tokenizer", tok, "--prompts",
+            file);
+    EXPECT_USAGE(r, "prompt 2 (line 3 of", "is 201 tokens");
+    tu_run_free(&r);
+
+    const char *none[] = {"0", "-3"};
+    for (int i = 0; i < 2; i++) {
+        r = RUN("generate", "--model", dir, "--tokenizer", tok, "--prompt", "hi", "--max-tokens",
+                none[i]);
+        EXPECT_USAGE(r, "generates nothing", "at least 1");
+        tu_run_free(&r);
+    }
+    r = RUN("generate", "--model", dir, "--tokenizer", tok, "--prompt", "hi", "--stop", "");
+    EXPECT_USAGE(r, "--stop is empty");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--stop", "x");
+    EXPECT_USAGE(r, "--stop matches text", "--stop-ids");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--prompt", "x");
+    EXPECT_USAGE(r, "give one of them");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--prompts", "/nonexistent/prompts.txt");
+    EXPECT_USAGE(r, "cannot open --prompts /nonexistent/prompts.txt");
+    tu_run_free(&r);
+    write_bytes(file, "\n\r\n", 3);
+    r = RUN("generate", "--model", dir, "--tokenizer", tok, "--prompts", file);
+    EXPECT_USAGE(r, "holds no prompt");
     tu_run_free(&r);
 }
 
@@ -764,6 +919,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_without_devices_suggests_gpus_0),
         cmocka_unit_test(test_generate_json_holds_the_sequence),
         cmocka_unit_test(test_generate_bad_input_names_the_problem),
+        cmocka_unit_test(test_gen_tokenizer_sets_vocab_and_generate_takes_text),
+        cmocka_unit_test(test_gen_tokenizer_bad_input_is_usage_error),
+        cmocka_unit_test(test_generate_text_bad_input_names_the_problem),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rm_tree(g_dir);
