@@ -33,7 +33,8 @@ static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
         seq->sync->status = ev->finish == PE_FINISH_ERROR        ? ev->status
                             : ev->finish == PE_FINISH_CANCELLED ? PE_ECLOSED
                                                                 : PE_OK;
-        RT_HAPPENS_BEFORE(&seq->sync->done);
+        /* sync_mu orders this for the waiter; no annotation on sync, which lives on the
+         * waiter's stack and DRD would keep as an order object after the frame is gone */
         atomic_store_explicit(&seq->sync->done, 1, memory_order_release);
         pthread_cond_broadcast(&e->sync_cv);
         pthread_mutex_unlock(&e->sync_mu);

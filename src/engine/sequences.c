@@ -388,11 +388,9 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
         pthread_mutex_lock(&e->sync_mu);
         while (!atomic_load_explicit(&sync.done, memory_order_acquire))
             pthread_cond_wait(&e->sync_cv, &e->sync_mu);
-        pthread_mutex_unlock(&e->sync_mu);
-        RT_HAPPENS_AFTER(&sync.done);
+        pthread_mutex_unlock(&e->sync_mu); /* orders what emit() wrote before it set done */
     }
     RT_UNIGNORE_WORD(sync.done);
-    RT_HAPPENS_FORGET(&sync.done);
     if (sync.status != PE_OK)
         return en_error(e, sync.status, score_failure(e, sync.status, n, &err));
     return PE_OK;
