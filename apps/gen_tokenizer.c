@@ -118,6 +118,21 @@ static void remove_in(const char *dir, const char *name)
         unlink(path);
 }
 
+/* The tokenizer_config.json beside tokenizer.json (its chat template, for pengine chat),
+ * when there is one; a stale one in dir is removed. */
+static int copy_config(const char *tokenizer_json, const char *dir)
+{
+    char config[4096];
+    const char *slash = strrchr(tokenizer_json, '/');
+    int n = slash ? (int)(slash - tokenizer_json) : 1;
+    snprintf(config, sizeof config, "%.*s/tokenizer_config.json", n,
+             slash ? tokenizer_json : ".");
+    if (is_file(config))
+        return copy_into(config, dir, "tokenizer_config.json");
+    remove_in(dir, "tokenizer_config.json");
+    return CLI_OK;
+}
+
 int gen_copy_tokenizer(const char *path, const char *dir)
 {
     char json[4096];
@@ -133,7 +148,7 @@ int gen_copy_tokenizer(const char *path, const char *dir)
                 rc = copy_into(merges, dir, "merges.txt");
             if (rc == CLI_OK)
                 remove_in(dir, "tokenizer.json");
-            return rc;
+            return rc == CLI_OK ? copy_config(json, dir) : rc;
         }
         path = json;
     }
@@ -141,6 +156,7 @@ int gen_copy_tokenizer(const char *path, const char *dir)
     if (rc == CLI_OK) {
         remove_in(dir, "vocab.json");
         remove_in(dir, "merges.txt");
+        rc = copy_config(path, dir);
     }
     return rc;
 }

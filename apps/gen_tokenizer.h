@@ -12,9 +12,10 @@ int gen_fit_tokenizer(pe_gen_spec *spec, const char *path, int vocab_set, int bo
                       int eos_set);
 
 /* Copies the tokenizer at path (a tokenizer.json, or a directory holding one or vocab.json
- * with merges.txt) into the model directory dir, and removes the stale tokenizer files of the
- * other layout there: the directory holds one tokenizer, as it holds one checkpoint. Returns
- * the exit code (failures printed). */
+ * with merges.txt) into the model directory dir, with the tokenizer_config.json beside it
+ * (the chat template), and removes the stale tokenizer files of the other layout there: the
+ * directory holds one tokenizer, as it holds one checkpoint. Returns the exit code (failures
+ * printed). */
 int gen_copy_tokenizer(const char *path, const char *dir);
 
 #endif

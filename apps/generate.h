@@ -48,6 +48,13 @@ void gen_json_rates(cJSON *o, const cli_rates *r);
 void gen_json_sequence(cJSON *o, const cli_batch *b, int i);
 void gen_json_logprobs(cJSON *o, const gen_opts *g, const cli_batch *b, int i);
 
+/* The tokenizer: tokenizer (--tokenizer FILE), else model_dir's; a missing one is printed
+ * with ids_hint appended to the fix (may be NULL). Returns the exit code. */
+int gen_load_tokenizer(const char *tokenizer, const char *model_dir, const char *ids_hint,
+                       pe_tokenizer **tk);
+/* The model's vocabulary holds every id of tk (else printed, CLI_USAGE). */
+int gen_check_vocab(const pe_model_info *m, const pe_tokenizer *tk);
+
 /* Runs --prompt or --prompts (generate_text.c). Returns the exit code. */
 int gen_run_text(gen_opts *g);
 

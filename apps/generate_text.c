@@ -116,20 +116,30 @@ static void prompt_name(const gen_opts *g, const text_prompts *p, int i, char *b
         snprintf(buf, len, "prompt %d (line %d of %s)", i + 1, p->line[i], g->prompts_file);
 }
 
-/* The tokenizer: --tokenizer, else the model directory's. */
-static int load_tokenizer(const gen_opts *g, pe_tokenizer **tk)
+int gen_load_tokenizer(const char *tokenizer, const char *model_dir, const char *ids_hint,
+                       pe_tokenizer **tk)
 {
-    pe_status s = pe_tokenizer_load(g->tokenizer ? g->tokenizer : g->dev.model_path, tk);
+    pe_status s = pe_tokenizer_load(tokenizer ? tokenizer : model_dir, tk);
     if (s == PE_OK)
         return CLI_OK;
-    if (s == PE_EIO && !g->tokenizer)
+    if (s == PE_EIO && !tokenizer)
         cli_errorf("--model %s has no tokenizer (tokenizer.json, or vocab.json with "
-                   "merges.txt); give one with --tokenizer FILE, write the model with pengine "
-                   "gen ... --tokenizer FILE, or give the prompt as ids with --tokens",
-                   g->dev.model_path);
+                   "merges.txt); give one with --tokenizer FILE, or write the model with "
+                   "pengine gen ... --tokenizer FILE%s", model_dir, ids_hint ? ids_hint : "");
     else
         cli_errorf("--tokenizer: %s", pe_last_error());
     return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
+}
+
+int gen_check_vocab(const pe_model_info *m, const pe_tokenizer *tk)
+{
+    size_t tv = pe_tokenizer_vocab_size(tk);
+    if (tv <= (size_t)m->vocab)
+        return CLI_OK;
+    cli_errorf("the tokenizer has %zu tokens but the model's vocabulary only %d; give the "
+               "model's own tokenizer (--tokenizer), or write the model with pengine gen ... "
+               "--tokenizer FILE", tv, m->vocab);
+    return CLI_USAGE;
 }
 
 static int encode_prompts(const pe_tokenizer *tk, text_prompts *p)
@@ -156,13 +166,8 @@ static int check_fit(const gen_opts *g, pe_engine *e, const pe_tokenizer *tk,
 {
     pe_model_info m;
     pe_engine_model_info(e, &m);
-    size_t tv = pe_tokenizer_vocab_size(tk);
-    if (tv > (size_t)m.vocab) {
-        cli_errorf("the tokenizer has %zu tokens but the model's vocabulary only %d; give the "
-                   "model's own tokenizer (--tokenizer), or write the model with pengine gen ... "
-                   "--tokenizer FILE", tv, m.vocab);
+    if (gen_check_vocab(&m, tk) != CLI_OK)
         return CLI_USAGE;
-    }
     char name[CLI_MSG_LEN / 2];
     for (int i = 0; i < p->n; i++) {
         if (p->lens[i] < (size_t)m.context)
@@ -379,7 +384,8 @@ int gen_run_text(gen_opts *g)
         }
     }
     if (rc == CLI_OK)
-        rc = load_tokenizer(g, &tk);
+        rc = gen_load_tokenizer(g->tokenizer, g->dev.model_path,
+                                ", or give the prompt as ids with --tokens", &tk);
     if (rc == CLI_OK)
         rc = encode_prompts(tk, &p);
     if (rc == CLI_OK)

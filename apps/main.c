@@ -1,11 +1,13 @@
-/* main.c: the pengine command: parses the flags, then runs gen, tokenize, --topology or a demo, and
- * turns the outcome into the exit code (0 ok, 1 runtime failure, 2 usage error). */
+/* main.c: the pengine command: parses the flags, then runs gen, generate, chat, tokenize,
+ * --topology or a demo, and turns the outcome into the exit code (0 ok, 1 runtime failure,
+ * 2 usage error). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "args.h"
+#include "chat.h"
 #include "demo.h"
 #include "gen.h"
 #include "generate.h"
@@ -75,6 +77,8 @@ int main(int argc, char **argv)
         return cli_gen(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return cli_generate(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "chat") == 0)
+        return cli_chat(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
         return cli_tokenize(argc - 1, argv + 1);
     cli_options o;
