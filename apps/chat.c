@@ -232,7 +232,7 @@ typedef struct turn_stats {
     int generated;
     double t0, t_first, t_end; /* ms */
     pe_finish finish;
-    int cancelled;
+    int cancelled;       /* a Ctrl-C asked to cancel it (it may have ended first) */
 } turn_stats;
 
 /* The next event of the reply. A Ctrl-C cancels the reply: the handler only sets a flag,
@@ -316,9 +316,9 @@ static void print_stats(const chat *c, const turn_stats *st)
     if (st->generated > 1 && decode_ms > 0)
         fprintf(stderr, " at %.1f tok/s", (st->generated - 1) * 1000.0 / decode_ms);
     fprintf(stderr, "%s; %ld of %d positions]\n",
-            st->cancelled                       ? ", cancelled"
-            : st->finish == PE_FINISH_LENGTH ? ", cut by the length"
-                                                : "",
+            st->finish == PE_FINISH_CANCELLED ? ", cancelled"
+            : st->finish == PE_FINISH_LENGTH  ? ", cut by the length"
+                                              : "",
             c->used, c->m.context);
     if (c->used >= c->m.context)
         fputs("pengine: the conversation fills the model's context; /reset starts a new one\n",
