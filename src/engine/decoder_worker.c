@@ -98,14 +98,34 @@ static pe_status upload_meta(en_worker *w, const en_step *st, pe_err *err)
     return PE_OK;
 }
 
-/* The logit rows' results, device -> the step's host arrays and the scored rows. */
-static pe_status download_results(en_worker *w, en_step *st, size_t V)
+/* TP, greedy rows: each rank's best (token, logit) -> the step's tokens. */
+static pe_status download_greedy_picks(en_worker *w, en_step *st, const md_shard *sh)
+{
+    const be_ops *ops = w->e->ops;
+    const size_t R = (size_t)st->nlogits, n = 2 * (size_t)sh->tp * R;
+    float *picks = malloc(n * sizeof *picks);
+    if (!picks)
+        return PE_ENOMEM;
+    pe_status s = ops->copy_d2h(w->dev, picks, w->acts.gath, n * sizeof *picks);
+    if (s == PE_OK)
+        md_tp_greedy_pick(picks, R, sh->tp, sh->V, st->out_tokens, st->out_logit);
+    free(picks);
+    return s;
+}
+
+/* The logit rows' results, device -> the step's host arrays and the scored rows (rank 0's:
+ * under TP it holds the rows whole, or the ranks' greedy picks). */
+static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh, int gather)
 {
     const be_ops *ops = w->e->ops;
     const md_acts *a = &w->acts;
     const size_t R = (size_t)st->nlogits, K = (size_t)st->topk;
+    const size_t V = (size_t)w->e->dec.cfg.V;
+    const float *logits = sh->tp > 1 ? a->full : a->logits; /* (R, V) */
     pe_status s = PE_OK;
-    if (st->sample) {
+    if (sh->tp > 1 && !gather && st->sample)
+        s = download_greedy_picks(w, st, sh);
+    else if (st->sample) {
         s = ops->copy_d2h(w->dev, st->out_tokens, a->tokens, R * sizeof(int32_t));
         if (s == PE_OK)
             s = ops->copy_d2h(w->dev, st->out_logit, a->token_logit, R * sizeof(float));
@@ -119,13 +139,32 @@ static pe_status download_results(en_worker *w, en_step *st, size_t V)
     }
     for (size_t i = 0; s == PE_OK && i < R; i++)
         if (st->logit_dst[i])
-            s = ops->copy_d2h(w->dev, st->logit_dst[i], a->logits + i * V, V * sizeof(float));
+            s = ops->copy_d2h(w->dev, st->logit_dst[i], logits + i * V, V * sizeof(float));
     if (s == PE_OK)
         s = ops->synchronize(w->dev);
     return s;
 }
 
 static uint64_t now_ns(void) { return rt_now_ns(); }
+
+/* TP: whether the step needs its logit rows whole (a row that samples with a temperature,
+ * top-k logprobs, a scored row), from the step's host copy of its metadata. */
+static int needs_whole_rows(const en_step *st)
+{
+    if (st->topk > 0)
+        return 1;
+    for (int i = 0; i < st->nlogits; i++)
+        if (st->logit_dst[i])
+            return 1;
+    if (!st->sample)
+        return 0;
+    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    const pe_k_sampling *smp = (const pe_k_sampling *)(const void *)(st->meta + L.sampling);
+    for (int i = 0; i < st->nlogits; i++)
+        if (smp[i].temperature > 0.0f)
+            return 1;
+    return 0;
+}
 
 pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
 {
@@ -158,6 +197,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .logit_rows = m + L.logit_rows,
             .sampling = st->sample ? (const pe_k_sampling *)(const void *)(m + L.sampling) : NULL,
             .topk = st->topk,
+            .gather = e->tp > 1 && needs_whole_rows(st),
         };
         md_hooks hooks = {now_ns, NULL, w};
         md_ctx c = {
@@ -175,8 +215,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
         };
         uint64_t t0 = rt_now_ns();
         s = md_forward(&e->dec, &w->weights, &c);
-        if (s == PE_OK)
-            s = download_results(w, st, (size_t)sh.V);
+        if (s == PE_OK && w->t == 0) /* the other TP ranks only took part */
+            s = download_results(w, st, &sh, ms.gather);
         en_trace_record(w, PE_TRACE_COMPUTE, NULL, -1, t0, rt_now_ns());
         if (s != PE_OK)
             pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
@@ -185,7 +225,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
     }
     if (s != PE_OK) { /* the engine fails before the step's sequences end with the error, so
                        * that no client sees its final event and then a working engine */
-        st->status = s;
+        if (w->t == 0) /* the step's one writer; a failed rank fails the engine anyway */
+            st->status = s;
         en_fail(e, s, err->msg);
     }
     rt_queue_push(e->replicas[w->d].inbox, st);
@@ -194,6 +235,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
 
 void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why)
 {
-    st->status = why;
+    if (w->t == 0)
+        st->status = why;
     rt_queue_push(w->e->replicas[w->d].inbox, st);
 }

@@ -407,11 +407,13 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
     if (s != PE_OK)
         return s;
     e->decoder = 1;
-    if (e->pp > 1 || e->tp > 1)
-        s = pe_fail(err, PE_EINVAL, "decoders run with one device per replica in this version "
-                    "(dp=%d x pp=%d x tp=%d asked); tensor and pipeline parallel decoders are "
-                    "not implemented yet: use --mode dp or a single device", e->dp, e->pp,
-                    e->tp);
+    char why[PE_ERR_LEN];
+    if (e->pp > 1)
+        s = pe_fail(err, PE_EINVAL, "decoders run on one stage per replica in this version "
+                    "(dp=%d x pp=%d x tp=%d asked); pipeline parallel decoders are not "
+                    "implemented yet: use --mode dp or tp", e->dp, e->pp, e->tp);
+    else if (md_tp_check(&e->dec.cfg, e->tp, why, sizeof why))
+        s = pe_fail(err, PE_EINVAL, "%s", why);
     if (s == PE_OK)
         s = plan_decoder(e, err);
     if (s != PE_OK) {

@@ -110,7 +110,10 @@ typedef struct en_replica {
     int started;
     en_sched sched;         /* owned by the thread */
     en_step *step;          /* the step buffer (one in flight: pp = 1) */
-    int inflight;
+    int inflight;           /* steps out at the workers */
+    int parts;              /* TP ranks the step in flight has not come back from */
+    pe_status dispatch_status; /* why a rank could not be sent the step (it comes back with
+                                * it once the others are back) */
     atomic_int room;        /* published: blocks left once the waiting sequences are promised
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */

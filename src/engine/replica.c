@@ -50,19 +50,40 @@ static void publish(en_replica *r)
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
 }
 
-/* Sends the step to the replica's worker; a closed queue (the engine failed or is closing)
- * brings it straight back with that status. */
+/* Sends the step to the replica's workers, its TP ranks (each runs the whole step on its
+ * shard; rank 0 writes the results). A closed queue (the engine failed or is closing) brings
+ * the step back with that status, once every rank that got it is back. */
 static void dispatch(en_replica *r, en_step *st)
 {
     pe_engine *e = r->e;
-    en_worker *w = &e->workers[en_rank(e, r->d, 0, 0)];
-    w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
-    if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
+    r->parts = 0;
+    r->dispatch_status = PE_OK;
+    for (int t = 0; t < e->tp; t++) {
+        en_worker *w = &e->workers[en_rank(e, r->d, 0, t)];
+        w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
+        if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
+            r->parts++;
+            continue;
+        }
+        pe_status f = atomic_load(&e->failed);
+        r->dispatch_status = f != PE_OK ? f : PE_ECLOSED;
+    }
+    if (r->parts > 0) {
         r->inflight++;
         return;
     }
-    pe_status f = atomic_load(&e->failed);
-    st->status = f != PE_OK ? f : PE_ECLOSED;
+    st->status = r->dispatch_status;
+    en_sched_complete(&r->sched, st);
+}
+
+/* A rank is back with the step; the last one completes it. */
+static void step_back(en_replica *r, en_step *st)
+{
+    if (--r->parts > 0)
+        return;
+    r->inflight--;
+    if (st->status == PE_OK && r->dispatch_status != PE_OK)
+        st->status = r->dispatch_status;
     en_sched_complete(&r->sched, st);
 }
 
@@ -92,8 +113,7 @@ static void handle(en_replica *r, en_msg *m)
         free(m);
         break;
     case EN_MSG_STEP:
-        r->inflight--;
-        en_sched_complete(&r->sched, (en_step *)m);
+        step_back(r, (en_step *)m);
         break;
     case EN_MSG_APPEND:
         append(r, (en_seq *)m);

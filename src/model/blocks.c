@@ -159,6 +159,70 @@ void blk_silu_mul(md_ctx *c, float *out, const float *gu)
     check(c, c->ops->silu_mul(c->dev, out, gu, rows_of(c), (size_t)c->sh.I), "silu_mul");
 }
 
+/* The sampled tokens and the top-k of logits (R, n). */
+static void pick_tokens(md_ctx *c, const float *logits, size_t R, size_t n)
+{
+    const md_step *s = c->step;
+    md_acts *a = c->a;
+    if (!c->st && s->sampling)
+        check(c, c->ops->sample(c->dev, logits, R, n, s->sampling, a->tokens, a->token_logit),
+              "sampling");
+    if (!c->st && s->topk > 0)
+        check(c, c->ops->topk(c->dev, logits, R, n, (size_t)s->topk, a->top_idx, a->top_val,
+                              a->lse),
+              "top-k of the logits");
+}
+
+/* TP, after each rank's logits (R, V_r): the rows whole in full (R, V) on every rank,
+ * sampled on rank 0; or, when every row is greedy, each rank's best token and its logit in
+ * gath, for rank 0 to pick the best of (md_tp_greedy_pick): a few bytes a row, not V. */
+static void gather_logits(md_ctx *c, size_t R)
+{
+    md_acts *a = c->a;
+    const md_step *s = c->step;
+    const size_t Vt = (size_t)c->sh.V, V = (size_t)c->cfg->V, tp = (size_t)c->sh.tp;
+    const size_t Vr = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, c->part.t);
+    uint64_t t0 = md_now(c->hooks);
+    if (s->gather) {
+        check(c, c->ops->allgather(c->tp, a->logits, a->gath, R * Vt), "all-gather of logits");
+        for (size_t r = 0; r < tp && !c->st; r++) { /* rank r's (R, V_r) block -> columns */
+            const size_t w = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, (int)r);
+            check(c, c->ops->copy_d2d_2d(c->dev, a->full + r * Vt, V * sizeof(float),
+                                         a->gath + r * R * Vt, w * sizeof(float),
+                                         w * sizeof(float), R),
+                  "placing the gathered logits");
+        }
+        md_collective_done(c->hooks, t0);
+        if (c->part.t == 0)
+            pick_tokens(c, a->full, R, V);
+        return;
+    }
+    pick_tokens(c, a->logits, R, Vr); /* greedy: this rank's first best */
+    check(c, c->ops->allgather(c->tp, (const float *)(const void *)a->tokens, a->gath, R),
+          "all-gather of the best tokens"); /* int32 bits, copied as they are */
+    check(c, c->ops->allgather(c->tp, a->token_logit, a->gath + tp * R, R),
+          "all-gather of the best logits");
+    md_collective_done(c->hooks, t0);
+}
+
+void md_tp_greedy_pick(const float *gath, size_t R, int tp, int Vt, int32_t *tokens,
+                       float *logits)
+{
+    for (size_t i = 0; i < R; i++) {
+        int best = -1;
+        float v = 0.0f;
+        for (int r = 0; r < tp; r++) { /* ranks in vocabulary order: the first best wins */
+            float x = gath[(size_t)tp * R + (size_t)r * R + i];
+            if (x == x && (best < 0 || x > v)) /* NaNs never win */
+                best = r, v = x;
+        }
+        int32_t local;
+        memcpy(&local, &gath[(size_t)(best < 0 ? 0 : best) * R + i], sizeof local);
+        tokens[i] = best < 0 ? 0 : best * Vt + local;
+        logits[i] = best < 0 ? gath[(size_t)tp * R + i] : v;
+    }
+}
+
 void blk_logits(md_ctx *c, const float *h, const md_linear *head)
 {
     const md_step *s = c->step;
@@ -169,17 +233,22 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
     /* hl (R, C) = the logit rows of h: a gather, which is an embedding over h's rows */
     check(c, c->ops->embedding(c->dev, PE_DTYPE_FP32, a->hl, h, s->logit_rows, R, C, s->rows),
           "gathering the logit rows");
-    linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE);
-    if (c->st)
+    if (!c->tp) {
+        linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE); /* logits (R, V) */
+        pick_tokens(c, a->logits, R, head->out);
         return;
-    if (s->sampling)
-        check(c, c->ops->sample(c->dev, a->logits, R, head->out, s->sampling, a->tokens,
-                                a->token_logit),
-              "sampling");
-    if (!c->st && s->topk > 0)
-        check(c, c->ops->topk(c->dev, a->logits, R, head->out, (size_t)s->topk, a->top_idx,
-                              a->top_val, a->lse),
-              "top-k of the logits");
+    }
+    /* TP: this rank's vocabulary rows, its padding left out: logits (R, V_r). A head tied
+     * to the token table on the same rank is that whole (V, C) table (the embedding is
+     * replicated): its rows start at V0. */
+    md_linear mine = *head;
+    mine.out = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, c->part.t);
+    if (head->out == (size_t)c->cfg->V && c->sh.V0 > 0)
+        mine.w = (char *)head->w + (size_t)c->sh.V0 * head->in *
+                                            (c->dtype == PE_DTYPE_BF16 ? 2u : 4u);
+    linear_rows(c, a->logits, a->hl, R, &mine, 1, BE_ACT_NONE);
+    if (!c->st)
+        gather_logits(c, R);
 }
 
 /* ---- scratch ---------------------------------------------------------------------------- */
@@ -188,7 +257,8 @@ void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a)
 {
     void *bufs[] = {a->x,      a->h,           a->qkv,     a->att,     a->ff,
                     a->ffa,    a->y,           a->xh,      a->hl,      a->logits,
-                    a->tokens, a->token_logit, a->top_idx, a->top_val, a->lse};
+                    a->tokens, a->token_logit, a->top_idx, a->top_val, a->lse,
+                    a->gath,   a->full};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
@@ -233,6 +303,9 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
         {(void **)&a->top_idx, R * K * sizeof(int32_t)},
         {(void **)&a->top_val, R * K * sizeof(float)},
         {(void **)&a->lse, R * sizeof(float)},
+        /* TP: the gathered logits (or 2 words a row of each rank), and the rows whole */
+        {(void **)&a->gath, sh->tp > 1 ? (size_t)sh->tp * R * (V > 2 ? V : 2) * sizeof(float) : 0},
+        {(void **)&a->full, sh->tp > 1 ? R * (size_t)cfg->V * sizeof(float) : 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].bytes)

@@ -36,6 +36,9 @@ typedef struct md_step {
     const int32_t *logit_rows;      /* device (R) rows of the step */
     const pe_k_sampling *sampling;  /* device (R): sample a token per logit row; NULL: none */
     int topk;                       /* > 0: the top-k of each logit row and its lse */
+    int gather;                     /* TP: the logit rows gathered whole on every rank (for
+                                     * sampling, top-k or scoring); 0: every row is greedy,
+                                     * and only each rank's best (token, logit) is gathered */
 } md_step;
 
 /* Device scratch of a worker for steps of up to T rows and R logit rows. */
@@ -50,7 +53,10 @@ typedef struct md_acts {
     float *y;           /* (T, C) a row-parallel layer's output before the residual */
     uint16_t *xh;       /* (T, max input width) bf16: a GEMM input rounded (bf16 only) */
     float *hl;          /* (R, C) hidden states of the logit rows */
-    float *logits;      /* (R, V) */
+    float *logits;      /* (R, V_r) this rank's logit columns (V_r: md_shard_vocab_rows) */
+    float *gath;        /* TP (tp, R, V_t): every rank's logits, or its best tokens (tp, R)
+                         * then their logits (tp, R) */
+    float *full;        /* TP (R, V): the logit rows whole, from gath */
     int32_t *tokens;    /* (R) sampled tokens */
     float *token_logit; /* (R) the sampled token's logit */
     int32_t *top_idx;   /* (R, K) */
@@ -63,6 +69,12 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
                           const md_shard *sh, pe_dtype dtype, size_t T, size_t R, size_t K,
                           md_acts *a);
 void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a);
+
+/* TP, greedy rows (md_step.gather 0): the tokens (R) and their logits (R) from gath as the
+ * step left it, copied to the host: each row's best over the ranks, the first on a tie (the
+ * lowest vocabulary index, as one device's argmax). */
+void md_tp_greedy_pick(const float *gath, size_t R, int tp, int Vt, int32_t *tokens,
+                       float *logits);
 
 
 /* Everything a forward needs, in one place (llama2.c's RunState). */

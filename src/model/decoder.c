@@ -77,9 +77,10 @@ void md_decoder_info(const md_decoder *m, pe_model_info *out)
 
 md_shard md_shard_of(const md_config *c, const md_part *p)
 {
-    md_shard s = {c->NH, c->KVH, 0, c->I, c->V, 0};
+    md_shard s = {c->NH, c->KVH, 0, c->I, c->V, 0, 1};
     if (p->tp <= 1)
         return s;
+    s.tp = p->tp;
     s.NH = c->NH / p->tp;
     if (c->KVH >= p->tp) {
         s.KVH = c->KVH / p->tp;
@@ -92,6 +93,43 @@ md_shard md_shard_of(const md_config *c, const md_part *p)
     s.V = (c->V + p->tp - 1) / p->tp; /* the vocabulary padded to a multiple of tp */
     s.V0 = p->t * s.V;
     return s;
+}
+
+int md_shard_vocab_rows(const md_config *c, const md_shard *sh, int t)
+{
+    long rows = (long)c->V - (long)t * sh->V;
+    return rows < 0 ? 0 : rows > sh->V ? sh->V : (int)rows;
+}
+
+/* Why tp ranks cannot share c's layers; NULL when they can. */
+static const char *tp_misfit(const md_config *c, int tp)
+{
+    if (c->NH % tp)
+        return "the attention heads do not split evenly";
+    if (c->KVH % tp && tp % c->KVH)
+        return "the KV heads neither split evenly nor replicate evenly";
+    if (c->I % tp)
+        return "the MLP's inner width does not split evenly";
+    if ((long)(tp - 1) * ((c->V + tp - 1) / tp) >= c->V)
+        return "the vocabulary leaves a rank no rows";
+    return NULL;
+}
+
+int md_tp_check(const md_config *c, int tp, char *msg, size_t len)
+{
+    const char *why = tp_misfit(c, tp);
+    if (!why)
+        return 0;
+    char valid[256] = "";
+    size_t used = 0;
+    for (int t = 1; t <= c->NH && used < sizeof valid; t++)
+        if (!tp_misfit(c, t))
+            used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%d", used ? ", " : "",
+                                     t);
+    snprintf(msg, len, "tp=%d does not fit this model (%d heads, %d KV heads, MLP width %d, "
+             "vocabulary %d): %s; give a tp size that divides it (%s), or spread the model "
+             "over replicas with --mode dp", tp, c->NH, c->KVH, c->I, c->V, why, valid);
+    return -1;
 }
 
 size_t md_kv_block_bytes(const md_config *c, int layers, int kv_heads, int block_tokens,

@@ -62,9 +62,16 @@ typedef struct md_shard {
     int NH, KVH;        /* query and KV heads of this rank */
     int KV0;            /* its first KV head (its first query head is t * NH) */
     int I;              /* MLP inner columns of this rank */
-    int V, V0;          /* vocabulary rows of this rank, from row V0 */
+    int V, V0;          /* vocabulary rows of this rank, from row V0 (the vocabulary padded
+                         * to a multiple of tp: the last rank's padding rows are zeros) */
+    int tp;             /* ranks the vocabulary is split over (1: none) */
 } md_shard;
 md_shard md_shard_of(const md_config *c, const md_part *p);
+/* The real (unpadded) vocabulary rows of rank t: V - t * V_t, between 0 and V_t. */
+int md_shard_vocab_rows(const md_config *c, const md_shard *sh, int t);
+/* 0 when tp ranks can share the model's layers (heads, KV heads, MLP, vocabulary split
+ * evenly); else -1 with why in msg and the degrees that can, listed. */
+int md_tp_check(const md_config *c, int tp, char *msg, size_t len);
 
 /* ---- weights ------------------------------------------------------------------------------- */
 

@@ -25,7 +25,7 @@ typedef struct gpt2_layer {
 } gpt2_layer;
 
 typedef struct gpt2_weights {
-    md_table wte;        /* (V_t, C) token embedding (first stage) */
+    md_table wte;        /* (V, C) token embedding, on every TP rank (first stage) */
     md_table wpe;        /* (maxT, C) position embedding (first stage) */
     int nlayers;
     gpt2_layer *h;       /* (nlayers) this stage's layers */
@@ -173,7 +173,7 @@ static const md_tensor_rule gpt2_layer_rules[] = {
 };
 /* the first stage: the token table (which is also the tied LM head) and the positions */
 static const md_tensor_rule gpt2_embed_rules[] = {
-    {W_(wte), MD_SLOT_TABLE, 0, 0, {{"wte.weight", MD_SPLIT_VOCAB, 0, 0}}},
+    {W_(wte), MD_SLOT_TABLE, 0, 0, {{"wte.weight", MD_SPLIT_REPLICATED, 0, 0}}}, /* every rank */
     {W_(wpe), MD_SLOT_TABLE, 0, 0, {{"wpe.weight", MD_SPLIT_REPLICATED, 0, 0}}},
 };
 /* the last stage: the final norm, and the head when the first stage is elsewhere */

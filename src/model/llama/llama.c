@@ -30,7 +30,7 @@ typedef struct llama_layer {
 } llama_layer;
 
 typedef struct llama_weights {
-    md_table embed;      /* (V_t, C) (first stage) */
+    md_table embed;      /* (V, C), on every TP rank (first stage) */
     float *inv_freq;     /* (hd / 2) RoPE frequencies */
     int nlayers;
     llama_layer *layers; /* (nlayers) this stage's layers */
@@ -281,7 +281,8 @@ static const md_tensor_rule llama_layer_rules[] = {
     {L_(down.b), MD_SLOT_BIAS, 0, MLP_BIAS, {P_("mlp.down_proj.bias", REPLICATED)}},
 };
 static const md_tensor_rule llama_embed_rules[] = {
-    {W_(embed), MD_SLOT_TABLE, 0, 0, {{"model.embed_tokens.weight", MD_SPLIT_VOCAB, 0, 0}}},
+    {W_(embed), MD_SLOT_TABLE, 0, 0,
+     {{"model.embed_tokens.weight", MD_SPLIT_REPLICATED, 0, 0}}}, /* every rank looks up */
 };
 static const md_tensor_rule llama_final_rules[] = {
     {W_(norm.w), MD_SLOT_NORM, 0, 0, {{"model.norm.weight", MD_SPLIT_REPLICATED, 0, 0}}},
