@@ -1,6 +1,7 @@
 /* test_cuda_decoder.c: the decoders on the CUDA backend against the host backend: logits of
  * every position (prefill, and one token per step through the KV cache), greedy tokens, and
- * the tokens of a fixed sampling seed; fp32 and bf16; GPT-2 and Llama. Skips (exit 77)
+ * the tokens of a fixed sampling seed; fp32 and bf16; GPT-2 and Llama; TP 2 and 4 on a
+ * repeated device (the same-GPU path) against one host device. Skips (exit 77)
  * where no CUDA device answers.
  *
  * Built twice, as test_cuda_modes is: on the real libraries (label cuda: a GPU machine),
@@ -25,23 +26,33 @@
 
 enum { NTOK = 40, NGEN = 16 };
 
-/* tm_engine makes host engines; this one picks the backend. */
-static pe_engine *open_engine(pe_backend_kind backend, const char *dir, pe_dtype dt,
-                              int max_step_tokens)
+/* tm_engine makes host engines; this one picks the backend, and tp ranks on device 0 (the
+ * same-GPU path: tp workers share the device). */
+static pe_engine *open_grid(pe_backend_kind backend, const char *dir, pe_dtype dt,
+                            int max_step_tokens, int tp)
 {
-    static const int dev0 = 0;
+    static const int dev0[4] = {0, 0, 0, 0};
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.backend = backend;
-    cfg.ndevices = 1;
-    cfg.devices = &dev0;
+    cfg.ndevices = tp;
+    cfg.devices = dev0;
+    cfg.dp = 1;
+    cfg.pp = 1;
+    cfg.tp = tp;
     cfg.dtype = dt;
     cfg.max_step_tokens = max_step_tokens;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK)
-        fail_msg("engine on %s: %s", backend == PE_BACKEND_CUDA ? "cuda" : "host",
+        fail_msg("engine on %s, tp=%d: %s", backend == PE_BACKEND_CUDA ? "cuda" : "host", tp,
                  pe_last_error());
     return e;
+}
+
+static pe_engine *open_engine(pe_backend_kind backend, const char *dir, pe_dtype dt,
+                              int max_step_tokens)
+{
+    return open_grid(backend, dir, dt, max_step_tokens, 1);
 }
 
 static void logits_match(pe_gen_arch arch, pe_dtype dt, int max_step_tokens)
@@ -157,6 +168,66 @@ static void the_same_seed_gives_the_same_tokens_on_both_backends(void **state)
     tm_remove(dir);
 }
 
+/* TP on a repeated device (a vocab-parallel head with a padded last shard, KV heads
+ * replicated at tp 4) against one host device: logits at every position, greedy and seeded
+ * tokens. */
+static void tp_on_a_repeated_device_matches_the_host(void **state)
+{
+    (void)state;
+    for (int arch = 0; arch < 2; arch++) {
+        pe_gen_spec spec;
+        tm_tiny(&spec, arch ? PE_GEN_LLAMA : PE_GEN_GPT2, 700 + (uint64_t)arch);
+        if (!arch) {
+            spec.vocab = 255; /* not a multiple of tp */
+            spec.bos_token_id = spec.eos_token_id = 254;
+        }
+        char dir[512];
+        tm_write(&spec, "cuda_decoder_tp", dir, sizeof dir);
+        const size_t V = (size_t)spec.vocab;
+        int32_t tok[NTOK];
+        tm_tokens(tok, NTOK, spec.vocab, 5);
+        pe_engine *h = open_engine(PE_BACKEND_HOST, dir, PE_DTYPE_FP32, 512);
+        float *a = malloc(NTOK * V * sizeof *a), *b = malloc(NTOK * V * sizeof *b);
+        assert_int_equal(pe_score(h, tok, NTOK, 1, a), PE_OK);
+        double scale = 0;
+        for (size_t i = 0; i < NTOK * V; i++)
+            scale = fmax(scale, fabs((double)a[i]));
+        const pe_sampling modes[2] = {
+            {.top_p = 1.0f}, {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 9}};
+        enum { N = 4 };
+        int32_t want[2][N][NGEN];
+        for (int m = 0; m < 2; m++)
+            generate(h, N, &modes[m], spec.vocab, want[m]);
+        for (int tp = 2; tp <= (tu_small() ? 2 : 4); tp += 2) { /* valgrind: tp 2 only */
+            pe_engine *g = open_grid(PE_BACKEND_CUDA, dir, PE_DTYPE_FP32, 512, tp);
+            if (pe_score(g, tok, NTOK, 1, b) != PE_OK)
+                fail_msg("pe_score on cuda tp=%d: %s", tp, pe_last_error());
+            double d = tu_max_abs_diff(b, a, NTOK * V);
+            printf("  arch %d, tp %d on device 0: max |cuda - host| %.3g of %.3g\n", arch, tp,
+                   d, scale);
+            assert_true(d <= TOL_FP32 * scale);
+            for (int m = 0; m < 2; m++) {
+                int32_t got[N][NGEN];
+                memset(got, 0xff, sizeof got);
+                generate(g, N, &modes[m], spec.vocab, got);
+                int differ = 0;
+                for (int i = 0; i < N; i++)
+                    differ += memcmp(got[i], want[m][i], sizeof got[i]) != 0;
+#ifdef PE_CUDA_FAKE
+                assert_int_equal(differ, 0);
+#else
+                assert_true(differ <= 1);
+#endif
+            }
+            pe_engine_destroy(g);
+        }
+        pe_engine_destroy(h);
+        free(a);
+        free(b);
+        tm_remove(dir);
+    }
+}
+
 #define EXIT_SKIPPED 77
 
 int main(void)
@@ -173,6 +244,7 @@ int main(void)
         cmocka_unit_test(prefill_logits_match_the_host),
         cmocka_unit_test(decode_logits_match_the_host),
         cmocka_unit_test(the_same_seed_gives_the_same_tokens_on_both_backends),
+        cmocka_unit_test(tp_on_a_repeated_device_matches_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
