@@ -1,13 +1,15 @@
 /* demo_llm.c: the decoder demo (pengine --model DIR --gpus 0): a batch of random prompts,
- * prefill, then decode; the rates and the memory of each worker; and a verification of the
- * logits and the greedy tokens against the naive double-precision reference
- * (pengine_tools.h), an independent computation on the same weights. */
+ * prefill, then decode; the rates and the memory of each worker; on a grid, the same batch
+ * on one device beside it (llm_compare.c); and a verification of the logits and the greedy
+ * tokens against the naive double-precision reference (pengine_tools.h), an independent
+ * computation on the same weights. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "demo.h"
+#include "llm_compare.h"
 #include "llm_run.h"
 #include "verify.h"
 #include "pengine/pengine_tools.h"
@@ -268,8 +270,11 @@ int cli_demo_llm(const cli_options *o, cli_report *r)
         report_num(r, "decode_tok_s", "decode (tok/s, all sequences)", rt.decode_tok_s, 1, NULL);
         report_int(r, "generated", "tokens generated", rt.generated, NULL);
         report_pop(r);
+        if (info.world > 1) /* a grid: the same batch on one device, side by side */
+            rc = cli_llm_compare(r, o, &info, &m, &b, &rt);
         report_line(r, "%s", "");
-        rc = verify(r, o, e, &m, &info, prompts[0], plen, b.tokens[0], b.ntok[0]);
+        if (rc == CLI_OK)
+            rc = verify(r, o, e, &m, &info, prompts[0], plen, b.tokens[0], b.ntok[0]);
     }
     cli_batch_free(&b);
     free_prompts(prompts, batch);
