@@ -193,7 +193,7 @@ static const flag_def flags[] = {
     {"--mode", 1, FOR_ALL},        {"--gpus", 1, FOR_ALL},        {"--dp", 1, FOR_ALL},
     {"--pp", 1, FOR_ALL},          {"--tp", 1, FOR_ALL},          {"--model", 1, FOR_ALL},
     {"--batch", 1, FOR_ALL},       {"--microbatches", 1, FOR_MLP}, {"--schedule", 1, FOR_MLP},
-    {"--split", 1, FOR_MLP},       {"--iters", 1, FOR_MLP},       {"--warmup", 1, FOR_ALL},
+    {"--split", 1, FOR_ALL},       {"--iters", 1, FOR_MLP},       {"--warmup", 1, FOR_ALL},
     {"--seed", 1, FOR_ALL},        {"--backend", 1, FOR_ALL},     {"--trace", 1, FOR_MLP},
     {"--json", 0, FOR_ALL},        {"--verify", 0, FOR_ALL},      {"--no-verify", 0, FOR_ALL},
     {"--topology", 0, FOR_ALL},    {"--help", 0, FOR_ALL},        {"-h", 0, FOR_ALL},

@@ -34,6 +34,17 @@ static void header(cli_report *r, const cli_options *o, const pe_engine_info *in
     snprintf(buf, sizeof buf, "dp=%d x pp=%d x tp=%d (%d worker%s)", info->dp, info->pp,
              info->tp, info->world, info->world == 1 ? "" : "s");
     report_str(r, "grid", "grid", buf);
+    if (info->pp > 1) { /* "blocks 0-2 | 3-3 (+ head)" */
+        size_t used = (size_t)snprintf(buf, sizeof buf, "blocks");
+        for (int p = 0; p < info->pp && used < sizeof buf; p++)
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s %d-%d", p ? " |" : "",
+                                     info->stage_first_layer[p],
+                                     info->stage_first_layer[p + 1] - 1);
+        if (used < sizeof buf)
+            snprintf(buf + used, sizeof buf - used, " (+ head)");
+        report_str(r, NULL, "stages", buf);
+        report_int_array(r, "stage_first_block", info->stage_first_layer, info->pp + 1);
+    }
     snprintf(buf, sizeof buf, "%s: %d layers, hidden %d, %d heads (%d KV, dim %d), vocab %d, "
              "context %d", m->architecture, m->nlayers, m->hidden, m->heads, m->kv_heads,
              m->head_dim, m->vocab, m->context);

@@ -47,13 +47,22 @@ static size_t most(const size_t *v, int n)
     return m;
 }
 
-/* Bytes one worker sends per generated token: TP's all-reduces (2 a layer of the hidden
- * width, fp32) and the head's gather of each rank's best (token, logit) for greedy rows. */
-static double tp_bytes_per_token(const pe_engine_info *info, const pe_model_info *m)
+/* The most bytes a worker sends per generated token: under TP its all-reduces (2 a block of
+ * its stage, the hidden width in fp32) and the head's gather of each rank's best (token,
+ * logit) for greedy rows; under PP the residual stream to the next stage (the hidden width). */
+static double bytes_per_token(const pe_engine_info *info, const pe_model_info *m)
 {
-    if (info->tp <= 1)
-        return 0;
-    return 2.0 * m->nlayers * m->hidden * sizeof(float) + 2.0 * sizeof(float);
+    int blocks = 0;
+    for (int p = 0; p < info->pp; p++) {
+        int n = info->stage_first_layer[p + 1] - info->stage_first_layer[p];
+        blocks = n > blocks ? n : blocks;
+    }
+    double bytes = 0;
+    if (info->tp > 1)
+        bytes += 2.0 * blocks * m->hidden * sizeof(float) + 2.0 * sizeof(float);
+    if (info->pp > 1)
+        bytes += (double)m->hidden * sizeof(float);
+    return bytes;
 }
 
 int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *info,
@@ -73,7 +82,8 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
     report_push(r, "one_device", "against one device (the same batch, right after)");
     static const char *const keys[] = {"one_device", "grid"};
     char grid_title[64];
-    snprintf(grid_title, sizeof grid_title, "dp=%d x tp=%d", info->dp, info->tp);
+    snprintf(grid_title, sizeof grid_title, "dp=%d x pp=%d x tp=%d", info->dp, info->pp,
+             info->tp);
     const char *const titles[] = {"one device", grid_title};
     report_table(r, 2, keys, titles);
     double ttft[] = {one_rates.ttft_ms, grid_rates->ttft_ms};
@@ -83,7 +93,7 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
                      most(info->weight_bytes, info->world) / 1048576.0};
     double kvmib[] = {most(one_info.kv_bytes, 1) / 1048576.0,
                       most(info->kv_bytes, info->world) / 1048576.0};
-    double sent[] = {0, tp_bytes_per_token(info, m)};
+    double sent[] = {0, bytes_per_token(info, m)};
     report_row(r, "ttft_ms", "time to first token (ms)", ttft, 3, NULL);
     report_row(r, "decode_ms_per_token", "decode (ms/token, one step)", lat, 3, NULL);
     report_row(r, "decode_tok_s", "decode (tok/s, all sequences)", tput, 1, NULL);
@@ -97,7 +107,10 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
                tput[1] / tput[0], 2, "x");
     if (info->tp > 1)
         report_str(r, "collectives", "collectives per step",
-                   "2 all-reduces a layer (attention out, MLP down), 1 all-gather at the head");
+                   "2 all-reduces a block (attention out, MLP down), 1 all-gather at the head");
+    if (info->pp > 1)
+        report_str(r, "pipeline", "pipeline",
+                   "one step in flight: each stage waits for the one before it (no overlap yet)");
     int same = 0;
     for (int i = 0; i < grid->n; i++)
         same += grid->ntok[i] == one.ntok[i] &&

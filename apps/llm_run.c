@@ -27,6 +27,7 @@ int cli_llm_open(const cli_options *o, pe_engine **out)
     cfg.dtype = o->dtype;
     cfg.threads = o->threads;
     cfg.kv_tokens = o->kv_tokens;
+    cfg.stage_layers = o->nsplit ? o->split : NULL; /* --split: blocks per stage */
     pe_engine *e = NULL;
     pe_status s = pe_engine_create(&cfg, &e);
     if (s == PE_OK)

@@ -595,7 +595,7 @@ static void test_demos_refuse_flags_they_would_ignore(void **state)
     assert_string_equal(kept, "keep"); /* not truncated */
     free(kept);
     const char *mlp_only[][2] = {{"--iters", "3"}, {"--microbatches", "2"},
-                                 {"--schedule", "gpipe"}, {"--split", "2"}};
+                                 {"--schedule", "gpipe"}};
     for (size_t i = 0; i < sizeof mlp_only / sizeof mlp_only[0]; i++) {
         r = RUN("--model", dir, "--gpus", "0", "--backend", "host", mlp_only[i][0],
                 mlp_only[i][1]);

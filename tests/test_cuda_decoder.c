@@ -1,7 +1,7 @@
 /* test_cuda_decoder.c: the decoders on the CUDA backend against the host backend: logits of
  * every position (prefill, and one token per step through the KV cache), greedy tokens, and
- * the tokens of a fixed sampling seed; fp32 and bf16; GPT-2 and Llama; TP 2 and 4 on a
- * repeated device (the same-GPU path) against one host device. Skips (exit 77)
+ * the tokens of a fixed sampling seed; fp32 and bf16; GPT-2 and Llama; TP 2 and 4, PP 2 and
+ * PP 2 x TP 2 on a repeated device (the same-GPU path) against one host device. Skips (exit 77)
  * where no CUDA device answers.
  *
  * Built twice, as test_cuda_modes is: on the real libraries (label cuda: a GPU machine),
@@ -26,33 +26,33 @@
 
 enum { NTOK = 40, NGEN = 16 };
 
-/* tm_engine makes host engines; this one picks the backend, and tp ranks on device 0 (the
- * same-GPU path: tp workers share the device). */
+/* tm_engine makes host engines; this one picks the backend, and a pp x tp grid on device 0
+ * (the same-GPU path: the workers share the device). */
 static pe_engine *open_grid(pe_backend_kind backend, const char *dir, pe_dtype dt,
-                            int max_step_tokens, int tp)
+                            int max_step_tokens, int pp, int tp)
 {
     static const int dev0[4] = {0, 0, 0, 0};
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.backend = backend;
-    cfg.ndevices = tp;
+    cfg.ndevices = pp * tp;
     cfg.devices = dev0;
     cfg.dp = 1;
-    cfg.pp = 1;
+    cfg.pp = pp;
     cfg.tp = tp;
     cfg.dtype = dt;
     cfg.max_step_tokens = max_step_tokens;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK)
-        fail_msg("engine on %s, tp=%d: %s", backend == PE_BACKEND_CUDA ? "cuda" : "host", tp,
-                 pe_last_error());
+        fail_msg("engine on %s, pp=%d tp=%d: %s", backend == PE_BACKEND_CUDA ? "cuda" : "host",
+                 pp, tp, pe_last_error());
     return e;
 }
 
 static pe_engine *open_engine(pe_backend_kind backend, const char *dir, pe_dtype dt,
                               int max_step_tokens)
 {
-    return open_grid(backend, dir, dt, max_step_tokens, 1);
+    return open_grid(backend, dir, dt, max_step_tokens, 1, 1);
 }
 
 static void logits_match(pe_gen_arch arch, pe_dtype dt, int max_step_tokens)
@@ -168,10 +168,10 @@ static void the_same_seed_gives_the_same_tokens_on_both_backends(void **state)
     tm_remove(dir);
 }
 
-/* TP on a repeated device (a vocab-parallel head with a padded last shard, KV heads
- * replicated at tp 4) against one host device: logits at every position, greedy and seeded
- * tokens. */
-static void tp_on_a_repeated_device_matches_the_host(void **state)
+/* Grids on a repeated device against one host device: TP 2 and 4 (a vocab-parallel head with
+ * a padded last shard, KV heads replicated at tp 4), PP 2 (the residual stream sent stage to
+ * stage) and PP 2 x TP 2; logits at every position, greedy and seeded tokens. */
+static void grids_on_a_repeated_device_match_the_host(void **state)
 {
     (void)state;
     for (int arch = 0; arch < 2; arch++) {
@@ -198,13 +198,15 @@ static void tp_on_a_repeated_device_matches_the_host(void **state)
         int32_t want[2][N][NGEN];
         for (int m = 0; m < 2; m++)
             generate(h, N, &modes[m], spec.vocab, want[m]);
-        for (int tp = 2; tp <= (tu_small() ? 2 : 4); tp += 2) { /* valgrind: tp 2 only */
-            pe_engine *g = open_grid(PE_BACKEND_CUDA, dir, PE_DTYPE_FP32, 512, tp);
+        static const int grids[][2] = {{1, 2}, {2, 2}, {1, 4}, {2, 1}}; /* pp, tp */
+        for (int k = 0; k < (tu_small() ? 2 : 4); k++) { /* valgrind: the first two */
+            const int pp = grids[k][0], tp = grids[k][1];
+            pe_engine *g = open_grid(PE_BACKEND_CUDA, dir, PE_DTYPE_FP32, 512, pp, tp);
             if (pe_score(g, tok, NTOK, 1, b) != PE_OK)
-                fail_msg("pe_score on cuda tp=%d: %s", tp, pe_last_error());
+                fail_msg("pe_score on cuda pp=%d tp=%d: %s", pp, tp, pe_last_error());
             double d = tu_max_abs_diff(b, a, NTOK * V);
-            printf("  arch %d, tp %d on device 0: max |cuda - host| %.3g of %.3g\n", arch, tp,
-                   d, scale);
+            printf("  arch %d, pp %d x tp %d on device 0: max |cuda - host| %.3g of %.3g\n",
+                   arch, pp, tp, d, scale);
             assert_true(d <= TOL_FP32 * scale);
             for (int m = 0; m < 2; m++) {
                 int32_t got[N][NGEN];
@@ -244,7 +246,7 @@ int main(void)
         cmocka_unit_test(prefill_logits_match_the_host),
         cmocka_unit_test(decode_logits_match_the_host),
         cmocka_unit_test(the_same_seed_gives_the_same_tokens_on_both_backends),
-        cmocka_unit_test(tp_on_a_repeated_device_matches_the_host),
+        cmocka_unit_test(grids_on_a_repeated_device_match_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,8 +17,45 @@
 static md_part part_of(const en_worker *w)
 {
     const pe_engine *e = w->e;
-    md_part p = {0, e->dec.cfg.L, w->t, e->tp};
+    md_part p = {e->stage_first[w->p], e->stage_first[w->p + 1], w->t, e->tp};
     return p;
+}
+
+/* The one worker of a replica that writes a step's results and status: the last stage's
+ * TP rank 0 (the others only take part; a failure of theirs fails the engine). */
+static int writes_results(const en_worker *w)
+{
+    return w->p == w->e->pp - 1 && w->t == 0;
+}
+
+/* PP: the residual stream x (T, C) from the previous stage, before this stage's blocks. */
+static pe_status recv_stream(en_worker *w, size_t T, pe_err *err)
+{
+    const pe_engine *e = w->e;
+    uint64_t t0 = rt_now_ns();
+    pe_status s = e->ops->recv(w->world_comm, w->acts.x, T * (size_t)e->dec.cfg.C,
+                               en_rank(e, w->d, w->p - 1, w->t));
+    en_trace_record(w, PE_TRACE_RECV, NULL, -1, t0, rt_now_ns());
+    if (s != PE_OK)
+        pe_fail(err, s, "worker %d: recv of a step's activations from stage %d: %s", w->rank,
+                w->p - 1, e->ops->last_error(w->dev));
+    return s;
+}
+
+/* PP: x (T, C) to the next stage, and wait for the send (the next step writes x again). */
+static pe_status send_stream(en_worker *w, size_t T, pe_err *err)
+{
+    const pe_engine *e = w->e;
+    uint64_t t0 = rt_now_ns();
+    pe_status s = e->ops->send(w->world_comm, w->acts.x, T * (size_t)e->dec.cfg.C,
+                               en_rank(e, w->d, w->p + 1, w->t));
+    if (s == PE_OK)
+        s = e->ops->synchronize(w->dev);
+    en_trace_record(w, PE_TRACE_SEND, NULL, -1, t0, rt_now_ns());
+    if (s != PE_OK)
+        pe_fail(err, s, "worker %d: send of a step's activations to stage %d: %s", w->rank,
+                w->p + 1, e->ops->last_error(w->dev));
+    return s;
 }
 
 size_t en_kv_pool_bytes(const pe_engine *e, const en_worker *w)
@@ -213,19 +250,25 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .kv = &w->kv,
             .hooks = &hooks,
         };
+        if (w->p > 0)
+            s = recv_stream(w, ms.rows, err);
         uint64_t t0 = rt_now_ns();
-        s = md_forward(&e->dec, &w->weights, &c);
-        if (s == PE_OK && w->t == 0) /* the other TP ranks only took part */
-            s = download_results(w, st, &sh, ms.gather);
+        if (s == PE_OK) {
+            s = md_forward(&e->dec, &w->weights, &c);
+            if (s != PE_OK)
+                pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
+                        w->rank, w->device_id, st->ntok, c.err.msg);
+        }
         en_trace_record(w, PE_TRACE_COMPUTE, NULL, -1, t0, rt_now_ns());
-        if (s != PE_OK)
-            pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
-                    w->rank, w->device_id, st->ntok,
-                    c.st != PE_OK ? c.err.msg : ops->last_error(w->dev));
+        if (s == PE_OK && w->p < e->pp - 1)
+            s = send_stream(w, ms.rows, err);
+        if (s == PE_OK && writes_results(w) && (s = download_results(w, st, &sh, ms.gather)))
+            pe_fail(err, s, "worker %d (device %d): copying a step's results to the host: %s",
+                    w->rank, w->device_id, ops->last_error(w->dev));
     }
     if (s != PE_OK) { /* the engine fails before the step's sequences end with the error, so
                        * that no client sees its final event and then a working engine */
-        if (w->t == 0) /* the step's one writer; a failed rank fails the engine anyway */
+        if (writes_results(w)) /* the step's one writer; any failed rank fails the engine */
             st->status = s;
         en_fail(e, s, err->msg);
     }
@@ -235,7 +278,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
 
 void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why)
 {
-    if (w->t == 0)
+    if (writes_results(w))
         st->status = why;
     rt_queue_push(w->e->replicas[w->d].inbox, st);
 }

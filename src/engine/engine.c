@@ -382,7 +382,11 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     sc->max_logit_rows = e->max_logit_rows;
     const md_part whole = {0, m->L, 0, e->tp};
     const md_shard sh = md_shard_of(m, &whole);
-    const size_t block_bytes = md_kv_block_bytes(m, m->L, sh.KVH, sc->block_tokens, c->dtype);
+    int layers = 0; /* the largest stage's blocks: a worker's KV holds only its own */
+    for (int p = 0; p < e->pp; p++)
+        if (e->stage_first[p + 1] - e->stage_first[p] > layers)
+            layers = e->stage_first[p + 1] - e->stage_first[p];
+    const size_t block_bytes = md_kv_block_bytes(m, layers, sh.KVH, sc->block_tokens, c->dtype);
     size_t blocks;
     if (c->kv_tokens)
         blocks = (c->kv_tokens + (size_t)sc->block_tokens - 1) / (size_t)sc->block_tokens;
@@ -408,12 +412,11 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
         return s;
     e->decoder = 1;
     char why[PE_ERR_LEN];
-    if (e->pp > 1)
-        s = pe_fail(err, PE_EINVAL, "decoders run on one stage per replica in this version "
-                    "(dp=%d x pp=%d x tp=%d asked); pipeline parallel decoders are not "
-                    "implemented yet: use --mode dp or tp", e->dp, e->pp, e->tp);
-    else if (md_tp_check(&e->dec.cfg, e->tp, why, sizeof why))
+    if (md_tp_check(&e->dec.cfg, e->tp, why, sizeof why))
         s = pe_fail(err, PE_EINVAL, "%s", why);
+    else
+        s = md_plan_decoder_stages(&e->dec.cfg, e->pp, e->has_split ? e->stage_split : NULL,
+                                   e->stage_first, err);
     if (s == PE_OK)
         s = plan_decoder(e, err);
     if (s != PE_OK) {
@@ -423,8 +426,6 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
     }
     md_decoder_info(&e->dec, &e->info);
     e->loaded = 1;
-    e->stage_first[0] = 0;
-    e->stage_first[1] = e->dec.cfg.L;
     s = load_on_workers(e, dir, err);
     if (s == PE_OK)
         s = en_replicas_start(e, err);

@@ -109,7 +109,7 @@ typedef struct en_replica {
     pthread_t thread;
     int started;
     en_sched sched;         /* owned by the thread */
-    en_step *step;          /* the step buffer (one in flight: pp = 1) */
+    en_step *step;          /* the step buffer (one in flight, through every stage) */
     int inflight;           /* steps out at the workers */
     int parts;              /* TP ranks the step in flight has not come back from */
     pe_status dispatch_status; /* why a rank could not be sent the step (it comes back with

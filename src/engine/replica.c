@@ -50,16 +50,17 @@ static void publish(en_replica *r)
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
 }
 
-/* Sends the step to the replica's workers, its TP ranks (each runs the whole step on its
- * shard; rank 0 writes the results). A closed queue (the engine failed or is closing) brings
- * the step back with that status, once every rank that got it is back. */
+/* Sends the step to every worker of the replica: its stages (each runs its blocks, from the
+ * previous stage's activations to the next's) and their TP ranks (each on its shard); the
+ * last stage's rank 0 writes the results. A closed queue (the engine failed or is closing)
+ * brings the step back with that status, once every worker that got it is back. */
 static void dispatch(en_replica *r, en_step *st)
 {
     pe_engine *e = r->e;
     r->parts = 0;
     r->dispatch_status = PE_OK;
-    for (int t = 0; t < e->tp; t++) {
-        en_worker *w = &e->workers[en_rank(e, r->d, 0, t)];
+    for (int k = 0; k < e->pp * e->tp; k++) {
+        en_worker *w = &e->workers[en_rank(e, r->d, k / e->tp, k % e->tp)];
         w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
         if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
             r->parts++;

@@ -95,6 +95,71 @@ md_shard md_shard_of(const md_config *c, const md_part *p)
     return s;
 }
 
+/* The stages' split of costs (L blocks of `block`, the head on the last stage) whose largest
+ * stage costs at most cap: greedy from the back, first[] filled. 1 when it fits in pp. */
+static int fits(int L, int pp, double block, double head, double cap, int *first)
+{
+    int p = pp - 1, end = L;
+    double cost = head;
+    for (int l = L - 1; l >= 0; l--) {
+        if (cost + block > cap || l + 1 <= p) { /* l + 1 <= p: leave a block per stage */
+            if (p == 0 || end - (l + 1) < 1)
+                return 0;
+            first[p--] = l + 1;
+            end = l + 1;
+            cost = 0;
+        }
+        cost += block;
+    }
+    if (p > 0) /* stages left with no block */
+        return 0;
+    first[0] = 0;
+    first[pp] = L;
+    return 1;
+}
+
+pe_status md_plan_decoder_stages(const md_config *c, int pp, const int *split, int *first,
+                                 pe_err *err)
+{
+    if (pp > c->L)
+        return pe_fail(err, PE_EINVAL, "%d stages but the model has only %d blocks; use --pp <= "
+                       "%d", pp, c->L, c->L);
+    first[0] = 0;
+    if (split) {
+        long sum = 0;
+        for (int p = 0; p < pp; p++) {
+            if (split[p] < 1)
+                return pe_fail(err, PE_EINVAL, "--split gives stage %d %d blocks; give every "
+                               "stage at least 1", p, split[p]);
+            sum += split[p];
+            first[p + 1] = first[p] + split[p];
+        }
+        if (sum != c->L)
+            return pe_fail(err, PE_EINVAL, "--split counts %ld blocks but the model has %d; give "
+                           "counts that sum to %d", sum, c->L, c->L);
+        return PE_OK;
+    }
+    /* cost per token: a block streams its weights once; the head streams V x C; the
+     * embedding's lookup reads one row (nothing, at this scale) */
+    const double tables = (c->tied ? 1.0 : 2.0) * (double)c->V * (double)c->C;
+    const double block = ((double)c->nparams - tables) / c->L;
+    const double head = (double)c->V * (double)c->C;
+    double lo = 0, hi = block * c->L + head;
+    int tmp[MD_MAX_STAGES + 1];
+    if (pp > MD_MAX_STAGES)
+        return pe_fail(err, PE_EINVAL, "pp=%d: at most %d stages", pp, MD_MAX_STAGES);
+    for (int it = 0; it < 60; it++) { /* bisect the cap of the largest stage */
+        double mid = (lo + hi) / 2;
+        if (fits(c->L, pp, block, head, mid, tmp))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    if (!fits(c->L, pp, block, head, hi, first))
+        return pe_fail(err, PE_EINVAL, "cannot split %d blocks into %d stages", c->L, pp);
+    return PE_OK;
+}
+
 int md_shard_vocab_rows(const md_config *c, const md_shard *sh, int t)
 {
     long rows = (long)c->V - (long)t * sh->V;

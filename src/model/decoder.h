@@ -69,6 +69,15 @@ typedef struct md_shard {
 md_shard md_shard_of(const md_config *c, const md_part *p);
 /* The real (unpadded) vocabulary rows of rank t: V - t * V_t, between 0 and V_t. */
 int md_shard_vocab_rows(const md_config *c, const md_shard *sh, int t);
+#define MD_MAX_STAGES 64
+/* The pipeline's stages: first[p] .. first[p + 1] are stage p's blocks (first[0] = 0,
+ * first[pp] = L). With split (pp block counts, each >= 1, summing to L), as given; else
+ * balanced by cost per token: a block's weights, the head's V x C on the last stage, the
+ * embedding's lookup on the first (the largest stage as small as it can be). PE_EINVAL with
+ * a message for more stages than blocks, or a split that does not fit. */
+pe_status md_plan_decoder_stages(const md_config *c, int pp, const int *split, int *first,
+                                 pe_err *err);
+
 /* 0 when tp ranks can share the model's layers (heads, KV heads, MLP, vocabulary split
  * evenly); else -1 with why in msg and the degrees that can, listed. */
 int md_tp_check(const md_config *c, int tp, char *msg, size_t len);

@@ -1,10 +1,12 @@
-/* test_decoder_tp.c: decoders under tensor parallelism (heads split, KV heads split or
- * replicated, MLP columns/rows split, a vocab-parallel head), against one device.
+/* test_decoder_grids.c: decoders on grids against one device: tensor parallelism (heads
+ * split, KV heads split or replicated, MLP columns/rows split, a vocab-parallel head),
+ * pipeline stages (the residual stream sent stage to stage), replicas, and their products.
  *
- * Models: GPT-2 tiny with a vocabulary of 255 (not a multiple of tp: the head's last shard
- * is padded) and its head tied to wte; Llama tiny with 4 heads and 2 KV heads (tp 4
- * replicates each KV head on two ranks) and an untied head. Grids: tp 2 on a repeated device
- * (0,0), tp 4, dp 2 x tp 2. Each grid must give one device's answers:
+ * Models (4 blocks): GPT-2 tiny with a vocabulary of 255 (not a multiple of tp: the head's
+ * last shard is padded) and its head tied to wte (on another stage than the embedding under
+ * PP); Llama tiny with 4 heads and 2 KV heads (tp 4 replicates each KV head on two ranks)
+ * and an untied head. Grids: tp 2 on a repeated device (0,0), tp 4, pp 2, pp 4, dp 2 x tp 2,
+ * dp 2 x pp 2, pp 2 x tp 2, dp 2 x pp 2 x tp 2. Each grid must give one device's answers:
  *   - greedy: the same 32 tokens for 8 sequences of different prompt lengths (the greedy
  *     path gathers only each rank's best token);
  *   - sampled with a seed, with top-k logprobs (the path that gathers whole rows): the same
@@ -25,10 +27,12 @@ static int setup(void **state)
 {
     (void)state;
     tm_tiny(&gpt2_spec, PE_GEN_GPT2, 21);
+    gpt2_spec.layers = 4;
     gpt2_spec.vocab = 255;
     gpt2_spec.bos_token_id = gpt2_spec.eos_token_id = 254;
     tm_write(&gpt2_spec, "tp_gpt2", gpt2_dir, sizeof gpt2_dir);
     tm_tiny(&llama_spec, PE_GEN_LLAMA, 22);
+    llama_spec.layers = 4;
     assert_int_equal(llama_spec.heads, 4);
     assert_int_equal(llama_spec.kv_heads, 2);
     tm_write(&llama_spec, "tp_llama", llama_dir, sizeof llama_dir);
@@ -43,23 +47,23 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A host engine on the grid dp x tp over devs, loaded with dir. */
-static pe_engine *grid_engine(const char *dir, int dp, int tp, const int *devs)
+/* A host engine on the grid dp x pp x tp over devs, loaded with dir. */
+static pe_engine *grid_engine(const char *dir, int dp, int pp, int tp, const int *devs)
 {
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.backend = PE_BACKEND_HOST;
-    cfg.ndevices = dp * tp;
+    cfg.ndevices = dp * pp * tp;
     cfg.devices = devs;
     cfg.dp = dp;
-    cfg.pp = 1;
+    cfg.pp = pp;
     cfg.tp = tp;
     cfg.threads = 1;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK)
-        fail_msg("pe_engine_create dp=%d tp=%d: %s", dp, tp, pe_last_error());
+        fail_msg("pe_engine_create dp=%d pp=%d tp=%d: %s", dp, pp, tp, pe_last_error());
     if (pe_engine_load(e, dir) != PE_OK)
-        fail_msg("pe_engine_load %s dp=%d tp=%d: %s", dir, dp, tp, pe_last_error());
+        fail_msg("pe_engine_load %s dp=%d pp=%d tp=%d: %s", dir, dp, pp, tp, pe_last_error());
     return e;
 }
 
@@ -150,15 +154,16 @@ static float *score_all(pe_engine *e, int vocab)
 /* Every grid; under valgrind only grid number `small` (the tools' time is short). */
 static void every_grid_gives_one_devices_answers(const char *dir, int vocab, size_t small)
 {
-    static const int repeated[2] = {0, 0}, four[4] = {0, 1, 2, 3};
+    static const int repeated[2] = {0, 0}, eight[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     const struct {
-        int dp, tp;
+        int dp, pp, tp;
         const int *devs;
-    } grids[] = {{1, 2, repeated}, {1, 4, four}, {2, 2, four}};
+    } grids[] = {{1, 1, 2, repeated}, {1, 1, 4, eight}, {1, 2, 1, eight}, {1, 4, 1, eight},
+                 {2, 1, 2, eight},    {2, 2, 1, eight}, {1, 2, 2, eight}, {2, 2, 2, eight}};
     const int G = (int)tu_size(MAXG, 6);
     static answers one_greedy, one_sampled, got;
     static const int single[1] = {0};
-    pe_engine *e = grid_engine(dir, 1, 1, single);
+    pe_engine *e = grid_engine(dir, 1, 1, 1, single);
     generate(e, vocab, G, 0, &one_greedy);
     generate(e, vocab, G, 1, &one_sampled);
     float *one_logits = score_all(e, vocab);
@@ -167,8 +172,9 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, siz
         if (tu_small() && g != small)
             continue;
         char what[96];
-        snprintf(what, sizeof what, "%s dp=%d tp=%d", dir, grids[g].dp, grids[g].tp);
-        e = grid_engine(dir, grids[g].dp, grids[g].tp, grids[g].devs);
+        snprintf(what, sizeof what, "%s dp=%d pp=%d tp=%d", dir, grids[g].dp, grids[g].pp,
+                 grids[g].tp);
+        e = grid_engine(dir, grids[g].dp, grids[g].pp, grids[g].tp, grids[g].devs);
         generate(e, vocab, G, 0, &got);
         expect_same_answers(&one_greedy, &got, G, what);
         generate(e, vocab, G, 1, &got);
@@ -187,16 +193,16 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, siz
     free(one_logits);
 }
 
-static void gpt2_with_a_padded_vocabulary_matches_one_device(void **state)
+static void gpt2_with_a_padded_vocabulary_matches_one_device_on_every_grid(void **state)
 {
     (void)state;
-    every_grid_gives_one_devices_answers(gpt2_dir, gpt2_spec.vocab, 0);
+    every_grid_gives_one_devices_answers(gpt2_dir, gpt2_spec.vocab, 6); /* pp2 x tp2 */
 }
 
-static void llama_with_replicated_kv_heads_matches_one_device(void **state)
+static void llama_with_replicated_kv_heads_matches_one_device_on_every_grid(void **state)
 {
     (void)state;
-    every_grid_gives_one_devices_answers(llama_dir, llama_spec.vocab, 2);
+    every_grid_gives_one_devices_answers(llama_dir, llama_spec.vocab, 5); /* dp2 x pp2 */
 }
 
 static void a_tp_that_does_not_divide_the_heads_lists_the_ones_that_do(void **state)
@@ -221,12 +227,62 @@ static void a_tp_that_does_not_divide_the_heads_lists_the_ones_that_do(void **st
     pe_engine_destroy(e);
 }
 
+/* Stages: balanced when not given (every stage holds a block; the head's stage no more
+ * blocks than the others), as --split gives them, and more stages than blocks refused. */
+static void stages_are_planned_by_blocks(void **state)
+{
+    (void)state;
+    static const int four[4] = {0, 0, 0, 0};
+    pe_engine *e = grid_engine(llama_dir, 1, 2, 1, four);
+    pe_engine_info info;
+    assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+    assert_int_equal(info.stage_first_layer[0], 0);
+    assert_int_equal(info.stage_first_layer[2], 4);
+    int last = 4 - info.stage_first_layer[1], first = info.stage_first_layer[1];
+    assert_true(last >= 1 && first >= last); /* the head weighs on the last stage */
+    pe_engine_destroy(e);
+
+    const int split[2] = {3, 1};
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.backend = PE_BACKEND_HOST;
+    cfg.ndevices = 2;
+    cfg.devices = four;
+    cfg.dp = 1;
+    cfg.pp = 2;
+    cfg.tp = 1;
+    cfg.stage_layers = split;
+    assert_int_equal(pe_engine_create(&cfg, &e), PE_OK);
+    assert_int_equal(pe_engine_load(e, llama_dir), PE_OK);
+    assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+    assert_int_equal(info.stage_first_layer[1], 3);
+    pe_engine_destroy(e);
+
+    cfg.stage_layers = NULL;
+    cfg.pp = 4;
+    cfg.ndevices = 4;
+    assert_int_equal(pe_engine_create(&cfg, &e), PE_OK); /* 4 stages of 1 block: fine */
+    assert_int_equal(pe_engine_load(e, llama_dir), PE_OK);
+    pe_engine_destroy(e);
+
+    static const int five[5] = {0, 0, 0, 0, 0};
+    cfg.pp = 5;
+    cfg.ndevices = 5;
+    cfg.devices = five;
+    assert_int_equal(pe_engine_create(&cfg, &e), PE_OK);
+    assert_int_equal(pe_engine_load(e, llama_dir), PE_EINVAL);
+    if (!strstr(pe_last_error(), "5 stages but the model has only 4 blocks"))
+        fail_msg("unexpected message: %s", pe_last_error());
+    pe_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(gpt2_with_a_padded_vocabulary_matches_one_device),
-        cmocka_unit_test(llama_with_replicated_kv_heads_matches_one_device),
+        cmocka_unit_test(gpt2_with_a_padded_vocabulary_matches_one_device_on_every_grid),
+        cmocka_unit_test(llama_with_replicated_kv_heads_matches_one_device_on_every_grid),
         cmocka_unit_test(a_tp_that_does_not_divide_the_heads_lists_the_ones_that_do),
+        cmocka_unit_test(stages_are_planned_by_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
