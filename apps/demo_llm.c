@@ -258,15 +258,8 @@ int cli_demo_llm(const cli_options *o, cli_report *r)
     cli_batch b = {.n = batch, .prompts = (const int32_t *const *)prompts, .lens = lens,
                    .max_tokens = gen, .sampling = {.top_p = 1.0f}, .ignore_eos = 1};
     rc = prompts && lens ? cli_batch_alloc(&b) : CLI_RUNTIME;
-    if (rc == CLI_OK && o->warmup > 0) { /* pages, caches, the pool's threads: untimed */
-        cli_batch w = b;
-        w.n = 1;
-        w.max_tokens = 2;
-        rc = cli_batch_alloc(&w);
-        if (rc == CLI_OK)
-            rc = cli_batch_run(e, &w);
-        cli_batch_free(&w);
-    }
+    if (rc == CLI_OK && o->warmup > 0) /* pages, caches, the pool's threads: untimed */
+        rc = cli_batch_warmup(e, &b);
     if (rc == CLI_OK)
         rc = cli_batch_run(e, &b);
     if (rc == CLI_OK) {

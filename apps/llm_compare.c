@@ -22,15 +22,8 @@ static int run_one_device(const cli_options *o, const cli_batch *grid, cli_batch
                      .ignore_eos = grid->ignore_eos};
     if (rc == CLI_OK)
         rc = cli_batch_alloc(b);
-    if (rc == CLI_OK && o->warmup > 0) { /* as the grid's run: pages and pools, untimed */
-        cli_batch w = *b;
-        w.n = 1;
-        w.max_tokens = 2;
-        rc = cli_batch_alloc(&w);
-        if (rc == CLI_OK)
-            rc = cli_batch_run(e, &w);
-        cli_batch_free(&w);
-    }
+    if (rc == CLI_OK && o->warmup > 0) /* as the grid's run: pages and pools, untimed */
+        rc = cli_batch_warmup(e, b);
     if (rc == CLI_OK)
         rc = cli_batch_run(e, b);
     if (rc == CLI_OK)

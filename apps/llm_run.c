@@ -54,6 +54,19 @@ const char *cli_finish_name(pe_finish f)
     return "unknown";
 }
 
+int cli_batch_warmup(pe_engine *e, const cli_batch *b)
+{
+    cli_batch w = *b;
+    w.n = 1;
+    w.max_tokens = 2;
+    w.on_event = NULL;
+    int rc = cli_batch_alloc(&w);
+    if (rc == CLI_OK)
+        rc = cli_batch_run(e, &w);
+    cli_batch_free(&w);
+    return rc;
+}
+
 int cli_batch_alloc(cli_batch *b)
 {
     size_t n = (size_t)b->n, m = (size_t)(b->max_tokens > 0 ? b->max_tokens : 1);

@@ -49,6 +49,9 @@ typedef struct cli_batch {
 /* Allocates the result arrays of b (n and max_tokens set). Returns the exit code. */
 int cli_batch_alloc(cli_batch *b);
 void cli_batch_free(cli_batch *b);
+/* An untimed run of one sequence of b's first prompt for 2 tokens: pages, caches and the
+ * pools' threads warmed before a timed run. Returns the exit code. */
+int cli_batch_warmup(pe_engine *e, const cli_batch *b);
 /* Submits every sequence and takes every event until each has ended. Returns CLI_OK, or
  * CLI_RUNTIME (printed) when a submit fails or a sequence ends with an error. */
 int cli_batch_run(pe_engine *e, cli_batch *b);
