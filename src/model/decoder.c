@@ -192,8 +192,8 @@ int md_tp_check(const md_config *c, int tp, char *msg, size_t len)
             used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%d", used ? ", " : "",
                                      t);
     snprintf(msg, len, "tp=%d does not fit this model (%d heads, %d KV heads, MLP width %d, "
-             "vocabulary %d): %s; give a tp size that divides it (%s), or spread the model "
-             "over replicas with --mode dp", tp, c->NH, c->KVH, c->I, c->V, why, valid);
+             "vocabulary %d): %s; give a tp size that divides it (%s), or split the blocks "
+             "over stages with --mode pp", tp, c->NH, c->KVH, c->I, c->V, why, valid);
     return -1;
 }
 
