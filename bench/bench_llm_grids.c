@@ -11,6 +11,9 @@
  *     target >= 1.3x (the layers' bytes are halved per core, the all-reduces cost a little);
  *   - DP 2 (devices 0,0): decode throughput of 8 sequences, dp 2 / one device; target
  *     >= 1.7x (as the MLP's DP);
+ *   - PP 2 (devices 0,0): the largest worker's weights / one device's, and the decode
+ *     throughput of 8 sequences, printed without targets (one step in flight: the stages
+ *     take turns until they overlap);
  *   - the greedy tokens of every grid equal to one device's.
  * A MISS does not change the exit status (1 only on errors).
  */
@@ -57,23 +60,23 @@ static const char *verdict(int ok)
     return ok ? "PASS" : "MISS";
 }
 
-/* A host engine on dp x tp workers of device 0, one core each. */
-static pe_engine *open_grid(const char *dir, int dp, int tp)
+/* A host engine on dp x pp x tp workers of device 0, one core each. */
+static pe_engine *open_grid(const char *dir, int dp, int pp, int tp)
 {
-    static const int dev0[4] = {0, 0, 0, 0};
+    static const int dev0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.backend = PE_BACKEND_HOST;
-    cfg.ndevices = dp * tp;
+    cfg.ndevices = dp * pp * tp;
     cfg.devices = dev0;
     cfg.dp = dp;
-    cfg.pp = 1;
+    cfg.pp = pp;
     cfg.tp = tp;
     cfg.threads = 1;
     cfg.kv_tokens = 2048;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK) {
-        fprintf(stderr, "error: dp=%d tp=%d: %s\n", dp, tp, pe_last_error());
+        fprintf(stderr, "error: dp=%d pp=%d tp=%d: %s\n", dp, pp, tp, pe_last_error());
         pe_engine_destroy(e);
         return NULL;
     }
@@ -140,21 +143,39 @@ static int run(pe_engine *e, int B, int G, int vocab, result *out)
     return 0;
 }
 
-/* One device against the grid, alternating, trials times: the median of the ratios
- * one/grid of the decode gaps (latency) and grid/one of the throughputs. */
-static int compare(const char *dir, int vocab, int dp, int tp, int B, int G, int trials,
-                   double *latency_ratio, double *throughput_ratio, int *same, cJSON *o)
+/* The most weight bytes a worker of e holds. */
+static double worker_weights(const pe_engine *e)
 {
-    pe_engine *one = open_grid(dir, 1, 1), *grid = open_grid(dir, dp, tp);
+    pe_engine_info info;
+    pe_engine_info_get(e, &info);
+    double most = 0;
+    for (int w = 0; w < info.world && w < 64; w++)
+        most = fmax(most, (double)info.weight_bytes[w]);
+    return most;
+}
+
+typedef struct ratios {
+    double latency;    /* one device's decode gap / the grid's */
+    double throughput; /* the grid's decode tok/s / one device's */
+    double weights;    /* the grid's largest worker's weight bytes / one device's */
+    int same;          /* the grid's greedy tokens are one device's */
+} ratios;
+
+/* One device against the grid, alternating, trials times: the medians of the ratios. */
+static int compare(const char *dir, int vocab, int dp, int pp, int tp, int B, int G,
+                   int trials, ratios *out, cJSON *o)
+{
+    pe_engine *one = open_grid(dir, 1, 1, 1), *grid = open_grid(dir, dp, pp, tp);
     if (!one || !grid) {
         pe_engine_destroy(one);
         pe_engine_destroy(grid);
         return -1;
     }
+    out->weights = worker_weights(grid) / worker_weights(one);
     static result a, b;
     double lat[16], tput[16], gap_one[16], gap_grid[16];
     int rc = run(one, 1, 4, vocab, &a) || run(grid, 1, 4, vocab, &b); /* warm-up */
-    *same = 1;
+    out->same = 1;
     for (int t = 0; rc == 0 && t < trials; t++) {
         rc = run(one, B, G, vocab, &a) || run(grid, B, G, vocab, &b);
         lat[t] = a.gap_ms / b.gap_ms;
@@ -162,21 +183,25 @@ static int compare(const char *dir, int vocab, int dp, int tp, int B, int G, int
         gap_one[t] = a.gap_ms;
         gap_grid[t] = b.gap_ms;
         for (int i = 0; i < B; i++)
-            *same &= !memcmp(a.tok[i], b.tok[i], (size_t)G * sizeof(int32_t));
-        printf("    trial %d: one device %.2f ms/token, %.1f tok/s; dp=%d tp=%d %.2f ms/token, "
-               "%.1f tok/s\n", t + 1, a.gap_ms, a.tok_s, dp, tp, b.gap_ms, b.tok_s);
+            out->same &= !memcmp(a.tok[i], b.tok[i], (size_t)G * sizeof(int32_t));
+        printf("    trial %d: one device %.2f ms/token, %.1f tok/s; dp=%d pp=%d tp=%d %.2f "
+               "ms/token, %.1f tok/s\n", t + 1, a.gap_ms, a.tok_s, dp, pp, tp, b.gap_ms,
+               b.tok_s);
     }
     pe_engine_destroy(one);
     pe_engine_destroy(grid);
     if (rc)
         return -1;
-    *latency_ratio = bu_median(lat, (size_t)trials);
-    *throughput_ratio = bu_median(tput, (size_t)trials);
+    out->latency = bu_median(lat, (size_t)trials);
+    out->throughput = bu_median(tput, (size_t)trials);
     cJSON_AddNumberToObject(o, "one_device_ms_per_token", bu_median(gap_one, (size_t)trials));
     cJSON_AddNumberToObject(o, "grid_ms_per_token", bu_median(gap_grid, (size_t)trials));
-    cJSON_AddNumberToObject(o, "latency_one_over_grid", *latency_ratio);
-    cJSON_AddNumberToObject(o, "throughput_grid_over_one", *throughput_ratio);
-    cJSON_AddBoolToObject(o, "greedy_tokens_identical", *same);
+    cJSON_AddNumberToObject(o, "latency_one_over_grid", out->latency);
+    cJSON_AddNumberToObject(o, "throughput_grid_over_one", out->throughput);
+    cJSON_AddNumberToObject(o, "weights_per_worker_grid_over_one", out->weights);
+    cJSON_AddBoolToObject(o, "greedy_tokens_identical", out->same);
+    printf("  greedy tokens identical to one device: %s  %s\n", out->same ? "yes" : "no",
+           verdict(out->same));
     return 0;
 }
 
@@ -219,7 +244,7 @@ int main(int argc, char **argv)
     } else {
         snprintf(dir, sizeof dir, "%s", model_dir);
     }
-    pe_engine *probe = open_grid(dir, 1, 1);
+    pe_engine *probe = open_grid(dir, 1, 1, 1);
     if (!probe)
         return 1;
     pe_model_info mi;
@@ -230,29 +255,35 @@ int main(int argc, char **argv)
            mi.kv_heads, mi.vocab, load1());
     cJSON *root = cJSON_CreateObject();
     const int G = args.quick ? 16 : 32;
-    int ok = 1, same;
-    double lat, tput;
+    int ok = 1;
+    ratios q;
 
     printf("\nTP 2 (devices 0,0), batch 1, %d tokens, %d trials:\n", G, trials);
-    cJSON *tp = cJSON_AddObjectToObject(root, "tp2");
-    if (compare(dir, mi.vocab, 1, 2, 1, G, trials, &lat, &tput, &same, tp) == 0) {
-        printf("  decode latency one device / tp 2: %.2fx (target >= 1.3)  %s\n", lat,
-               verdict(lat >= 1.3));
-        printf("  greedy tokens identical to one device: %s  %s\n", same ? "yes" : "no",
-               verdict(same));
-    } else {
+    if (compare(dir, mi.vocab, 1, 1, 2, 1, G, trials, &q, cJSON_AddObjectToObject(root, "tp2")))
         ok = 0;
-    }
+    else
+        printf("  decode latency one device / tp 2: %.2fx (target >= 1.3)  %s\n", q.latency,
+               verdict(q.latency >= 1.3));
 
     printf("\nDP 2 (devices 0,0), batch 8, %d tokens, %d trials:\n", G, trials);
-    cJSON *dp = cJSON_AddObjectToObject(root, "dp2");
-    if (compare(dir, mi.vocab, 2, 1, MAXB, G, trials, &lat, &tput, &same, dp) == 0) {
-        printf("  decode throughput dp 2 / one device: %.2fx (target >= 1.7)  %s\n", tput,
-               verdict(tput >= 1.7));
-        printf("  greedy tokens identical to one device: %s  %s\n", same ? "yes" : "no",
-               verdict(same));
-    } else {
+    if (compare(dir, mi.vocab, 2, 1, 1, MAXB, G, trials, &q,
+                cJSON_AddObjectToObject(root, "dp2")))
         ok = 0;
+    else
+        printf("  decode throughput dp 2 / one device: %.2fx (target >= 1.7)  %s\n",
+               q.throughput, verdict(q.throughput >= 1.7));
+
+    printf("\nPP 2 (devices 0,0), batch 8, %d tokens, %d trials (one step in flight):\n", G,
+           trials);
+    if (compare(dir, mi.vocab, 1, 2, 1, MAXB, G, trials, &q,
+                cJSON_AddObjectToObject(root, "pp2"))) {
+        ok = 0;
+    } else {
+        printf("  weights of the largest stage / one device: %.2f (the stages are balanced by "
+               "cost per token: the embedding's table weighs on stage 0 but costs a lookup)\n",
+               q.weights);
+        printf("  decode throughput pp 2 / one device: %.2fx (no target: without steps in "
+               "flight the stages take turns)\n", q.throughput);
     }
 
     printf("\n%d PASS, %d MISS (load %.2f)\n", g_pass, g_miss, load1());
