@@ -15,6 +15,7 @@ static int run_one_device(const cli_options *o, const cli_batch *grid, cli_batch
     cli_options one = *o;
     one.ndevices = 1;
     one.dp = one.pp = one.tp = 1;
+    one.nsplit = 0; /* --split is the grid's */
     pe_engine *e = NULL;
     int rc = cli_llm_open(&one, &e);
     *b = (cli_batch){.n = grid->n, .prompts = grid->prompts, .lens = grid->lens,

@@ -580,6 +580,37 @@ static void test_decoder_demo_verifies_against_the_reference(void **state)
     tu_run_free(&r);
 }
 
+/* On a grid the demo also runs one device: the same greedy tokens, less weight per worker,
+ * the stages --split gave; a tp that does not fit is a usage error naming the ones that do. */
+static void test_decoder_demo_on_grids_compares_with_one_device(void **state)
+{
+    (void)state;
+    char dir[600];
+    gen_llama(dir, sizeof dir);
+    tu_run r = RUN("--model", dir, "--dp", "1", "--pp", "2", "--tp", "2", "--gpus", "0,0,0,0",
+                   "--backend", "host", "--threads", "1", "--split", "1,1", "--prompt-len", "8",
+                   "--max-tokens", "4", "--batch", "2", "--json");
+    assert_int_equal(r.status, 0);
+    cJSON *j = parse_json_only(&r);
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(j, "stage_first_block");
+    assert_int_equal(cJSON_GetArraySize(stages), 3);
+    assert_int_equal(cJSON_GetArrayItem(stages, 1)->valueint, 1);
+    const cJSON *one = obj(j, "one_device");
+    assert_int_equal((int)num(one, "greedy_sequences_identical"), 2);
+    const cJSON *single = obj(one, "one_device"), *grid = obj(one, "grid");
+    assert_true(num(grid, "weight_mib_per_worker") < num(single, "weight_mib_per_worker"));
+    /* tp: 2 all-reduces of 64 floats in its 1 block + 8 bytes; pp: 64 floats */
+    assert_int_equal((int)num(grid, "bytes_sent_per_token"), 2 * 64 * 4 + 8 + 64 * 4);
+    assert_int_equal((int)num(single, "bytes_sent_per_token"), 0);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify"), "match")));
+    cJSON_Delete(j);
+    tu_run_free(&r);
+
+    r = RUN("--model", dir, "--tp", "3", "--gpus", "0,0,0", "--backend", "host");
+    EXPECT_USAGE(r, "tp=3 does not fit this model", "(1, 2, 4)", "--mode pp");
+    tu_run_free(&r);
+}
+
 /* The flags one kind of demo would ignore are refused, before anything runs or is written. */
 static void test_demos_refuse_flags_they_would_ignore(void **state)
 {
@@ -915,6 +946,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pp_json_and_trace_file),
         cmocka_unit_test(test_topology_report),
         cmocka_unit_test(test_decoder_demo_verifies_against_the_reference),
+        cmocka_unit_test(test_decoder_demo_on_grids_compares_with_one_device),
         cmocka_unit_test(test_demos_refuse_flags_they_would_ignore),
         cmocka_unit_test(test_model_without_devices_suggests_gpus_0),
         cmocka_unit_test(test_generate_json_holds_the_sequence),
