@@ -95,13 +95,22 @@ typedef struct en_worker {
     be_kv kv;                  /* its KV pool */
     int32_t *meta_dev;         /* (meta_cap) a step's metadata on the device */
     size_t meta_cap;
-    en_task step_task;         /* the task of the step it runs (one at a time) */
     en_trace_buf trace;
     long tasks_run;
     long fail_at_task; /* test hook: fail the Nth task (1-based); 0 = never */
 } en_worker;
 
 /* One DP replica of a decoder: its scheduler and the thread that drives it. */
+/* A step out at a replica's workers, the replica's own (its thread alone touches it). */
+typedef struct en_flight {
+    en_step *step;
+    en_task *tasks;            /* (pp * tp) the step's task for each worker of the replica */
+    int out;                   /* dispatched and not complete */
+    int parts;                 /* workers it has not come back from */
+    pe_status dispatch_status; /* why a worker could not be sent it (the step comes back
+                                * with it once the others are back) */
+} en_flight;
+
 typedef struct en_replica {
     pe_engine *e;
     int d;
@@ -109,11 +118,10 @@ typedef struct en_replica {
     pthread_t thread;
     int started;
     en_sched sched;         /* owned by the thread */
-    en_step *step;          /* the step buffer (one in flight, through every stage) */
+    en_flight *flights;     /* (nflights) step buffers: pp of them, so that each stage works
+                             * on another group of sequences; one without PP */
+    int nflights;
     int inflight;           /* steps out at the workers */
-    int parts;              /* TP ranks the step in flight has not come back from */
-    pe_status dispatch_status; /* why a rank could not be sent the step (it comes back with
-                                * it once the others are back) */
     atomic_int room;        /* published: blocks left once the waiting sequences are promised
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */

@@ -54,37 +54,56 @@ static void publish(en_replica *r)
  * previous stage's activations to the next's) and their TP ranks (each on its shard); the
  * last stage's rank 0 writes the results. A closed queue (the engine failed or is closing)
  * brings the step back with that status, once every worker that got it is back. */
-static void dispatch(en_replica *r, en_step *st)
+static void dispatch(en_replica *r, en_flight *f)
 {
     pe_engine *e = r->e;
-    r->parts = 0;
-    r->dispatch_status = PE_OK;
-    for (int k = 0; k < e->pp * e->tp; k++) {
+    f->parts = 0;
+    f->dispatch_status = PE_OK;
+    for (int k = 0; k < e->pp * e->tp; k++) { /* stage by stage: each worker's queue is FIFO */
         en_worker *w = &e->workers[en_rank(e, r->d, k / e->tp, k % e->tp)];
-        w->step_task = (en_task){.kind = EN_TASK_STEP, .step = st};
-        if (rt_queue_push(w->inq, &w->step_task) == PE_OK) {
-            r->parts++;
+        f->tasks[k] = (en_task){.kind = EN_TASK_STEP, .step = f->step};
+        if (rt_queue_push(w->inq, &f->tasks[k]) == PE_OK) {
+            f->parts++;
             continue;
         }
-        pe_status f = atomic_load(&e->failed);
-        r->dispatch_status = f != PE_OK ? f : PE_ECLOSED;
+        pe_status failed = atomic_load(&e->failed);
+        f->dispatch_status = failed != PE_OK ? failed : PE_ECLOSED;
     }
-    if (r->parts > 0) {
+    if (f->parts > 0) {
+        f->out = 1;
         r->inflight++;
         return;
     }
-    st->status = r->dispatch_status;
-    en_sched_complete(&r->sched, st);
+    f->step->status = f->dispatch_status;
+    en_sched_complete(&r->sched, f->step);
 }
 
-/* A rank is back with the step; the last one completes it. */
+static en_flight *flight_of(en_replica *r, const en_step *st)
+{
+    for (int i = 0; i < r->nflights; i++)
+        if (r->flights[i].step == st)
+            return &r->flights[i];
+    return NULL;
+}
+
+static en_flight *free_flight(en_replica *r)
+{
+    for (int i = 0; i < r->nflights; i++)
+        if (!r->flights[i].out)
+            return &r->flights[i];
+    return NULL;
+}
+
+/* A worker is back with a step; the last one completes it. */
 static void step_back(en_replica *r, en_step *st)
 {
-    if (--r->parts > 0)
+    en_flight *f = flight_of(r, st);
+    if (--f->parts > 0)
         return;
+    f->out = 0;
     r->inflight--;
-    if (st->status == PE_OK && r->dispatch_status != PE_OK)
-        st->status = r->dispatch_status;
+    if (st->status == PE_OK && f->dispatch_status != PE_OK)
+        st->status = f->dispatch_status;
     en_sched_complete(&r->sched, st);
 }
 
@@ -160,10 +179,11 @@ static void *replica_main(void *arg)
         publish(r);
         if (stop && r->inflight == 0)
             break;
-        if (failed == PE_OK && !stop && r->inflight == 0 && take_step(e)) {
-            int built = en_sched_build(&r->sched, r->step);
+        en_flight *f = free_flight(r); /* PP: a step per stage, each on its own group */
+        if (failed == PE_OK && !stop && f && take_step(e)) {
+            int built = en_sched_build(&r->sched, f->step);
             if (built > 0) {
-                dispatch(r, r->step);
+                dispatch(r, f);
                 continue;
             }
             give_back_step(e);
@@ -190,11 +210,19 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         atomic_init(&r->seqs, 0);
         RT_IGNORE_WORD(r->room);
         RT_IGNORE_WORD(r->seqs);
-        r->step = calloc(1, sizeof *r->step);
-        if (!r->step || en_sched_init(&r->sched, &e->sched_cfg, emit, r) != PE_OK ||
+        r->nflights = e->pp;
+        r->flights = calloc((size_t)r->nflights, sizeof *r->flights);
+        for (int i = 0; r->flights && i < r->nflights; i++) {
+            en_flight *f = &r->flights[i];
+            f->step = calloc(1, sizeof *f->step);
+            f->tasks = calloc((size_t)(e->pp * e->tp), sizeof *f->tasks);
+            if (!f->step || !f->tasks)
+                return pe_fail(err, PE_ENOMEM, "out of host memory for replica %d's steps", d);
+            f->step->hdr.kind = EN_MSG_STEP;
+        }
+        if (!r->flights || en_sched_init(&r->sched, &e->sched_cfg, emit, r) != PE_OK ||
             rt_queue_create(cap, &r->inbox) != PE_OK)
             return pe_fail(err, PE_ENOMEM, "out of host memory for replica %d's scheduler", d);
-        r->step->hdr.kind = EN_MSG_STEP;
         publish(r);
         if (pthread_create(&r->thread, NULL, replica_main, r) != 0)
             return pe_fail(err, PE_ENOMEM, "cannot start replica %d's scheduler thread", d);
@@ -247,7 +275,11 @@ void en_replicas_free(pe_engine *e)
         }
         en_sched_free(&r->sched);
         rt_queue_destroy(r->inbox);
-        en_step_free(r->step);
+        for (int i = 0; r->flights && i < r->nflights; i++) {
+            en_step_free(r->flights[i].step);
+            free(r->flights[i].tasks);
+        }
+        free(r->flights);
         RT_UNIGNORE_WORD(r->room);
         RT_UNIGNORE_WORD(r->seqs);
     }

@@ -369,9 +369,11 @@ static int chunk_logits(const en_seq *seq, int n)
 static int plan_chunks(en_sched *s, en_step *st)
 {
     int tokens = s->cfg.max_step_tokens, logits = s->cfg.max_logit_rows;
+    const int groups = s->cfg.groups > 1 ? s->cfg.groups : 1;
+    const int most = (s->nrunning + groups - 1) / groups; /* this group's sequences */
     st->nchunks = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < s->nrunning && tokens > 0; i++) {
+        for (int i = 0; i < s->nrunning && tokens > 0 && st->nchunks < most; i++) {
             en_seq *seq = s->running[i];
             int rem = seq->ntok - seq->cached;
             if (seq->busy || rem <= 0 || (pass == 0) != (rem == 1))

@@ -141,6 +141,8 @@ typedef struct en_sched_config {
     int max_seqs;         /* running at once */
     int max_step_tokens;  /* token budget of a step */
     int max_logit_rows;   /* logit rows of a step */
+    int groups;           /* steps in flight at once (PP: one per stage), each taking at most
+                           * 1/groups of the running sequences; 0 or 1: one step, all of them */
     int context;          /* positions a sequence may hold */
     int vocab;            /* logits per row (a scored sequence's rows) */
     pe_kv_full kv_full;
