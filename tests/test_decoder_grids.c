@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/engine_testing.h"
 #include "test_models.h"
 
 static char gpt2_dir[512], llama_dir[512];
@@ -276,6 +277,33 @@ static void stages_are_planned_by_blocks(void **state)
     pe_engine_destroy(e);
 }
 
+/* DP: a burst of submits, faster than the replicas publish what they hold, is still spread
+ * evenly (each submit counts the ones routed before it). */
+static void a_burst_of_sequences_is_spread_over_the_replicas(void **state)
+{
+    (void)state;
+    static const int two[2] = {0, 1};
+    pe_engine *e = grid_engine(llama_dir, 2, 1, 1, two);
+    en_allow_steps(e, 0); /* nothing ends while we look */
+    int32_t prompt[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 8; i++) {
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = 4;
+        p.max_tokens = 2;
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &p, &id), PE_OK);
+    }
+    assert_int_equal(en_replica_sequences(e, 0), 4);
+    assert_int_equal(en_replica_sequences(e, 1), 4);
+    en_allow_steps(e, -1);
+    pe_token_event ev;
+    while (pe_seq_wait(e, &ev) == PE_OK)
+        assert_int_equal(ev.status, PE_OK);
+    pe_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +311,7 @@ int main(void)
         cmocka_unit_test(llama_with_replicated_kv_heads_matches_one_device_on_every_grid),
         cmocka_unit_test(a_tp_that_does_not_divide_the_heads_lists_the_ones_that_do),
         cmocka_unit_test(stages_are_planned_by_blocks),
+        cmocka_unit_test(a_burst_of_sequences_is_spread_over_the_replicas),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

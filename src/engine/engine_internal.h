@@ -125,6 +125,9 @@ typedef struct en_replica {
     atomic_int room;        /* published: blocks left once the waiting sequences are promised
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */
+    atomic_int inbound_seqs;   /* routed here by clients, not yet in what was published */
+    atomic_int inbound_blocks; /* ... and the blocks they need (en_sched_blocks_needed) */
+    int taken_seqs, taken_blocks; /* the thread's: taken in since the last publish */
 } en_replica;
 
 /* A kept sequence's state in the engine's table (kept.c). */

@@ -13,4 +13,8 @@ void en_inject_failure(pe_engine *e, int rank, long at_task);
  * default). */
 void en_allow_steps(pe_engine *e, long n);
 
+/* The sequences replica d holds as the clients' routing sees them: published, plus routed
+ * there since. */
+int en_replica_sequences(pe_engine *e, int d);
+
 #endif

@@ -43,11 +43,16 @@ static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
     return en_events_push(&e->events, ev);
 }
 
+/* What the clients route by: the room and the sequences, now counting the ones taken in
+ * since the last publish (no longer inbound). */
 static void publish(en_replica *r)
 {
     atomic_store_explicit(&r->room, en_sched_room(&r->sched) - en_sched_waiting_need(&r->sched),
                           memory_order_relaxed);
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&r->inbound_seqs, r->taken_seqs, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&r->inbound_blocks, r->taken_blocks, memory_order_relaxed);
+    r->taken_seqs = r->taken_blocks = 0;
 }
 
 /* Sends the step to every worker of the replica: its stages (each runs its blocks, from the
@@ -125,7 +130,9 @@ static void append(en_replica *r, en_seq *more)
 static void handle(en_replica *r, en_msg *m)
 {
     switch (m->kind) {
-    case EN_MSG_SEQ:
+    case EN_MSG_SEQ: /* routed here (en_route_to) */
+        r->taken_seqs++;
+        r->taken_blocks += en_sched_blocks_needed(&r->sched.cfg, (const en_seq *)m);
         en_sched_add(&r->sched, (en_seq *)m);
         break;
     case EN_MSG_CANCEL:
@@ -208,8 +215,12 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         r->d = d;
         atomic_init(&r->room, 0);
         atomic_init(&r->seqs, 0);
+        atomic_init(&r->inbound_seqs, 0);
+        atomic_init(&r->inbound_blocks, 0);
         RT_IGNORE_WORD(r->room);
         RT_IGNORE_WORD(r->seqs);
+        RT_IGNORE_WORD(r->inbound_seqs);
+        RT_IGNORE_WORD(r->inbound_blocks);
         r->nflights = e->pp;
         r->flights = calloc((size_t)r->nflights, sizeof *r->flights);
         for (int i = 0; r->flights && i < r->nflights; i++) {
@@ -236,6 +247,12 @@ void en_replicas_wake(pe_engine *e)
     for (int d = 0; e->replicas && d < e->dp; d++)
         if (e->replicas[d].inbox) /* a full inbox will be looked at anyway */
             rt_queue_try_push(e->replicas[d].inbox, (void *)&en_wake_msg);
+}
+
+int en_replica_sequences(pe_engine *e, int d)
+{
+    en_replica *r = &e->replicas[d];
+    return atomic_load(&r->seqs) + atomic_load(&r->inbound_seqs);
 }
 
 void en_allow_steps(pe_engine *e, long n)
@@ -282,6 +299,8 @@ void en_replicas_free(pe_engine *e)
         free(r->flights);
         RT_UNIGNORE_WORD(r->room);
         RT_UNIGNORE_WORD(r->seqs);
+        RT_UNIGNORE_WORD(r->inbound_seqs);
+        RT_UNIGNORE_WORD(r->inbound_blocks);
     }
     free(e->replicas);
     e->replicas = NULL;

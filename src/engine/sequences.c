@@ -94,20 +94,41 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
     return st;
 }
 
-/* The replica with the most room for promises, then the fewest sequences. */
-static en_replica *pick_replica(pe_engine *e)
+/* A replica's room and sequences as a client should see them: what it published, with the
+ * sequences routed to it since (a burst of submits would otherwise all see the same). */
+static int room_of(en_replica *r)
+{
+    return atomic_load_explicit(&r->room, memory_order_relaxed) -
+           atomic_load_explicit(&r->inbound_blocks, memory_order_relaxed);
+}
+
+static int seqs_of(en_replica *r)
+{
+    return atomic_load_explicit(&r->seqs, memory_order_relaxed) +
+           atomic_load_explicit(&r->inbound_seqs, memory_order_relaxed);
+}
+
+/* The replica with the most room for promises, then the fewest sequences; q is counted as
+ * routed to it (unroute takes it back if it is not sent after all). */
+static en_replica *pick_replica(pe_engine *e, const en_seq *q)
 {
     en_replica *best = &e->replicas[0];
     for (int d = 1; d < e->dp; d++) {
         en_replica *r = &e->replicas[d];
-        int room = atomic_load_explicit(&r->room, memory_order_relaxed);
-        int best_room = atomic_load_explicit(&best->room, memory_order_relaxed);
-        int seqs = atomic_load_explicit(&r->seqs, memory_order_relaxed);
-        int best_seqs = atomic_load_explicit(&best->seqs, memory_order_relaxed);
-        if (room > best_room || (room == best_room && seqs < best_seqs))
+        int room = room_of(r), best_room = room_of(best);
+        if (room > best_room || (room == best_room && seqs_of(r) < seqs_of(best)))
             best = r;
     }
+    atomic_fetch_add_explicit(&best->inbound_seqs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&best->inbound_blocks, en_sched_blocks_needed(&e->sched_cfg, q),
+                              memory_order_relaxed);
     return best;
+}
+
+static void unroute(en_replica *r, int blocks)
+{
+    atomic_fetch_sub_explicit(&r->inbound_seqs, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&r->inbound_blocks, blocks, memory_order_relaxed);
 }
 
 /* A new sequence holding `n` tokens now and room for `cap` (its id is given once it is
@@ -202,15 +223,18 @@ pe_status pe_seq_submit(pe_engine *e, const pe_seq_params *p, uint64_t *id)
         en_seq_free(q);
         return en_error(e, s, &err);
     }
-    en_replica *r = pick_replica(e);
+    en_replica *r = pick_replica(e, q);
+    const int blocks = en_sched_blocks_needed(&e->sched_cfg, q);
     uint64_t qid = q->id = atomic_fetch_add(&e->next_seq, 1);
     if (q->keep && en_kept_add(e, qid, r->d) != PE_OK) {
+        unroute(r, blocks);
         en_seq_free(q);
         pe_fail(&err, PE_ENOMEM, "pe_seq_submit: out of host memory for a kept sequence");
         return en_error(e, PE_ENOMEM, &err);
     }
     s = send_seq(e, r, q, "pe_seq_submit", &err);
     if (s != PE_OK) {
+        unroute(r, blocks);
         en_kept_forget(e, qid);
         return en_error(e, s, &err);
     }
@@ -381,7 +405,9 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
         RT_UNIGNORE_WORD(sync.done);
         return en_error(e, s, &err);
     }
-    if (rt_queue_push(pick_replica(e)->inbox, q) != PE_OK) {
+    en_replica *r = pick_replica(e, q);
+    if (rt_queue_push(r->inbox, q) != PE_OK) {
+        unroute(r, en_sched_blocks_needed(&e->sched_cfg, q));
         en_seq_free(q);
         sync.status = PE_ECLOSED;
     } else {
