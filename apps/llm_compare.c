@@ -104,7 +104,7 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
                    "2 all-reduces a block (attention out, MLP down), 1 all-gather at the head");
     if (info->pp > 1)
         report_str(r, "pipeline", "pipeline",
-                   "one step in flight: each stage waits for the one before it (no overlap yet)");
+                   "a step in flight per stage, each on its own group of sequences");
     int same = 0;
     for (int i = 0; i < grid->n; i++)
         same += grid->ntok[i] == one.ntok[i] &&
