@@ -130,7 +130,7 @@ static void append(en_replica *r, en_seq *more)
 static void handle(en_replica *r, en_msg *m)
 {
     switch (m->kind) {
-    case EN_MSG_SEQ: /* routed here (en_route_to) */
+    case EN_MSG_SEQ: /* routed here by a client (sequences.c, pick_replica) */
         r->taken_seqs++;
         r->taken_blocks += en_sched_blocks_needed(&r->sched.cfg, (const en_seq *)m);
         en_sched_add(&r->sched, (en_seq *)m);
