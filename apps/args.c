@@ -359,10 +359,38 @@ int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, c
                           size_t msg_len)
 {
     static const char *const device_flags[] = {"--gpus", "--backend", "--dtype", "--threads",
-                                               "--kv-tokens"};
+                                               "--kv-tokens", "--dp", "--pp", "--tp"};
     for (size_t i = 0; i < sizeof device_flags / sizeof device_flags[0]; i++)
         if (!strcmp(flag, device_flags[i]))
             return apply(o, flag, value, msg, msg_len) ? -1 : 1;
+    return 0;
+}
+
+int cli_decoder_grid(cli_options *o, char *msg, size_t msg_len)
+{
+    if (o->ndevices == 0) { /* device 0, or as many as the grid asks for */
+        long world = (long)(o->dp ? o->dp : 1) * (o->pp ? o->pp : 1) * (o->tp ? o->tp : 1);
+        if (world > CLI_MAX_DEVICES)
+            return fail(msg, msg_len, "the grid needs %ld devices, more than %d; give smaller "
+                        "--dp/--pp/--tp", world, CLI_MAX_DEVICES);
+        o->ndevices = (int)world;
+        for (int i = 0; i < o->ndevices; i++)
+            o->devices[i] = 0;
+    }
+    if (!o->dp && !o->pp && !o->tp) { /* a replica per device */
+        o->dp = o->ndevices;
+        o->pp = o->tp = 1;
+        return 0;
+    }
+    if (!o->dp) o->dp = 1;
+    if (!o->pp) o->pp = 1;
+    if (!o->tp) o->tp = 1;
+    long world = (long)o->dp * o->pp * o->tp;
+    if (world != o->ndevices)
+        return fail(msg, msg_len,
+                    "grid dp=%d x pp=%d x tp=%d needs %ld devices but --gpus lists %d; list "
+                    "%ld device ids (they may repeat) or change --dp/--pp/--tp",
+                    o->dp, o->pp, o->tp, world, o->ndevices, world);
     return 0;
 }
 

@@ -58,12 +58,16 @@ int cli_check_demo_flags(const cli_options *o, int decoder);
 
 /* The options before any flag. */
 void cli_default_options(cli_options *o);
-/* Applies one device flag (--gpus, --backend, --dtype, --threads, --kv-tokens) to o, for
- * subcommands. Returns 1 when flag is one of them (0 otherwise), -1 with msg on a bad
+/* Applies one device flag (--gpus, --backend, --dtype, --threads, --kv-tokens, --dp, --pp,
+ * --tp) to o, for subcommands. Returns 1 when flag is one of them (0 otherwise), -1 with msg on a bad
  * value. */
 int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, char *msg,
                           size_t msg_len);
 
+/* The decoder subcommands' grid (generate, chat): --dp/--pp/--tp over --gpus (default: a
+ * replica per listed device; without --gpus, the grid's devices all on device 0). Returns
+ * 0, or -1 with msg set. */
+int cli_decoder_grid(cli_options *o, char *msg, size_t msg_len);
 /* Parses a device list "0,1,3" into ids (at most max). Returns 0, or -1 with msg set. */
 int cli_parse_int_list(const char *flag, const char *s, int *ids, int max, int min_value,
                        int *n, char *msg, size_t msg_len);

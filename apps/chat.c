@@ -25,7 +25,7 @@
 #include "generate.h"
 
 typedef struct chat_opts {
-    cli_options dev;           /* --model, --gpus (one device), --backend, --dtype, ... */
+    cli_options dev;           /* --model, --gpus, --pp, --tp, --backend, --dtype, ... */
     const char *tokenizer;     /* --tokenizer FILE; NULL: the model directory's */
     const char *template_name; /* --chat-template NAME; NULL: from tokenizer_config.json */
     const char *system;        /* --system TEXT: the first turn's system message */
@@ -108,7 +108,7 @@ static int parse(int argc, char **argv, chat_opts *o)
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--system", "--max-tokens",
         "--temperature", "--top-k", "--top-p", "--seed", "--gpus", "--backend", "--dtype",
-        "--threads", "--kv-tokens"};
+        "--threads", "--kv-tokens", "--pp", "--tp"};
     char msg[CLI_MSG_LEN];
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -138,8 +138,10 @@ static int parse(int argc, char **argv, chat_opts *o)
                   "written by pengine gen llama --tokenizer FILE --out DIR");
         return CLI_USAGE;
     }
-    if (o->dev.ndevices > 1) {
-        cli_error("chat holds one conversation on one device; give one id with --gpus");
+    if (o->dev.dp == 0) /* one conversation: one replica, its stages and TP ranks the grid */
+        o->dev.dp = 1;
+    if (cli_decoder_grid(&o->dev, msg, sizeof msg)) {
+        cli_error(msg);
         return CLI_USAGE;
     }
     return CLI_OK;
@@ -192,13 +194,7 @@ static int chat_open(chat *c, const chat_opts *o)
     }
     if (rc != CLI_OK)
         return rc;
-    cli_options dev = o->dev;
-    if (dev.ndevices == 0) {
-        dev.ndevices = 1;
-        dev.devices[0] = 0;
-    }
-    dev.dp = dev.pp = dev.tp = 1;
-    rc = cli_llm_open(&dev, &c->e);
+    rc = cli_llm_open(&o->dev, &c->e);
     if (rc == CLI_OK) {
         pe_engine_model_info(c->e, &c->m);
         rc = gen_check_vocab(&c->m, c->tk);

@@ -150,7 +150,7 @@ static int parse(int argc, char **argv, gen_opts *g)
     static const char *const with_value[] = {
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
         "--temperature", "--top-k", "--top-p", "--seed", "--logprobs", "--stop", "--stop-ids",
-        "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens"};
+        "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--json")) { g->json = 1; continue; }
@@ -180,12 +180,11 @@ static int parse(int argc, char **argv, gen_opts *g)
 
 int gen_open(gen_opts *g, pe_engine **e)
 {
-    if (g->dev.ndevices == 0) { /* one device by default */
-        g->dev.ndevices = 1;
-        g->dev.devices[0] = 0;
+    char msg[CLI_MSG_LEN];
+    if (cli_decoder_grid(&g->dev, msg, sizeof msg)) {
+        cli_error(msg);
+        return CLI_USAGE;
     }
-    g->dev.dp = g->dev.ndevices;
-    g->dev.pp = g->dev.tp = 1;
     return cli_llm_open(&g->dev, e);
 }
 

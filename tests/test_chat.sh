@@ -60,7 +60,7 @@ expect_usage "--max-tokens 0" "--max-tokens 0 allows no reply" -- \
     --model "$tmp/qwen" --max-tokens 0
 expect_usage "--max-tokens -3" "--max-tokens -3 allows no reply" -- \
     --model "$tmp/qwen" --max-tokens -3
-expect_usage "two devices" "one conversation on one device" -- \
+expect_usage "two devices, no grid" "needs 1 devices but --gpus lists 2" -- \
     --model "$tmp/qwen" --gpus 0,0
 
 # ---- piped turns: the counts of kept turns --------------------------------------------------

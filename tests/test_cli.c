@@ -694,6 +694,17 @@ static void test_generate_json_holds_the_sequence(void **state)
     assert_string_equal(r.out, streamed);
     assert_non_null(strstr(r.err, "3 prompt tokens, 4 generated (finish: length)"));
     tu_run_free(&r);
+
+    /* on a grid (its devices on device 0 without --gpus): the same greedy tokens */
+    r = RUN("generate", "--model", dir, "--backend", "host", "--tokens", "1,2,3",
+            "--max-tokens", "4", "--pp", "2", "--tp", "2");
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.out, streamed);
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--backend", "host", "--tokens", "1,2,3", "--tp", "2",
+            "--gpus", "0");
+    EXPECT_USAGE(r, "tp=2 needs 2 devices but --gpus lists 1");
+    tu_run_free(&r);
 }
 
 static void test_generate_bad_input_names_the_problem(void **state)
