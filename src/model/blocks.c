@@ -182,8 +182,8 @@ static void gather_logits(md_ctx *c, size_t R)
     const md_step *s = c->step;
     const size_t Vt = (size_t)c->sh.V, V = (size_t)c->cfg->V, tp = (size_t)c->sh.tp;
     const size_t Vr = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, c->part.t);
-    uint64_t t0 = md_now(c->hooks);
     if (s->gather) {
+        uint64_t t0 = md_now(c->hooks);
         check(c, c->ops->allgather(c->tp, a->logits, a->gath, R * Vt), "all-gather of logits");
         for (size_t r = 0; r < tp && !c->st; r++) { /* rank r's (R, V_r) block -> columns */
             const size_t w = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, (int)r);
@@ -198,6 +198,7 @@ static void gather_logits(md_ctx *c, size_t R)
         return;
     }
     pick_tokens(c, a->logits, R, Vr); /* greedy: this rank's first best */
+    uint64_t t0 = md_now(c->hooks);
     check(c, c->ops->allgather(c->tp, (const float *)(const void *)a->tokens, a->gath, R),
           "all-gather of the best tokens"); /* int32 bits, copied as they are */
     check(c, c->ops->allgather(c->tp, a->token_logit, a->gath + tp * R, R),
@@ -283,7 +284,7 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
     K = K ? K : 1;
     const size_t C = (size_t)cfg->C, hd = (size_t)cfg->hd, I = (size_t)sh->I;
     const size_t qkv = (size_t)(sh->NH + 2 * sh->KVH) * hd, att = (size_t)sh->NH * hd;
-    const size_t widest_in = max3(C, att, I), V = (size_t)sh->V;
+    const size_t widest_in = max3(C, att, I), V = (size_t)sh->V, tp = (size_t)sh->tp;
     struct {
         void **p;
         size_t bytes;
@@ -304,8 +305,8 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
         {(void **)&a->top_val, R * K * sizeof(float)},
         {(void **)&a->lse, R * sizeof(float)},
         /* TP: the gathered logits (or 2 words a row of each rank), and the rows whole */
-        {(void **)&a->gath, sh->tp > 1 ? (size_t)sh->tp * R * (V > 2 ? V : 2) * sizeof(float) : 0},
-        {(void **)&a->full, sh->tp > 1 ? R * (size_t)cfg->V * sizeof(float) : 0},
+        {(void **)&a->gath, tp > 1 ? tp * R * (V > 2 ? V : 2) * sizeof(float) : 0},
+        {(void **)&a->full, tp > 1 ? R * (size_t)cfg->V * sizeof(float) : 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].bytes)
