@@ -174,6 +174,11 @@ static void the_same_seed_gives_the_same_tokens_on_both_backends(void **state)
 static void grids_on_a_repeated_device_match_the_host(void **state)
 {
     (void)state;
+    if (tu_small()) /* under valgrind: each step's collectives rendezvous on the fakes' host
+                     * threads, which DRD runs for half an hour; test_decoder_grids checks the
+                     * engine's grid paths under the tools, test_cuda_modes_fake the CUDA
+                     * backend's collectives */
+        return;
     for (int arch = 0; arch < 2; arch++) {
         pe_gen_spec spec;
         tm_tiny(&spec, arch ? PE_GEN_LLAMA : PE_GEN_GPT2, 700 + (uint64_t)arch);
@@ -200,8 +205,6 @@ static void grids_on_a_repeated_device_match_the_host(void **state)
             generate(h, N, &modes[m], spec.vocab, want[m]);
         static const int grids[][2] = {{1, 2}, {2, 2}, {1, 4}, {2, 1}}; /* pp, tp */
         for (int k = 0; k < 4; k++) {
-            if (tu_small() && k != arch) /* valgrind: GPT-2 on tp 2, Llama on pp 2 x tp 2 */
-                continue;
             const int pp = grids[k][0], tp = grids[k][1];
             pe_engine *g = open_grid(PE_BACKEND_CUDA, dir, PE_DTYPE_FP32, 512, pp, tp);
             if (pe_score(g, tok, NTOK, 1, b) != PE_OK)
