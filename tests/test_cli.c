@@ -3,6 +3,7 @@
  *
  * argv[1] is the pengine binary. Each run (tu_run_cmd, test_util.h) captures stdout and
  * stderr separately and is killed after a time limit. */
+#include "test_tokenizer_json.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -738,27 +739,11 @@ static void test_generate_bad_input_names_the_problem(void **state)
 
 /* ---- generate with text: a hand-made tokenizer (the real ones: test_generate_text) ------------ */
 
-/* The SentencePiece-style tokenizer of test_tokenizer_cli.c, 9 tokens: "hi hi" -> <s> ▁hi ▁hi. */
-static const char *g_tok_json =
-    "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true, \"lstrip\": false, "
-    "\"rstrip\": false, \"normalized\": false, \"single_word\": false}, {\"id\": 2, \"content\": "
-    "\"</s>\", \"special\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-    "\"single_word\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
-    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
-    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
-    "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
-    "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}}, "
-    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Metaspace\", "
-    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\"}, {\"type\": "
-    "\"ByteFallback\"}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": \"BPE\", \"unk_token\": "
-    "\"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
-    "\"\xE2\x96\x81\": 3, \"h\": 4, \"i\": 5, \"\xE2\x96\x81h\": 6, \"\xE2\x96\x81hi\": 7, "
-    "\"\\\"\": 8}, \"merges\": [\"\xE2\x96\x81 h\", \"\xE2\x96\x81h i\"]}}";
 
 static void hand_tokenizer(char *path, size_t len)
 {
     path_in_dir(path, len, "hand-tokenizer.json");
-    write_bytes(path, g_tok_json, strlen(g_tok_json));
+    write_bytes(path, tt_spm_json, strlen(tt_spm_json));
 }
 
 static void test_gen_tokenizer_sets_vocab_and_generate_takes_text(void **state)

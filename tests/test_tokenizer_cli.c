@@ -4,6 +4,7 @@
  * file and for bad ids. Uses a hand-made tokenizer.json (no npm package needed).
  *
  * argv[1] is the pengine binary. */
+#include "test_tokenizer_json.h"
 #include "test_util.h"
 
 #include <stdio.h>
@@ -16,22 +17,6 @@
 static const char *g_bin;
 static char g_dir[512], g_tok[600];
 
-/* The SentencePiece-style tokenizer of test_tokenizer.c: "hi hi" -> <s> ▁hi ▁hi </s>. */
-static const char *g_json =
-    "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true, \"lstrip\": false, "
-    "\"rstrip\": false, \"normalized\": false, \"single_word\": false}, {\"id\": 2, \"content\": "
-    "\"</s>\", \"special\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-    "\"single_word\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
-    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
-    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
-    "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
-    "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}}, "
-    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Metaspace\", "
-    "\"replacement\": \"\xE2\x96\x81\", \"prepend_scheme\": \"first\"}, {\"type\": "
-    "\"ByteFallback\"}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": \"BPE\", \"unk_token\": "
-    "\"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
-    "\"\xE2\x96\x81\": 3, \"h\": 4, \"i\": 5, \"\xE2\x96\x81h\": 6, \"\xE2\x96\x81hi\": 7, "
-    "\"\\\"\": 8}, \"merges\": [\"\xE2\x96\x81 h\", \"\xE2\x96\x81h i\"]}}";
 
 static void write_file(const char *path, const char *text)
 {
@@ -93,7 +78,7 @@ static int setup(void **state)
     tu_temp_path(g_dir, sizeof g_dir, "tokcli");
     assert_int_equal(mkdir(g_dir, 0700), 0);
     snprintf(g_tok, sizeof g_tok, "%s/tokenizer.json", g_dir);
-    write_file(g_tok, g_json);
+    write_file(g_tok, tt_spm_json);
     return 0;
 }
 
