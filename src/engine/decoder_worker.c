@@ -150,17 +150,41 @@ static pe_status download_greedy_picks(en_worker *w, en_step *st, const md_shard
     return s;
 }
 
-/* The logit rows' results, device -> the step's host arrays and the scored rows (rank 0's:
- * under TP it holds the rows whole, or the ranks' greedy picks). */
-static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh, int gather)
+/* TP, rows with candidates: every rank's K best of each row -> the step's tokens, top-k and
+ * log-sum-exp (md_tp_candidates_pick, with the rows' sampling from the step's metadata). */
+static pe_status download_candidates(en_worker *w, en_step *st, const md_shard *sh, int K)
 {
+    const be_ops *ops = w->e->ops;
+    const size_t R = (size_t)st->nlogits, n = (size_t)sh->tp * R * (2 * (size_t)K + 1);
+    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    float *cands = malloc(n * sizeof *cands);
+    if (!cands)
+        return PE_ENOMEM;
+    pe_status s = ops->copy_d2h(w->dev, cands, w->acts.gath, n * sizeof *cands);
+    if (s == PE_OK)
+        s = md_tp_candidates_pick(
+            cands, R, sh->tp, sh->V, K,
+            st->sample ? (const pe_k_sampling *)(const void *)(st->meta + L.sampling) : NULL,
+            st->topk, st->out_tokens, st->out_logit, st->out_top, st->out_topv,
+            st->topk ? st->out_lse : NULL);
+    free(cands);
+    return s;
+}
+
+/* The logit rows' results, device -> the step's host arrays and the scored rows (rank 0's:
+ * under TP it holds the rows whole, or the ranks' greedy picks or candidates). */
+static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh,
+                                  md_gather gather, int ncand)
+{
+    if (sh->tp > 1 && gather == MD_GATHER_CANDIDATES)
+        return download_candidates(w, st, sh, ncand);
     const be_ops *ops = w->e->ops;
     const md_acts *a = &w->acts;
     const size_t R = (size_t)st->nlogits, K = (size_t)st->topk;
     const size_t V = (size_t)w->e->dec.cfg.V;
     const float *logits = sh->tp > 1 ? a->full : a->logits; /* (R, V) */
     pe_status s = PE_OK;
-    if (sh->tp > 1 && !gather && st->sample)
+    if (sh->tp > 1 && gather == MD_GATHER_BEST && st->sample)
         s = download_greedy_picks(w, st, sh);
     else if (st->sample) {
         s = ops->copy_d2h(w->dev, st->out_tokens, a->tokens, R * sizeof(int32_t));
@@ -184,23 +208,35 @@ static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh,
 
 static uint64_t now_ns(void) { return rt_now_ns(); }
 
-/* TP: whether the step needs its logit rows whole (a row that samples with a temperature,
- * top-k logprobs, a scored row), from the step's host copy of its metadata. */
-static int needs_whole_rows(const en_step *st)
+/* TP: what of the step's logit rows the ranks gather, from the step's host copy of its
+ * metadata: the rows whole for a scored row, or a row that samples with a temperature and
+ * no top-k that candidates can hold; each rank's K best for rows that sample with a top-k
+ * or want logprobs (K the largest of those); else each rank's best token. *K gets K. */
+static md_gather gather_of(const en_step *st, const md_config *cfg, const md_shard *sh, int *K)
 {
-    if (st->topk > 0)
-        return 1;
+    *K = st->topk;
     for (int i = 0; i < st->nlogits; i++)
         if (st->logit_dst[i])
-            return 1;
-    if (!st->sample)
-        return 0;
-    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
-    const pe_k_sampling *smp = (const pe_k_sampling *)(const void *)(st->meta + L.sampling);
-    for (int i = 0; i < st->nlogits; i++)
-        if (smp[i].temperature > 0.0f)
-            return 1;
-    return 0;
+            return MD_GATHER_ROWS;
+    if (st->sample) {
+        const en_meta_layout L =
+            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+        const pe_k_sampling *smp = (const pe_k_sampling *)(const void *)(st->meta + L.sampling);
+        for (int i = 0; i < st->nlogits; i++) {
+            if (!(smp[i].temperature > 0.0f))
+                continue;
+            if (smp[i].top_k <= 0 || smp[i].top_k >= cfg->V)
+                return MD_GATHER_ROWS; /* the whole distribution counts */
+            if (smp[i].top_k > *K)
+                *K = smp[i].top_k;
+        }
+    }
+    if (*K == 0)
+        return MD_GATHER_BEST;
+    /* every rank's list must hold K: the last rank has the fewest real rows */
+    if (*K > MD_TP_MAX_CANDIDATES || *K > md_shard_vocab_rows(cfg, sh, sh->tp - 1))
+        return MD_GATHER_ROWS;
+    return MD_GATHER_CANDIDATES;
 }
 
 pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
@@ -210,10 +246,13 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
     const md_config *cfg = &e->dec.cfg;
     const md_part part = part_of(w);
     const md_shard sh = md_shard_of(cfg, &part);
+    int K = 0; /* candidates a row under MD_GATHER_CANDIDATES */
+    const md_gather gather = e->tp > 1 ? gather_of(st, cfg, &sh, &K) : MD_GATHER_BEST;
+    const int topk = gather == MD_GATHER_CANDIDATES ? K : st->topk; /* top-k lists per row */
     pe_status s = upload_meta(w, st, err);
     if (s == PE_OK)
         s = md_acts_reserve(ops, w->dev, cfg, &sh, e->cfg.dtype, (size_t)st->ntok,
-                            (size_t)st->nlogits, (size_t)(st->topk ? st->topk : 1), &w->acts);
+                            (size_t)st->nlogits, (size_t)(topk ? topk : 1), &w->acts);
     if (s != PE_OK) {
         if (!err->msg[0])
             pe_fail(err, s, "worker %d: no device memory for a %d-token step: %s", w->rank,
@@ -234,7 +273,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .logit_rows = m + L.logit_rows,
             .sampling = st->sample ? (const pe_k_sampling *)(const void *)(m + L.sampling) : NULL,
             .topk = st->topk,
-            .gather = e->tp > 1 && needs_whole_rows(st),
+            .gather = gather,
+            .candidates = K,
         };
         md_hooks hooks = {now_ns, NULL, w};
         md_ctx c = {
@@ -262,7 +302,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
         en_trace_record(w, PE_TRACE_COMPUTE, NULL, -1, t0, rt_now_ns());
         if (s == PE_OK && w->p < e->pp - 1)
             s = send_stream(w, ms.rows, err);
-        if (s == PE_OK && writes_results(w) && (s = download_results(w, st, &sh, ms.gather)))
+        if (s == PE_OK && writes_results(w) && (s = download_results(w, st, &sh, gather, K)))
             pe_fail(err, s, "worker %d (device %d): copying a step's results to the host: %s",
                     w->rank, w->device_id, ops->last_error(w->dev));
     }

@@ -173,37 +173,73 @@ static void pick_tokens(md_ctx *c, const float *logits, size_t R, size_t n)
               "top-k of the logits");
 }
 
-/* TP, after each rank's logits (R, V_r): the rows whole in full (R, V) on every rank,
- * sampled on rank 0; or, when every row is greedy, each rank's best token and its logit in
- * gath, for rank 0 to pick the best of (md_tp_greedy_pick): a few bytes a row, not V. */
-static void gather_logits(md_ctx *c, size_t R)
+/* TP, rows whole: every rank's logits (R, V_r) -> full (R, V) on every rank, sampled and
+ * ranked on rank 0. */
+static void gather_rows(md_ctx *c, size_t R)
 {
     md_acts *a = c->a;
-    const md_step *s = c->step;
     const size_t Vt = (size_t)c->sh.V, V = (size_t)c->cfg->V, tp = (size_t)c->sh.tp;
-    const size_t Vr = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, c->part.t);
-    if (s->gather) {
-        uint64_t t0 = md_now(c->hooks);
-        check(c, c->ops->allgather(c->tp, a->logits, a->gath, R * Vt), "all-gather of logits");
-        for (size_t r = 0; r < tp && !c->st; r++) { /* rank r's (R, V_r) block -> columns */
-            const size_t w = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, (int)r);
-            check(c, c->ops->copy_d2d_2d(c->dev, a->full + r * Vt, V * sizeof(float),
-                                         a->gath + r * R * Vt, w * sizeof(float),
-                                         w * sizeof(float), R),
-                  "placing the gathered logits");
-        }
-        md_collective_done(c->hooks, t0);
-        if (c->part.t == 0)
-            pick_tokens(c, a->full, R, V);
-        return;
+    uint64_t t0 = md_now(c->hooks);
+    check(c, c->ops->allgather(c->tp, a->logits, a->gath, R * Vt), "all-gather of logits");
+    for (size_t r = 0; r < tp && !c->st; r++) { /* rank r's (R, V_r) block -> columns */
+        const size_t w = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, (int)r);
+        check(c, c->ops->copy_d2d_2d(c->dev, a->full + r * Vt, V * sizeof(float),
+                                     a->gath + r * R * Vt, w * sizeof(float), w * sizeof(float),
+                                     R),
+              "placing the gathered logits");
     }
-    pick_tokens(c, a->logits, R, Vr); /* greedy: this rank's first best */
+    md_collective_done(c->hooks, t0);
+    if (c->part.t == 0)
+        pick_tokens(c, a->full, R, V);
+}
+
+/* TP, candidates: each rank's K best (index, logit) of a row and the row's log-sum-exp,
+ * packed (R, 2 K + 1) and gathered: 2 K + 1 words a row, not V. Rank 0's host merges them
+ * (md_tp_candidates_pick). */
+static void gather_candidates(md_ctx *c, size_t R, size_t Vr)
+{
+    md_acts *a = c->a;
+    const size_t K = (size_t)c->step->candidates, W = 2 * K + 1, f = sizeof(float);
+    check(c, c->ops->topk(c->dev, a->logits, R, Vr, K, a->top_idx, a->top_val, a->lse),
+          "candidates of the logits");
+    if (!c->st) /* int32 bits, copied as they are */
+        check(c, c->ops->copy_d2d_2d(c->dev, a->cand, W * f, a->top_idx, K * f, K * f, R),
+              "packing the candidates");
+    if (!c->st)
+        check(c, c->ops->copy_d2d_2d(c->dev, a->cand + K, W * f, a->top_val, K * f, K * f, R),
+              "packing the candidates");
+    if (!c->st)
+        check(c, c->ops->copy_d2d_2d(c->dev, a->cand + 2 * K, W * f, a->lse, f, f, R),
+              "packing the candidates");
+    uint64_t t0 = md_now(c->hooks);
+    check(c, c->ops->allgather(c->tp, a->cand, a->gath, R * W), "all-gather of candidates");
+    md_collective_done(c->hooks, t0);
+}
+
+/* TP, greedy rows: each rank's best token and its logit in gath, for rank 0 to pick the
+ * best of (md_tp_greedy_pick): 2 words a row. */
+static void gather_best(md_ctx *c, size_t R, size_t Vr)
+{
+    md_acts *a = c->a;
+    const size_t tp = (size_t)c->sh.tp;
+    pick_tokens(c, a->logits, R, Vr); /* this rank's first best */
     uint64_t t0 = md_now(c->hooks);
     check(c, c->ops->allgather(c->tp, (const float *)(const void *)a->tokens, a->gath, R),
           "all-gather of the best tokens"); /* int32 bits, copied as they are */
     check(c, c->ops->allgather(c->tp, a->token_logit, a->gath + tp * R, R),
           "all-gather of the best logits");
     md_collective_done(c->hooks, t0);
+}
+
+/* TP, after each rank's logits (R, V_r): what the step's rows need of the other ranks. */
+static void gather_logits(md_ctx *c, size_t R)
+{
+    const size_t Vr = (size_t)md_shard_vocab_rows(c->cfg, &c->sh, c->part.t);
+    switch (c->step->gather) {
+    case MD_GATHER_ROWS: gather_rows(c, R); break;
+    case MD_GATHER_CANDIDATES: gather_candidates(c, R, Vr); break;
+    case MD_GATHER_BEST: gather_best(c, R, Vr); break;
+    }
 }
 
 void md_tp_greedy_pick(const float *gath, size_t R, int tp, int Vt, int32_t *tokens,
@@ -222,6 +258,68 @@ void md_tp_greedy_pick(const float *gath, size_t R, int tp, int Vt, int32_t *tok
         tokens[i] = best < 0 ? 0 : best * Vt + local;
         logits[i] = best < 0 ? gath[(size_t)tp * R + i] : v;
     }
+}
+
+/* Orders candidates by vocabulary index (n <= tp x MD_TP_MAX_CANDIDATES). */
+typedef struct cand_entry {
+    int32_t id;
+    float v;
+} cand_entry;
+
+static int by_id(const void *a, const void *b)
+{
+    int32_t x = ((const cand_entry *)a)->id, y = ((const cand_entry *)b)->id;
+    return (x > y) - (x < y);
+}
+
+pe_status md_tp_candidates_pick(const float *gath, size_t R, int tp, int Vt, int K,
+                                const pe_k_sampling *sampling, int topk, int32_t *tokens,
+                                float *logits, int32_t *top_idx, float *top_val, float *lse)
+{
+    const size_t W = 2 * (size_t)K + 1, n = (size_t)tp * (size_t)K;
+    cand_entry *e = malloc(n * sizeof *e);
+    float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), mass[256];
+    int32_t *ids = malloc(n * sizeof *ids), at[PE_MAX_LOGPROBS];
+    uint32_t hist[256];
+    if (!e || !x || !w || !ids) {
+        free(e), free(x), free(w), free(ids);
+        return PE_ENOMEM;
+    }
+    for (size_t i = 0; i < R; i++) {
+        size_t m = 0;
+        float lmax = -INFINITY, lsum = 0.0f;
+        for (int r = 0; r < tp; r++) { /* rank r's row i: K indices | K logits | lse */
+            const float *p = gath + ((size_t)r * R + i) * W;
+            for (int k = 0; k < K; k++) {
+                int32_t local;
+                memcpy(&local, &p[k], sizeof local);
+                if (local >= 0) /* -1: a padded slot of a row with NaNs */
+                    e[m++] = (cand_entry){r * Vt + local, p[K + k]};
+            }
+            lmax = fmaxf(lmax, p[2 * K]);
+        }
+        for (int r = 0; r < tp; r++)
+            lsum += expf(gath[((size_t)r * R + i) * W + 2 * (size_t)K] - lmax);
+        qsort(e, m, sizeof *e, by_id); /* vocabulary order: the draw walks it */
+        for (size_t j = 0; j < m; j++)
+            ids[j] = e[j].id, x[j] = e[j].v;
+        if (lse)
+            lse[i] = lmax + logf(lsum);
+        if (sampling && m > 0) {
+            int32_t j = pe_k_sample_row(x, (int32_t)m, sampling[i], w, hist, mass);
+            tokens[i] = ids[j];
+            logits[i] = x[j];
+        } else if (sampling) {
+            tokens[i] = 0, logits[i] = NAN;
+        }
+        if (topk > 0) { /* the row's top-k, largest first, equal values in index order */
+            pe_k_topk_row(x, (int32_t)m, topk, at, top_val + i * (size_t)topk);
+            for (int k = 0; k < topk; k++)
+                top_idx[i * (size_t)topk + k] = at[k] < 0 ? -1 : ids[at[k]];
+        }
+    }
+    free(e), free(x), free(w), free(ids);
+    return PE_OK;
 }
 
 void blk_logits(md_ctx *c, const float *h, const md_linear *head)
@@ -259,7 +357,7 @@ void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a)
     void *bufs[] = {a->x,      a->h,           a->qkv,     a->att,     a->ff,
                     a->ffa,    a->y,           a->xh,      a->hl,      a->logits,
                     a->tokens, a->token_logit, a->top_idx, a->top_val, a->lse,
-                    a->gath,   a->full};
+                    a->gath,   a->full,        a->cand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
@@ -304,9 +402,11 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
         {(void **)&a->top_idx, R * K * sizeof(int32_t)},
         {(void **)&a->top_val, R * K * sizeof(float)},
         {(void **)&a->lse, R * sizeof(float)},
-        /* TP: the gathered logits (or 2 words a row of each rank), and the rows whole */
-        {(void **)&a->gath, tp > 1 ? tp * R * (V > 2 ? V : 2) * sizeof(float) : 0},
+        /* TP: the gathered logits (or 2 words a row of each rank, or 2 K + 1), the rows
+         * whole, and this rank's candidates */
+        {(void **)&a->gath, tp > 1 ? tp * R * max3(V, 2, 2 * K + 1) * sizeof(float) : 0},
         {(void **)&a->full, tp > 1 ? R * (size_t)cfg->V * sizeof(float) : 0},
+        {(void **)&a->cand, tp > 1 ? R * (2 * K + 1) * sizeof(float) : 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].bytes)

@@ -22,6 +22,18 @@
 #include "model/decoder.h"
 #include "model/hooks.h"
 
+/* TP: how the step's logit rows meet on rank 0 (each rank computes V_t columns of them). */
+typedef enum md_gather {
+    MD_GATHER_BEST = 0,   /* every row greedy: each rank's best (token, logit), 2 words a row */
+    MD_GATHER_CANDIDATES, /* every sampled row has a top-k: each rank's K best (index, logit)
+                           * and its log-sum-exp, 2 K + 1 words a row */
+    MD_GATHER_ROWS        /* the rows whole, V words a row (a sample without top-k, scoring) */
+} md_gather;
+
+/* The most candidates a rank sends a row under MD_GATHER_CANDIDATES; a larger top-k
+ * gathers the rows whole. */
+#define MD_TP_MAX_CANDIDATES 64
+
 /* One step as the forward sees it: the chunks of sequences to run, already on the device. */
 typedef struct md_step {
     size_t rows;                    /* tokens in the step */
@@ -36,9 +48,8 @@ typedef struct md_step {
     const int32_t *logit_rows;      /* device (R) rows of the step */
     const pe_k_sampling *sampling;  /* device (R): sample a token per logit row; NULL: none */
     int topk;                       /* > 0: the top-k of each logit row and its lse */
-    int gather;                     /* TP: the logit rows gathered whole on every rank (for
-                                     * sampling, top-k or scoring); 0: every row is greedy,
-                                     * and only each rank's best (token, logit) is gathered */
+    md_gather gather;               /* TP: what of the logit rows is gathered */
+    int candidates;                 /* K under MD_GATHER_CANDIDATES (>= topk) */
 } md_step;
 
 /* Device scratch of a worker for steps of up to T rows and R logit rows. */
@@ -54,8 +65,10 @@ typedef struct md_acts {
     uint16_t *xh;       /* (T, max input width) bf16: a GEMM input rounded (bf16 only) */
     float *hl;          /* (R, C) hidden states of the logit rows */
     float *logits;      /* (R, V_r) this rank's logit columns (V_r: md_shard_vocab_rows) */
-    float *gath;        /* TP (tp, R, V_t): every rank's logits, or its best tokens (tp, R)
-                         * then their logits (tp, R) */
+    float *cand;        /* TP (R, 2 K + 1): this rank's candidates, packed for the gather:
+                         * K indices (int32 bits) | K logits | the row's log-sum-exp */
+    float *gath;        /* TP (tp, R, V_t): every rank's logits; or its best tokens (tp, R)
+                         * then their logits (tp, R); or its candidates (tp, R, 2 K + 1) */
     float *full;        /* TP (R, V): the logit rows whole, from gath */
     int32_t *tokens;    /* (R) sampled tokens */
     float *token_logit; /* (R) the sampled token's logit */
@@ -75,6 +88,16 @@ void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a);
  * lowest vocabulary index, as one device's argmax). */
 void md_tp_greedy_pick(const float *gath, size_t R, int tp, int Vt, int32_t *tokens,
                        float *logits);
+
+/* TP, rows with candidates (MD_GATHER_CANDIDATES): from gath (tp, R, 2 K + 1) as the step
+ * left it, copied to the host, each row's candidates merged in vocabulary order, then:
+ * tokens/logits (R) sampled by sampling (R) with sample.h's rule (NULL: none), which picks
+ * exactly one device's token (the top-k threshold, the weights, the nucleus and the draw
+ * depend only on the candidates, and every kept token is one); top_idx/top_val (R, topk)
+ * and lse (R) when topk > 0. PE_ENOMEM when the scratch cannot be had. */
+pe_status md_tp_candidates_pick(const float *gath, size_t R, int tp, int Vt, int K,
+                                const pe_k_sampling *sampling, int topk, int32_t *tokens,
+                                float *logits, int32_t *top_idx, float *top_val, float *lse);
 
 
 /* Everything a forward needs, in one place (llama2.c's RunState). */
