@@ -382,14 +382,14 @@ cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, size_t cols
 
 cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table, int bf16,
                                 const int32_t *ids, size_t n, size_t dim, size_t vocab,
-                                int32_t *bad)
+                                size_t row0, size_t nrows, int32_t *bad)
 {
     (void)s;
     for (size_t r = 0; r < n; r++) /* every id first, as the check grid */
         if (!pe_k_id_in_range(ids[r], vocab) && (int32_t)r < *bad)
             *bad = (int32_t)r;
     for (size_t r = 0; r < n && *bad == INT32_MAX; r++)
-        pe_k_embedding_row(out + r * dim, table, bf16, (size_t)ids[r], dim);
+        pe_k_embedding_shard_row(out + r * dim, table, bf16, (size_t)ids[r], row0, nrows, dim);
     return cudaSuccess;
 }
 

@@ -338,7 +338,7 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
         void *dout = NULL;
         assert_int_equal(ops->alloc(d, n * dim * sizeof(float), &dout), PE_OK);
-        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_OK);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab, 0, vocab), PE_OK);
         float *got = malloc(n * dim * sizeof *got), *ref = malloc(n * dim * sizeof *ref);
         download(d, got, dout, n * dim);
         for (size_t i = 0; i < n; i++) {
@@ -350,7 +350,7 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         ids[5] = (int32_t)vocab;
         ids[9] = -3;
         assert_int_equal(ops->copy_h2d(d, did, ids, sizeof ids), PE_OK);
-        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab), PE_EINVAL);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_FP32, dout, dt, did, n, dim, vocab, 0, vocab), PE_EINVAL);
         assert_non_null(strstr(ops->last_error(d), "id 50 at row 5"));
         /* every id is checked before any row is written: out keeps the previous rows */
         download(d, got, dout, n * dim);
@@ -365,7 +365,7 @@ static void embedding_copies_rows_and_rejects_bad_ids(void **state)
         void *dt16 = NULL;
         assert_int_equal(ops->alloc(d, vocab * dim * sizeof *t16, &dt16), PE_OK);
         assert_int_equal(ops->copy_h2d(d, dt16, t16, vocab * dim * sizeof *t16), PE_OK);
-        assert_int_equal(ops->embedding(d, PE_DTYPE_BF16, dout, dt16, did, n, dim, vocab), PE_OK);
+        assert_int_equal(ops->embedding(d, PE_DTYPE_BF16, dout, dt16, did, n, dim, vocab, 0, vocab), PE_OK);
         download(d, got, dout, n * dim);
         for (size_t i = 0; i < n; i++)
             pe_k_embedding_row(ref + i * dim, t16, 1, (size_t)ids[i], dim);

@@ -283,7 +283,7 @@ static void test_embedding_copies_rows_and_checks_ids(void **state)
     size_t vocab = 50, dim = 12, n = 9;
     float *table = fvec(vocab * dim, 10, 1.0f), *out = malloc(n * dim * sizeof *out);
     int32_t ids[9] = {0, 49, 7, 7, 3, 0, 25, 48, 1};
-    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, ids, n, dim, vocab), PE_OK);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, ids, n, dim, vocab, 0, vocab), PE_OK);
     for (size_t i = 0; i < n; i++)
         assert_memory_equal(out + i * dim, table + (size_t)ids[i] * dim, dim * sizeof *out);
 
@@ -293,17 +293,52 @@ static void test_embedding_copies_rows_and_checks_ids(void **state)
     for (int k = 0; k < 3; k++) {
         for (size_t i = 0; i < 2 * dim; i++)
             out[i] = 7.0f;
-        assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, bad[k], 2, dim, vocab), PE_EINVAL);
+        assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, bad[k], 2, dim, vocab, 0, vocab), PE_EINVAL);
         char want[32];
         snprintf(want, sizeof want, "token id %d", (int)culprit[k]);
         assert_non_null(strstr(ops->last_error(dev), want));
         for (size_t i = 0; i < 2 * dim; i++)
             assert_true(out[i] == 7.0f);
     }
-    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 0, dim, vocab), PE_OK);
-    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 2, dim, vocab), PE_EINVAL);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 0, dim, vocab, 0, vocab), PE_OK);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, out, table, NULL, 2, dim, vocab, 0, vocab), PE_EINVAL);
     free(table);
     free(out);
+}
+
+/* A vocab-parallel shard: a table of rows [row0, row0 + nrows) of the vocabulary gives
+ * those ids' rows and zeros for the others; the shards' lookups summed are the whole
+ * table's, exactly; an id outside the whole vocabulary is still PE_EINVAL. */
+static void test_embedding_of_a_vocabulary_shard(void **state)
+{
+    be_device *dev = *state;
+    enum { VOCAB = 50, DIM = 8, N = 7 };
+    float *table = fvec(VOCAB * DIM, 11, 1.0f);
+    int32_t ids[N] = {0, 24, 25, 49, 13, 25, 37};
+    float whole[N * DIM], sum[N * DIM], part[N * DIM];
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, whole, table, ids, N, DIM, VOCAB, 0,
+                                    VOCAB),
+                     PE_OK);
+    memset(sum, 0, sizeof sum);
+    static const size_t row0[2] = {0, 25}, nrows[2] = {25, 25};
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, part, table + row0[r] * DIM, ids, N,
+                                        DIM, VOCAB, row0[r], nrows[r]),
+                         PE_OK);
+        for (size_t i = 0; i < N; i++) {
+            int mine = (size_t)ids[i] >= row0[r] && (size_t)ids[i] < row0[r] + nrows[r];
+            for (size_t d = 0; d < DIM; d++) {
+                float want = mine ? table[(size_t)ids[i] * DIM + d] : 0.0f;
+                assert_true(part[i * DIM + d] == want);
+                sum[i * DIM + d] += part[i * DIM + d];
+            }
+        }
+    }
+    assert_memory_equal(sum, whole, sizeof sum);
+    int32_t bad = VOCAB;
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_FP32, part, table, &bad, 1, DIM, VOCAB, 25, 25),
+                     PE_EINVAL);
+    free(table);
 }
 
 int main(void)
@@ -321,6 +356,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_embedding_copies_rows_and_checks_ids, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_of_a_vocabulary_shard, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,12 +259,12 @@ static void test_embedding_reads_a_bf16_table_exactly(void **state)
         tb[i] = pe_k_to_bf16(t[i]);
     int32_t ids[6] = {39, 0, 5, 5, 17, 38};
     float *out = poisoned(n * dim);
-    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, ids, n, dim, vocab), PE_OK);
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, ids, n, dim, vocab, 0, vocab), PE_OK);
     for (size_t i = 0; i < n; i++)
         for (size_t d = 0; d < dim; d++)
             assert_true(out[i * dim + d] == pe_k_from_bf16(tb[(size_t)ids[i] * dim + d]));
     int32_t bad = 40;
-    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, &bad, 1, dim, vocab),
+    assert_int_equal(ops->embedding(dev, PE_DTYPE_BF16, out, tb, &bad, 1, dim, vocab, 0, vocab),
                      PE_EINVAL);
     free(t);
     free(tb);

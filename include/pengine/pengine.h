@@ -75,6 +75,13 @@ typedef enum pe_kv_full {
     PE_KV_REFUSE    /* end at once with PE_EAGAIN (finish PE_FINISH_ERROR) */
 } pe_kv_full;
 
+/* TP: how the ranks hold a decoder's token embedding. */
+typedef enum pe_tp_embedding {
+    PE_TP_EMBED_VOCAB = 0,  /* split by vocabulary: each rank looks up its rows, zeros for the
+                             * others, and an all-reduce sums them (1/tp of the table each) */
+    PE_TP_EMBED_REPLICATED  /* the whole table on every rank, no collective */
+} pe_tp_embedding;
+
 typedef struct pe_config {
     pe_backend_kind backend;
     int ndevices;            /* entries in devices */
@@ -97,6 +104,7 @@ typedef struct pe_config {
     int max_seqs;            /* sequences running at once per replica; 0 = 256; at most
                               * max_step_tokens (each decodes in every step) */
     int max_step_tokens;     /* tokens per step, decodes plus prefill chunks; 0 = 512 */
+    pe_tp_embedding tp_embedding; /* TP: the token table vocab-parallel (default) or whole */
 } pe_config;
 
 /* Fills cfg with the defaults: auto backend, 0 devices, m = 1, naive, binding on. */

@@ -152,11 +152,14 @@ typedef struct be_ops {
     pe_status (*softmax)(be_device *dev, float *x, size_t rows, size_t cols);
     /* x(n) += r(n) */
     pe_status (*residual_add)(be_device *dev, float *x, const float *r, size_t n);
-    /* out(n, dim) = table(vocab, dim)[ids(n)], the table fp32 or bf16 (dtype), out fp32;
-     * ids is a device pointer; an id outside [0, vocab) is PE_EINVAL, every id checked
-     * before any row is written (out untouched) */
+    /* out(n, dim) = table[ids(n)], the table fp32 or bf16 (dtype), out fp32: the table holds
+     * rows [row0, row0 + nrows) of a vocabulary of vocab (nrows, dim), and an id outside
+     * them gets a row of zeros (a vocab-parallel shard; row0 0 and nrows vocab: the whole
+     * table). ids is a device pointer; an id outside [0, vocab) is PE_EINVAL, every id
+     * checked before any row is written (out untouched) */
     pe_status (*embedding)(be_device *dev, pe_dtype dtype, float *out, const void *table,
-                           const int32_t *ids, size_t n, size_t dim, size_t vocab);
+                           const int32_t *ids, size_t n, size_t dim, size_t vocab, size_t row0,
+                           size_t nrows);
 
     /* ---- decoder operations (element math from src/kernels/: rowwise.h, rope.h,
      * elementwise.h, attention.h, sample.h); every pointer is a device pointer ---- */

@@ -62,6 +62,9 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE)
         return pe_fail(err, PE_EINVAL, "unknown kv_full %d: use PE_KV_WAIT or PE_KV_REFUSE",
                        (int)cfg->kv_full);
+    if (cfg->tp_embedding != PE_TP_EMBED_VOCAB && cfg->tp_embedding != PE_TP_EMBED_REPLICATED)
+        return pe_fail(err, PE_EINVAL, "unknown tp_embedding %d: use PE_TP_EMBED_VOCAB or "
+                       "PE_TP_EMBED_REPLICATED", (int)cfg->tp_embedding);
     if (cfg->threads < 0 || cfg->threads > 256)
         return pe_fail(err, PE_EINVAL,
                        "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",

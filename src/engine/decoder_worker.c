@@ -17,7 +17,8 @@
 static md_part part_of(const en_worker *w)
 {
     const pe_engine *e = w->e;
-    md_part p = {e->stage_first[w->p], e->stage_first[w->p + 1], w->t, e->tp};
+    md_part p = {e->stage_first[w->p], e->stage_first[w->p + 1], w->t, e->tp,
+                 e->cfg.tp_embedding == PE_TP_EMBED_VOCAB};
     return p;
 }
 

@@ -29,9 +29,17 @@ void blk_embed(md_ctx *c, float *x, const md_table *table, const int32_t *ids)
 {
     if (c->st)
         return;
-    check(c, c->ops->embedding(c->dev, c->dtype, x, table->w, ids, rows_of(c), table->cols,
-                               table->rows),
+    const size_t n = rows_of(c) * table->cols;
+    float *out = table->split ? c->a->y : x; /* a shard's rows, zeros for the others' ids */
+    check(c, c->ops->embedding(c->dev, c->dtype, out, table->w, ids, rows_of(c), table->cols,
+                               table->vocab, table->row0, table->rows),
           "embedding");
+    if (c->st || !table->split)
+        return;
+    /* vocab-parallel: one rank holds each id's row, the others add zeros (exact) */
+    uint64_t t0 = md_now(c->hooks);
+    check(c, c->ops->allreduce_sum(c->tp, out, x, n), "all-reduce of the embedding");
+    md_collective_done(c->hooks, t0);
 }
 
 void blk_embed_add(md_ctx *c, float *x, const md_table *table, const int32_t *ids, float *tmp)
@@ -330,7 +338,8 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
         return;
     const size_t R = s->nlogits, C = (size_t)c->cfg->C;
     /* hl (R, C) = the logit rows of h: a gather, which is an embedding over h's rows */
-    check(c, c->ops->embedding(c->dev, PE_DTYPE_FP32, a->hl, h, s->logit_rows, R, C, s->rows),
+    check(c, c->ops->embedding(c->dev, PE_DTYPE_FP32, a->hl, h, s->logit_rows, R, C, s->rows, 0,
+                               s->rows),
           "gathering the logit rows");
     if (!c->tp) {
         linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE); /* logits (R, V) */

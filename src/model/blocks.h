@@ -123,7 +123,8 @@ pe_status md_forward(const md_decoder *m, const md_weights *w, md_ctx *c);
 
 /* ---- blocks (sticky errors: each does nothing once c->st is set) ---- */
 
-/* x (rows, C) = table[ids] (a token or position table of this rank's rows) */
+/* x (rows, C) = table[ids] (a token or position table); a vocab-parallel shard looks up its
+ * rows into y, zeros for the other ids, and the TP group's all-reduce sums them into x */
 void blk_embed(md_ctx *c, float *x, const md_table *table, const int32_t *ids);
 /* x (rows, C) += table[ids], tmp (rows, C) scratch */
 void blk_embed_add(md_ctx *c, float *x, const md_table *table, const int32_t *ids,

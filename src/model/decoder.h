@@ -49,6 +49,7 @@ typedef struct md_config {
 typedef struct md_part {
     int first, last;    /* layers [first, last): this worker's pipeline stage */
     int t, tp;          /* TP rank and degree */
+    int split_embedding; /* TP: the token table split by vocabulary (else whole on each rank) */
 } md_part;
 
 static inline int md_part_first_stage(const md_part *p) { return p->first == 0; }
@@ -98,10 +99,13 @@ typedef struct md_norm {
     float *b; /* NULL for RMSNorm */
 } md_norm;
 
-/* A token (or position) table (rows, C) in the model's dtype, this rank's rows. */
+/* A token (or position) table (rows, C) in the model's dtype: rows [row0, row0 + rows) of
+ * a vocabulary of vocab (a vocab-parallel shard, padded; else row0 0 and vocab = rows). */
 typedef struct md_table {
     void *w;
     size_t rows, cols;
+    size_t row0, vocab;
+    int split;          /* a vocab-parallel shard: the lookups of the ranks are summed */
 } md_table;
 
 /* A worker's weights: the family's struct (gpt2_weights, llama_weights) with every pointer

@@ -30,7 +30,11 @@ static pe_status piece_box(const md_piece_rule *pr, size_t out, size_t in, const
         base = (size_t)pr->segment * rows;
     }
     *r0 = base, *nr = rows, *c0 = 0, *nc = in, *pad = 0;
-    switch (pr->split) {
+    md_split split = pr->split;
+    if (split == MD_SPLIT_EMBEDDING)
+        split = part->split_embedding && part->tp > 1 ? MD_SPLIT_VOCAB : MD_SPLIT_REPLICATED;
+    switch (split) {
+    case MD_SPLIT_EMBEDDING: /* resolved above */
     case MD_SPLIT_REPLICATED: break;
     case MD_SPLIT_COLUMN:
         if (rows % tp)
@@ -86,6 +90,13 @@ pe_status md_plan_table(md_tensor_list *l, const md_hf *hf, const md_config *c,
             snprintf(name, sizeof name, pattern, layer);
             if (k == 0)
                 snprintf(t->name, sizeof t->name, "%s", name);
+            if (k == 0 && r->kind == MD_SLOT_TABLE) { /* the vocabulary rows it holds */
+                md_table *tab = (md_table *)(void *)slot;
+                const md_shard sh = md_shard_of(c, part);
+                tab->split = r->pieces[k].split == MD_SPLIT_EMBEDDING && part->split_embedding &&
+                             part->tp > 1;
+                tab->row0 = tab->split ? (size_t)sh.V0 : 0;
+            }
             const st_tensor *x = md_hf_find(hf, name, NULL);
             if (!x)
                 return pe_fail(err, PE_EFORMAT, "%s: missing tensor '%s'", hf->dir, name);
@@ -108,6 +119,7 @@ pe_status md_plan_table(md_tensor_list *l, const md_hf *hf, const md_config *c,
             md_table *tab = (md_table *)(void *)slot;
             tab->rows = rows;
             tab->cols = t->cols;
+            tab->vocab = tab->split ? (size_t)c->V : rows;
         }
     }
     return PE_OK;

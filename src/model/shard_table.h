@@ -12,7 +12,9 @@
  *               when there are fewer KV heads than ranks: replicated as vLLM does)
  *   ROW_HEADS   input columns of this rank's query heads (o_proj, attn c_proj)
  *   VOCAB       rows of this rank's range of the vocabulary, padded with zero rows to a
- *               multiple of tp (the embedding and the LM head)
+ *               multiple of tp (the LM head)
+ *   EMBEDDING   the token table: VOCAB when the part splits it (md_part.split_embedding),
+ *               else REPLICATED
  *
  * md_plan_table turns a table into the loader's tensor list for one worker.
  */
@@ -30,7 +32,8 @@ typedef enum md_split {
     MD_SPLIT_Q_HEADS,
     MD_SPLIT_KV_HEADS,
     MD_SPLIT_ROW_HEADS,
-    MD_SPLIT_VOCAB
+    MD_SPLIT_VOCAB,
+    MD_SPLIT_EMBEDDING
 } md_split;
 
 /* What a tensor's slot in the weights struct is. */

@@ -120,7 +120,8 @@ pe_status cb_layernorm(be_device *dev, float *out, const float *x, const float *
 pe_status cb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n);
 pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
-                       const int32_t *ids, size_t n, size_t dim, size_t vocab);
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab, size_t row0,
+                       size_t nrows);
 
 pe_status cb_rmsnorm(be_device *dev, float *out, const float *x, const float *w, size_t rows,
                      size_t cols, float eps);

@@ -50,7 +50,8 @@ pe_status cb_residual_add(be_device *dev, float *x, const float *r, size_t n)
  * waits for it (one small copy and a stream synchronize) to return PE_EINVAL at the call.
  * Embedding runs once per forward, before the layers. */
 pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
-                       const int32_t *ids, size_t n, size_t dim, size_t vocab)
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab, size_t row0,
+                       size_t nrows)
 {
     if (n == 0 || dim == 0)
         return PE_OK;
@@ -61,7 +62,7 @@ pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *t
         return cb_cuda_fail(&dev->err, e, "cudaMemcpyAsync (embedding check word)", dev->id);
     pe_status s = cb_check_launch(
         dev, cb_launch_embedding(dev->stream, out, table, dtype == PE_DTYPE_BF16, ids, n, dim, vocab,
-                            dev->bad_id),
+                                 row0, nrows, dev->bad_id),
         "embedding kernel launch");
     if (s != PE_OK)
         return s;

@@ -217,11 +217,13 @@ __global__ void embedding_check(const int32_t *ids, size_t n, size_t vocab, int3
             atomicMin(bad, row < (size_t)INT32_MAX ? (int32_t)row : INT32_MAX - 1);
 }
 
-/* One block per row: out(n, dim) = table(vocab, dim)[ids(n)], after embedding_check on the
- * same stream: nothing is written when it found a bad id (*bad != INT32_MAX). */
+/* One block per row: out(n, dim) = table[ids(n)] (the table's rows [row0, row0 + nrows) of
+ * the vocabulary; zeros for another id), after embedding_check on the same stream: nothing
+ * is written when it found a bad id (*bad != INT32_MAX). */
 template <bool VEC>
 __global__ void embedding_rows(float *out, const void *table, int bf16, const int32_t *ids,
-                               size_t n, size_t dim, size_t vocab, const int32_t *bad)
+                               size_t n, size_t dim, size_t vocab, size_t row0, size_t nrows,
+                               const int32_t *bad)
 {
     if (*bad != INT32_MAX)
         return;
@@ -230,6 +232,12 @@ __global__ void embedding_rows(float *out, const void *table, int bf16, const in
         float *o = out + row * dim;
         if (!pe_k_id_in_range(id, vocab)) /* checked above; never read outside the table */
             continue;
+        if ((size_t)id < row0 || (size_t)id - row0 >= nrows) { /* another rank's row */
+            for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
+                o[i] = 0.0f;
+            continue;
+        }
+        id -= (int32_t)row0;
         if (VEC) { /* fp32 table */
             const float *t = static_cast<const float *>(table) + (size_t)id * dim;
             for (size_t i = threadIdx.x; i < dim / 4; i += blockDim.x)
@@ -331,7 +339,8 @@ extern "C" cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, 
 
 extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table,
                                            int bf16, const int32_t *ids, size_t n, size_t dim,
-                                           size_t vocab, int32_t *bad)
+                                           size_t vocab, size_t row0, size_t nrows,
+                                           int32_t *bad)
 {
     if (n == 0 || dim == 0)
         return cudaSuccess;
@@ -340,10 +349,10 @@ extern "C" cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const voi
     int threads = cb::row_threads(vec ? dim / 4 : dim);
     if (vec)
         embedding_rows<true><<<row_blocks(n), threads, 0, s>>>(out, table, bf16, ids, n, dim,
-                                                                vocab, bad);
+                                                                vocab, row0, nrows, bad);
     else
         embedding_rows<false><<<row_blocks(n), threads, 0, s>>>(out, table, bf16, ids, n,
-                                                                 dim, vocab, bad);
+                                                                 dim, vocab, row0, nrows, bad);
     return cudaGetLastError();
 }
 

@@ -32,13 +32,14 @@ cudaError_t cb_launch_layernorm(cudaStream_t s, float *out, const float *x, cons
 cudaError_t cb_launch_softmax(cudaStream_t s, float *x, size_t rows, size_t cols);
 /* out(n) = in(n) rounded to bf16 (pe_k_to_bf16) */
 cudaError_t cb_launch_to_bf16(cudaStream_t s, uint16_t *out, const float *in, size_t n);
-/* out(n, dim) = table(vocab, dim)[ids(n)], table fp32 (bf16 = 0) or bf16 (bf16 = 1). bad: a
- * device int32 set to INT32_MAX before; afterwards the smallest row whose id is outside
- * [0, vocab), or still INT32_MAX. Every id is checked before any row is written: with a
- * bad id, out is left untouched. */
+/* out(n, dim) = table[ids(n)], table fp32 (bf16 = 0) or bf16 (bf16 = 1) holding rows [row0,
+ * row0 + nrows) of the vocabulary; an id outside them gets zeros (pe_k_embedding_shard_row).
+ * bad: a device int32 set to INT32_MAX before; afterwards the smallest row whose id is
+ * outside [0, vocab), or still INT32_MAX. Every id is checked before any row is written:
+ * with a bad id, out is left untouched. */
 cudaError_t cb_launch_embedding(cudaStream_t s, float *out, const void *table, int bf16,
                                 const int32_t *ids, size_t n, size_t dim, size_t vocab,
-                                int32_t *bad);
+                                size_t row0, size_t nrows, int32_t *bad);
 
 /* ---- decoder operations (cb_decoder.cu, cb_attention.cu, cb_sample.cu) ---- */
 

@@ -146,7 +146,8 @@ pe_status hb_softmax(be_device *dev, float *x, size_t rows, size_t cols);
 pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n);
 pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n);
 pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
-                       const int32_t *ids, size_t n, size_t dim, size_t vocab);
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab, size_t row0,
+                       size_t nrows);
 
 /* ---- decoder operations (hb_norm.c, hb_rope.c, hb_kv.c, hb_attention.c, hb_sample.c) */
 pe_status hb_rmsnorm(be_device *dev, float *out, const float *x, const float *w, size_t rows,

@@ -103,7 +103,8 @@ pe_status hb_residual_add(be_device *dev, float *x, const float *r, size_t n)
 }
 
 pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *table,
-                       const int32_t *ids, size_t n, size_t dim, size_t vocab)
+                       const int32_t *ids, size_t n, size_t dim, size_t vocab, size_t row0,
+                       size_t nrows)
 {
     if (n == 0)
         return PE_OK;
@@ -118,7 +119,8 @@ pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *t
                            "the vocabulary [0, %zu); check the tokenizer and the model's vocab",
                            dev->id, (int)ids[i], i, vocab);
     for (size_t i = 0; i < n; i++)
-        pe_k_embedding_row(out + i * dim, table, dtype == PE_DTYPE_BF16, (size_t)ids[i], dim);
+        pe_k_embedding_shard_row(out + i * dim, table, dtype == PE_DTYPE_BF16, (size_t)ids[i],
+                                 row0, nrows, dim);
     return PE_OK;
 }
 

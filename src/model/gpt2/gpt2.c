@@ -25,7 +25,8 @@ typedef struct gpt2_layer {
 } gpt2_layer;
 
 typedef struct gpt2_weights {
-    md_table wte;        /* (V, C) token embedding, on every TP rank (first stage) */
+    md_table wte;        /* (V_t, C) token embedding, this rank's vocabulary rows, or (V, C)
+                          * on every rank (pe_tp_embedding) (first stage) */
     md_table wpe;        /* (maxT, C) position embedding (first stage) */
     int nlayers;
     gpt2_layer *h;       /* (nlayers) this stage's layers */
@@ -173,7 +174,7 @@ static const md_tensor_rule gpt2_layer_rules[] = {
 };
 /* the first stage: the token table (which is also the tied LM head) and the positions */
 static const md_tensor_rule gpt2_embed_rules[] = {
-    {W_(wte), MD_SLOT_TABLE, 0, 0, {{"wte.weight", MD_SPLIT_REPLICATED, 0, 0}}}, /* every rank */
+    {W_(wte), MD_SLOT_TABLE, 0, 0, {{"wte.weight", MD_SPLIT_EMBEDDING, 0, 0}}},
     {W_(wpe), MD_SLOT_TABLE, 0, 0, {{"wpe.weight", MD_SPLIT_REPLICATED, 0, 0}}},
 };
 /* the last stage: the final norm, and the head when the first stage is elsewhere */

@@ -30,7 +30,8 @@ typedef struct llama_layer {
 } llama_layer;
 
 typedef struct llama_weights {
-    md_table embed;      /* (V, C), on every TP rank (first stage) */
+    md_table embed;      /* (V_t, C) this rank's vocabulary rows, or (V, C) on every rank
+                          * (pe_tp_embedding) (first stage) */
     float *inv_freq;     /* (hd / 2) RoPE frequencies */
     int nlayers;
     llama_layer *layers; /* (nlayers) this stage's layers */
@@ -282,7 +283,7 @@ static const md_tensor_rule llama_layer_rules[] = {
 };
 static const md_tensor_rule llama_embed_rules[] = {
     {W_(embed), MD_SLOT_TABLE, 0, 0,
-     {{"model.embed_tokens.weight", MD_SPLIT_REPLICATED, 0, 0}}}, /* every rank looks up */
+     {{"model.embed_tokens.weight", MD_SPLIT_EMBEDDING, 0, 0}}}, /* vocab-parallel or whole */
 };
 static const md_tensor_rule llama_final_rules[] = {
     {W_(norm.w), MD_SLOT_NORM, 0, 0, {{"model.norm.weight", MD_SPLIT_REPLICATED, 0, 0}}},
