@@ -1601,6 +1601,130 @@ static void test_end_all_ends_sequences_in_a_step_when_it_returns(void **state)
     h_free(h);
 }
 
+/* ---- 7b. a prompt's chunks in flight at once (PP micro-batches) ---------------------------- */
+
+/* Builds a step that must hold one chunk (pos0, n) of some sequence, with or without a
+ * logit row. */
+static void build_chunk(en_sched *s, en_step *st, int pos0, int n, int logits)
+{
+    assert_int_equal(en_sched_build(s, st), 1);
+    assert_int_equal(st->nchunks, 1);
+    assert_int_equal(st->chunks[0].pos0, pos0);
+    assert_int_equal(st->chunks[0].n, n);
+    assert_int_equal(st->chunks[0].nlogits, logits);
+}
+
+/* The first block-table entries and the slots of a step's chunk (one chunk) agree with
+ * blocks (the sequence's table as the test saw it). */
+static void expect_slots(const en_step *st, const int32_t *blocks, int B)
+{
+    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    const en_chunk *c = &st->chunks[0];
+    for (int k = 0; k < c->n; k++) {
+        int p = c->pos0 + k;
+        assert_int_equal(st->meta[L.positions + (size_t)k], p);
+        assert_int_equal(st->meta[L.slots + (size_t)k], blocks[p / B] * B + p % B);
+    }
+    for (int b = 0; b < (c->pos0 + c->n + B - 1) / B; b++)
+        assert_int_equal(st->meta[L.block_tables + (size_t)b], blocks[b]);
+}
+
+/* scheduler.h: with prefill_chunks m, a prompt is cut into m chunks, and the next one goes
+ * into the next step while the previous is still out (the steps in flight of PP); only the
+ * last chunk has a logit row; positions, slots and block tables continue across the steps;
+ * the decode waits for the prompt's last chunk to come back. */
+static void test_a_prompt_streams_in_chunks_through_steps_in_flight(void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config(); /* blocks of 4, budget 16 tokens */
+    cfg.groups = 2;
+    cfg.prefill_chunks = 4;
+    kept_log log = {0};
+    en_sched s;
+    assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
+    en_step *st[2] = {calloc(1, sizeof(en_step)), calloc(1, sizeof(en_step))};
+    assert_non_null(st[0]);
+    assert_non_null(st[1]);
+    en_sched_add(&s, kept_msg(1, 24, 2, 0, cfg.context)); /* chunks of ceil(24 / 4) = 6 */
+    build_chunk(&s, st[0], 0, 6, 0);
+    en_seq *seq = st[0]->chunks[0].seq;
+    build_chunk(&s, st[1], 6, 6, 0); /* the first chunk is still out */
+    assert_int_equal(seq->busy, 2);
+    int32_t blocks[8];
+    memcpy(blocks, seq->blocks, 3 * sizeof *blocks); /* 12 positions: 3 blocks */
+    expect_slots(st[0], blocks, 4);
+    expect_slots(st[1], blocks, 4);
+    en_sched_complete(&s, st[0]);
+    build_chunk(&s, st[0], 12, 6, 0);
+    en_sched_complete(&s, st[1]);
+    build_chunk(&s, st[1], 18, 6, 1); /* the last chunk: its last token's logits */
+    assert_int_equal(st[1]->chunks[0].sample, 1);
+    memcpy(blocks, seq->blocks, 6 * sizeof *blocks);
+    expect_slots(st[1], blocks, 4);
+    en_sched_complete(&s, st[0]);
+    assert_int_equal(en_sched_build(&s, st[0]), 0); /* nothing until the logits are back */
+    assert_int_equal(en_sched_has_work(&s), 0);
+    assert_int_equal(log.tokens, 0);
+    st[1]->out_tokens[0] = 20;
+    en_sched_complete(&s, st[1]);
+    assert_int_equal(log.tokens, 1);
+    build_chunk(&s, st[0], 24, 1, 1); /* the decode */
+    st[0]->out_tokens[0] = 21;
+    en_sched_complete(&s, st[0]);
+    assert_int_equal(log.finals, 1);
+    assert_int_equal(log.last, PE_FINISH_LENGTH);
+    assert_int_equal(s.nfree, cfg.nblocks);
+    assert_int_equal(en_sched_room(&s), cfg.nblocks);
+    en_step_free(st[0]);
+    en_step_free(st[1]);
+    en_sched_free(&s);
+}
+
+/* A sequence whose chunks are out, cancelled or failed, sends no more chunks and gets one
+ * final event, when the last of them is back; its blocks all return. */
+static void test_a_streaming_prompt_cancelled_or_failed_ends_once_its_chunks_are_back(
+    void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config();
+    cfg.groups = 2;
+    cfg.prefill_chunks = 4;
+    for (int failed = 0; failed < 2; failed++) {
+        kept_log log = {0};
+        en_sched s;
+        assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
+        en_step *st[2] = {calloc(1, sizeof(en_step)), calloc(1, sizeof(en_step))};
+        assert_non_null(st[0]);
+        assert_non_null(st[1]);
+        en_sched_add(&s, kept_msg(7, 16, 4, 0, cfg.context));
+        build_chunk(&s, st[0], 0, 4, 0);
+        build_chunk(&s, st[1], 4, 4, 0);
+        if (failed) {
+            st[0]->status = PE_EDEVICE; /* the first fails, the second comes back fine */
+        } else {
+            en_sched_cancel(&s, 7);
+            en_step *probe = calloc(1, sizeof(en_step));
+            assert_non_null(probe);
+            assert_int_equal(en_sched_build(&s, probe), 0); /* no more of it is sent */
+            en_step_free(probe);
+        }
+        en_sched_complete(&s, st[0]);
+        assert_int_equal(log.finals, 0); /* the second chunk is still out */
+        if (failed)
+            assert_int_equal(en_sched_build(&s, st[0]), 0); /* an ending one sends no more */
+        st[1]->status = PE_OK;
+        en_sched_complete(&s, st[1]);
+        assert_int_equal(log.finals, 1);
+        assert_int_equal(log.tokens, 0);
+        assert_int_equal(log.last, failed ? PE_FINISH_ERROR : PE_FINISH_CANCELLED);
+        assert_int_equal(s.nfree, cfg.nblocks);
+        assert_int_equal(en_sched_sequences(&s), 0);
+        en_step_free(st[0]);
+        en_step_free(st[1]);
+        en_sched_free(&s);
+    }
+}
+
 /* ---- 8. scoring --------------------------------------------------------------------------- */
 
 static void test_scoring_all_positions_gives_every_position_a_row_and_never_samples(void **state)
@@ -1788,6 +1912,8 @@ int main(void)
         TEST(test_an_append_past_the_context_leaves_the_sequence_parked),
         TEST(test_end_all_ends_waiting_and_idle_ones_now),
         TEST(test_end_all_ends_sequences_in_a_step_when_it_returns),
+        TEST(test_a_prompt_streams_in_chunks_through_steps_in_flight),
+        TEST(test_a_streaming_prompt_cancelled_or_failed_ends_once_its_chunks_are_back),
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),
         TEST(test_scoring_the_last_position_gives_one_row_beside_sampling_ones),
         TEST(test_random_runs_keep_every_invariant),

@@ -122,6 +122,8 @@ typedef struct en_replica {
                              * on another group of sequences; one without PP */
     int nflights;
     int inflight;           /* steps out at the workers */
+    int round_open;         /* PE_SCHED_GPIPE: steps may join the round (it fills the flights,
+                             * then drains before the next) */
     atomic_int room;        /* published: blocks left once the waiting sequences are promised
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */

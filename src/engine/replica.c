@@ -99,6 +99,21 @@ static en_flight *free_flight(en_replica *r)
     return NULL;
 }
 
+/* The flight the next step may take, or NULL. Steps stream into free flights as they come
+ * back; under PE_SCHED_GPIPE they go in rounds instead: a round fills the flights (or takes
+ * what there is), then drains, and the next starts when every step is back (fill-drain). */
+static en_flight *next_flight(en_replica *r)
+{
+    en_flight *f = free_flight(r);
+    if (r->e->cfg.schedule != PE_SCHED_GPIPE)
+        return f;
+    if (r->inflight == 0)
+        r->round_open = 1;
+    if (!f)
+        r->round_open = 0;
+    return r->round_open ? f : NULL;
+}
+
 /* A worker is back with a step; the last one completes it. */
 static void step_back(en_replica *r, en_step *st)
 {
@@ -186,13 +201,14 @@ static void *replica_main(void *arg)
         publish(r);
         if (stop && r->inflight == 0)
             break;
-        en_flight *f = free_flight(r); /* PP: a step per stage, each on its own group */
+        en_flight *f = next_flight(r); /* PP: a step per stage, each on its own group */
         if (failed == PE_OK && !stop && f && take_step(e)) {
             int built = en_sched_build(&r->sched, f->step);
             if (built > 0) {
                 dispatch(r, f);
                 continue;
             }
+            r->round_open = 0; /* nothing to add: the round drains */
             give_back_step(e);
             if (built < 0)
                 en_fail(e, PE_ENOMEM, "out of host memory building a decoder step");

@@ -331,9 +331,11 @@ static void admit(en_sched *s)
 
 int en_sched_has_work(const en_sched *s)
 {
-    for (int i = 0; i < s->nrunning; i++)
-        if (!s->running[i]->busy)
+    for (int i = 0; i < s->nrunning; i++) {
+        const en_seq *seq = s->running[i];
+        if (!seq->busy || (!seq->score && seq->cached + seq->inflight < seq->ntok))
             return 1;
+    }
     return s->nwaiting > 0 && s->nrunning < s->cfg.max_seqs &&
            admission_need(s, waiting_front(s)) <= en_sched_room(s);
 }
@@ -356,10 +358,10 @@ static int grow(void **p, int *cap, int want, size_t sz)
     return 0;
 }
 
-/* Logit rows a chunk of n tokens of seq from its cached position needs. */
-static int chunk_logits(const en_seq *seq, int n)
+/* Logit rows a chunk of n tokens of seq from position pos0 needs. */
+static int chunk_logits(const en_seq *seq, int pos0, int n)
 {
-    int reaches_end = seq->cached + n == seq->ntok;
+    int reaches_end = pos0 + n == seq->ntok;
     if (seq->score)
         return seq->all_positions ? n : reaches_end;
     return reaches_end;
@@ -375,13 +377,19 @@ static int plan_chunks(en_sched *s, en_step *st)
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < s->nrunning && tokens > 0 && st->nchunks < most; i++) {
             en_seq *seq = s->running[i];
-            int rem = seq->ntok - seq->cached;
-            if (seq->busy || rem <= 0 || (pass == 0) != (rem == 1))
-                continue;
+            const int pos0 = seq->cached + seq->inflight, rem = seq->ntok - pos0;
+            if ((seq->busy && (seq->score || seq->cancelled || seq->ending != PE_OK)) ||
+                rem <= 0 || (pass == 0) != (rem == 1))
+                continue; /* (a busy sequence has a chunk to send only mid-prompt) */
             int n = rem < tokens ? rem : tokens;
+            if (rem > 1 && s->cfg.prefill_chunks > 1 && !seq->score) { /* a micro-batch */
+                if (!seq->chunk)
+                    seq->chunk = (rem + s->cfg.prefill_chunks - 1) / s->cfg.prefill_chunks;
+                n = n < seq->chunk ? n : seq->chunk;
+            }
             if (seq->score && seq->all_positions && n > logits)
                 n = logits;
-            int nl = chunk_logits(seq, n);
+            int nl = chunk_logits(seq, pos0, n);
             if (nl > logits) { /* no logit row left: prefill all but the last token */
                 n = rem - 1 < n ? rem - 1 : n;
                 nl = 0;
@@ -391,7 +399,7 @@ static int plan_chunks(en_sched *s, en_step *st)
             if (grow((void **)&st->chunks, &st->chunks_cap, st->nchunks + 1, sizeof(en_chunk)))
                 return -1;
             en_chunk *c = &st->chunks[st->nchunks++];
-            *c = (en_chunk){seq, seq->cached, n, -1, nl, !seq->score && nl > 0};
+            *c = (en_chunk){seq, pos0, n, -1, nl, !seq->score && nl > 0};
             tokens -= n;
             logits -= nl;
         }
@@ -510,7 +518,8 @@ int en_sched_build(en_sched *s, en_step *st)
             }
             samp[lr] = sp;
         }
-        seq->busy = 1;
+        seq->busy++;
+        seq->inflight += c->n;
     }
     st->ntok = ntok;
     st->nbt = nbt;
@@ -578,12 +587,16 @@ void en_sched_complete(en_sched *s, en_step *st)
     for (int i = 0; i < st->nchunks; i++) {
         const en_chunk *c = &st->chunks[i];
         en_seq *seq = c->seq;
-        seq->busy = 0;
-        if (st->status != PE_OK) {
-            end_with(s, seq, PE_FINISH_ERROR, st->status);
+        seq->busy--;
+        seq->inflight -= c->n;
+        if (st->status != PE_OK && seq->ending == PE_OK)
+            seq->ending = st->status;
+        if (st->status == PE_OK)
+            seq->cached += c->n;
+        if (seq->busy > 0) /* more of its prompt is out: it goes on when that is back */
             continue;
-        }
-        seq->cached += c->n;
+        if (seq->cached == seq->ntok || seq->ending != PE_OK)
+            seq->chunk = 0; /* the prompt is in: a later one (an append) is cut anew */
         if (seq->ending != PE_OK) {
             end_with(s, seq, PE_FINISH_ERROR, seq->ending);
         } else if (seq->cancelled) {

@@ -7,7 +7,11 @@
  * sequence's uncached tokens: decodes first (one token each), then prefill chunks up to the
  * step's token budget (chunked prefill: a long prompt takes several steps, and never
  * freezes the decodes of the others). A chunk that reaches the end of its sequence's known
- * tokens yields a logit row, from which the device samples the next token.
+ * tokens yields a logit row, from which the device samples the next token. Under PP several
+ * steps are in flight (one a stage); a prompt's next chunk may go in the next step while
+ * the previous one is still in the pipeline (the stages run steps in order, so its keys are
+ * cached at each stage before the next chunk reads them): the prompt's chunks are PP's
+ * micro-batches.
  *
  * KV memory: a sequence is admitted (first come, first served) only when the replica can
  * promise it every block it may need (prompt + max_tokens, capped by the context); blocks
@@ -85,7 +89,12 @@ typedef struct en_seq {
     int32_t *blocks;     /* (nblocks) block table: position p is in blocks[p / block_tokens] */
     int nblocks, blocks_cap;
     int promised;        /* blocks promised at admission (held or still to take) */
-    int busy;            /* in a step that is not back */
+    int busy;            /* steps holding a chunk of it that are not back (PP: a prompt's
+                          * chunks stream through the stages in several steps at once) */
+    int inflight;        /* its positions in those steps: the next chunk starts at cached +
+                          * inflight */
+    int chunk;           /* the prefill chunk of its prompt (prefill_chunks > 1), set when
+                          * the prompt starts; 0: none yet */
     pe_status ending;    /* end_all came while it was busy: it ends with this when back */
     int cancelled;
     struct en_seq *parked_next; /* the scheduler's list of kept sequences */
@@ -143,6 +152,9 @@ typedef struct en_sched_config {
     int max_logit_rows;   /* logit rows of a step */
     int groups;           /* steps in flight at once (PP: one per stage), each taking at most
                            * 1/groups of the running sequences; 0 or 1: one step, all of them */
+    int prefill_chunks;   /* m > 1: a prompt is cut into m chunks, which stream through the
+                           * steps in flight (a lone prompt fills the pipeline: micro-batches);
+                           * 0 or 1: a prefill chunk is as long as the step's budget allows */
     int context;          /* positions a sequence may hold */
     int vocab;            /* logits per row (a scored sequence's rows) */
     pe_kv_full kv_full;
