@@ -62,6 +62,10 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE)
         return pe_fail(err, PE_EINVAL, "unknown kv_full %d: use PE_KV_WAIT or PE_KV_REFUSE",
                        (int)cfg->kv_full);
+    if (cfg->decode_groups < 0 || cfg->decode_groups > 64)
+        return pe_fail(err, PE_EINVAL,
+                       "decode_groups=%d: give 1 to 64 steps in flight, or 0 for one per stage",
+                       cfg->decode_groups);
     if (cfg->threads < 0 || cfg->threads > 256)
         return pe_fail(err, PE_EINVAL,
                        "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",
