@@ -194,12 +194,12 @@ static const flag_def flags[] = {
     {"--pp", 1, FOR_ALL},          {"--tp", 1, FOR_ALL},          {"--model", 1, FOR_ALL},
     {"--batch", 1, FOR_ALL},       {"--microbatches", 1, FOR_MLP}, {"--schedule", 1, FOR_MLP},
     {"--split", 1, FOR_ALL},       {"--iters", 1, FOR_MLP},       {"--warmup", 1, FOR_ALL},
-    {"--seed", 1, FOR_ALL},        {"--backend", 1, FOR_ALL},     {"--trace", 1, FOR_MLP},
+    {"--seed", 1, FOR_ALL},        {"--backend", 1, FOR_ALL},     {"--trace", 1, FOR_ALL},
     {"--json", 0, FOR_ALL},        {"--verify", 0, FOR_ALL},      {"--no-verify", 0, FOR_ALL},
     {"--topology", 0, FOR_ALL},    {"--help", 0, FOR_ALL},        {"-h", 0, FOR_ALL},
     {"--version", 0, FOR_ALL},     {"--dtype", 1, FOR_ALL},       {"--threads", 1, FOR_ALL},
     {"--kv-tokens", 1, FOR_DECODER}, {"--prompt-len", 1, FOR_DECODER},
-    {"--max-tokens", 1, FOR_DECODER},
+    {"--max-tokens", 1, FOR_DECODER}, {"--mlp", 0, FOR_ALL},
 };
 
 static const flag_def *find_flag(const char *name, size_t len)
@@ -290,6 +290,8 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         if (!*v)
             return fail(msg, len, "--trace is empty; give a file name, e.g. --trace trace.json");
         o->trace_path = v;
+    } else if (!strcmp(f, "--mlp")) {
+        o->mlp = 1;
     } else if (!strcmp(f, "--json")) {
         o->json = 1;
     } else if (!strcmp(f, "--verify")) {
@@ -310,14 +312,14 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
 static int resolve_grid(cli_options *o, char *msg, size_t len)
 {
     int grid_given = o->dp || o->pp || o->tp;
-    if (!o->mode && !grid_given && o->model_path && o->ndevices)
-        o->mode = CLI_MODE_DP; /* pengine --model DIR --gpus 0: one replica per device */
+    if (!o->mode && !grid_given && !o->mlp && o->ndevices)
+        o->mode = CLI_MODE_DP; /* pengine [--model DIR] --gpus 0: one replica per device */
     if (!o->mode && !grid_given && o->model_path)
         return fail(msg, len, "no devices given for --model %s; add --gpus 0 (one device; "
                               "--gpus 0,1: one replica on each)", o->model_path);
     if (!o->mode && !grid_given)
-        return fail(msg, len, "nothing to run; give a mode and devices, e.g. pengine --mode pp "
-                              "--gpus 0,1 (see pengine --help)");
+        return fail(msg, len, "nothing to run; give a mode and devices, e.g. pengine %s--mode "
+                              "pp --gpus 0,1 (see pengine --help)", o->mlp ? "--mlp " : "");
     if (o->ndevices == 0)
         return fail(msg, len, "no devices given; list them with --gpus, e.g. --gpus 0,1");
     if (!grid_given) {
@@ -447,15 +449,25 @@ int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
 
 int cli_check_demo_flags(const cli_options *o, int decoder)
 {
+    if (decoder && o->mlp) {
+        cli_errorf("--mlp runs an MLP demo but --model %s is a decoder directory; drop --mlp, "
+                   "or give --model an MLP file (pengine gen mlp)", o->model_path);
+        return CLI_USAGE;
+    }
+    if (decoder && o->mlp_only_flag && !o->model_path) {
+        cli_errorf("%s is a flag of the MLP demos, not of the decoder demo (which runs "
+                   "without --model); add --mlp for an MLP demo, or drop it", o->mlp_only_flag);
+        return CLI_USAGE;
+    }
     if (decoder && o->mlp_only_flag) {
         cli_errorf("%s is a flag of the MLP demos, not of the decoder demo (--model %s is a "
                    "decoder directory); drop it", o->mlp_only_flag, o->model_path);
         return CLI_USAGE;
     }
     if (!decoder && o->decoder_only_flag) {
-        cli_errorf("%s is a flag of the decoder demo, not of the MLP demos; drop it, or give "
-                   "--model a decoder directory (e.g. one written by pengine gen llama)",
-                   o->decoder_only_flag);
+        cli_errorf("%s is a flag of the decoder demo, not of the MLP demos; drop it, or run "
+                   "the decoder demo (without --mlp; --model a decoder directory, e.g. one "
+                   "written by pengine gen llama, or none)", o->decoder_only_flag);
         return CLI_USAGE;
     }
     return CLI_OK;

@@ -22,6 +22,8 @@ typedef struct cli_options {
     int devices[CLI_MAX_DEVICES];
     int dp, pp, tp;            /* the grid; after cli_parse, dp * pp * tp == ndevices */
     const char *model_path;    /* --model, NULL = the demo's generated model */
+    int mlp;                   /* --mlp: an MLP demo on its generated MLP (no --model) */
+    int model_generated;       /* model_path was written for this run (no --model given) */
     size_t batch;              /* rows per request; 0 = the demo's default */
     int microbatches;          /* --microbatches, 0 = the demo's default */
     pe_schedule schedule;      /* --schedule, when schedule_set */
@@ -51,9 +53,9 @@ typedef struct cli_options {
 int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len);
 
 /* Refuses a flag that the demo about to run would ignore: an MLP demo's (--iters,
- * --microbatches, --schedule, --split, --trace) for the decoder demo (decoder = 1), the
- * decoder demo's (--prompt-len, --max-tokens, --kv-tokens) for an MLP demo. Returns CLI_OK,
- * or CLI_USAGE with the error printed. */
+ * --microbatches, --schedule) for the decoder demo (decoder = 1), the decoder demo's
+ * (--prompt-len, --max-tokens, --kv-tokens) for an MLP demo, and --mlp with a decoder
+ * directory. Returns CLI_OK, or CLI_USAGE with the error printed. */
 int cli_check_demo_flags(const cli_options *o, int decoder);
 
 /* The options before any flag. */

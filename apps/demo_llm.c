@@ -10,7 +10,9 @@
 
 #include "demo.h"
 #include "llm_compare.h"
+#include "llm_pipeline.h"
 #include "llm_run.h"
+#include "llm_trace.h"
 #include "verify.h"
 #include "pengine/pengine_tools.h"
 
@@ -49,8 +51,14 @@ static void header(cli_report *r, const cli_options *o, const pe_engine_info *in
              "context %d", m->architecture, m->nlayers, m->hidden, m->heads, m->kv_heads,
              m->head_dim, m->vocab, m->context);
     report_str(r, NULL, "model", buf);
+    if (o->model_generated) { /* no --model: written for this run, removed after it */
+        snprintf(buf, sizeof buf, "a seeded random Llama (seed %llu) in %s, removed at the end",
+                 (unsigned long long)o->seed, o->model_path);
+        report_str(r, NULL, "generated model", buf);
+    }
     report_push(r, "model", NULL);
     report_str(r, "path", NULL, o->model_path);
+    report_bool(r, "generated", NULL, o->model_generated, "yes", "no");
     report_str(r, "architecture", NULL, m->architecture);
     report_int(r, "layers", NULL, m->nlayers, NULL);
     report_int(r, "hidden", NULL, m->hidden, NULL);
@@ -233,56 +241,99 @@ static int verify(cli_report *r, const cli_options *o, pe_engine *e, const pe_mo
     return rc;
 }
 
+/* The prompts, the lengths and the batch of the demo's run (batch sequences of plen random
+ * tokens, gen generated each, greedy). Returns the exit code. */
+static int make_batch(const cli_options *o, const pe_model_info *m, int batch, int plen,
+                      int gen, cli_batch *b)
+{
+    int32_t **prompts = make_prompts(batch, plen, m->vocab, o->seed);
+    size_t *lens = malloc((size_t)batch * sizeof *lens);
+    for (int i = 0; lens && i < batch; i++)
+        lens[i] = (size_t)plen;
+    *b = (cli_batch){.n = batch, .prompts = (const int32_t *const *)prompts, .lens = lens,
+                     .max_tokens = gen, .sampling = {.top_p = 1.0f}, .ignore_eos = 1};
+    if (prompts && lens)
+        return cli_batch_alloc(b);
+    cli_error("out of memory for the prompts");
+    return CLI_RUNTIME;
+}
+
+static void free_batch(cli_batch *b)
+{
+    free_prompts((int32_t **)b->prompts, b->n);
+    free((size_t *)b->lens);
+    cli_batch_free(b);
+}
+
+/* The timed run: after an untimed warm-up, with the trace holding the timed run only; then
+ * the decode bubble (pp > 1) and the --trace file. */
+static int run_timed(const cli_options *o, pe_engine *e, const pe_engine_info *info,
+                     size_t trace_events, cli_batch *b, double *bubble)
+{
+    int rc = o->warmup > 0 ? cli_batch_warmup(e, b) : CLI_OK; /* pages, caches, pools */
+    pe_engine_trace_clear(e);
+    if (rc == CLI_OK)
+        rc = cli_batch_run(e, b);
+    *bubble = NAN;
+    if (rc == CLI_OK && info->pp > 1)
+        cli_llm_decode_bubble(e, info->world, trace_events, bubble);
+    if (rc == CLI_OK && o->trace_path)
+        rc = cli_llm_trace_write(e, o->trace_path);
+    return rc;
+}
+
+static void report_rates(cli_report *r, const cli_rates *rt)
+{
+    report_line(r, "%s", "");
+    report_push(r, "rates", NULL);
+    report_num(r, "ttft_ms", "time to first token (ms)", rt->ttft_ms, 3, NULL);
+    report_num(r, "prefill_tok_s", "prefill (tok/s)", rt->prefill_tok_s, 1, NULL);
+    report_num(r, "decode_ms_per_token", "decode (ms/token, one step)", rt->decode_ms, 3, NULL);
+    report_num(r, "decode_tok_s", "decode (tok/s, all sequences)", rt->decode_tok_s, 1, NULL);
+    report_int(r, "generated", "tokens generated", rt->generated, NULL);
+    report_pop(r);
+}
+
 int cli_demo_llm(const cli_options *o, cli_report *r)
 {
+    const int batch = o->batch ? (int)o->batch : 4;
+    const int plen = o->prompt_len ? o->prompt_len : 32, gen = o->max_tokens ? o->max_tokens : 32;
+    /* traced: for --trace, and for the decode bubble of a pipeline */
+    const int traced = o->trace_path || o->pp > 1;
+    const size_t trace_events = traced ? cli_llm_trace_events(o->model_path, batch, plen, gen)
+                                       : 0;
     pe_engine *e = NULL;
-    int rc = cli_llm_open(o, &e);
+    int rc = cli_llm_open_with(o, 0, trace_events, &e);
     if (rc != CLI_OK)
         return rc;
     pe_engine_info info;
     pe_model_info m;
     pe_engine_info_get(e, &info);
     pe_engine_model_info(e, &m);
-    const int batch = o->batch ? (int)o->batch : 4;
-    int plen = o->prompt_len ? o->prompt_len : 32, gen = o->max_tokens ? o->max_tokens : 32;
     if (plen + gen > m.context) {
         cli_errorf("--prompt-len %d + --max-tokens %d exceed the model's context of %d "
                    "positions; ask for fewer", plen, gen, m.context);
         pe_engine_destroy(e);
         return CLI_USAGE;
     }
-    int32_t **prompts = make_prompts(batch, plen, m.vocab, o->seed);
-    size_t *lens = malloc((size_t)batch * sizeof *lens);
-    for (int i = 0; lens && i < batch; i++)
-        lens[i] = (size_t)plen;
-    cli_batch b = {.n = batch, .prompts = (const int32_t *const *)prompts, .lens = lens,
-                   .max_tokens = gen, .sampling = {.top_p = 1.0f}, .ignore_eos = 1};
-    rc = prompts && lens ? cli_batch_alloc(&b) : CLI_RUNTIME;
-    if (rc == CLI_OK && o->warmup > 0) /* pages, caches, the pool's threads: untimed */
-        rc = cli_batch_warmup(e, &b);
+    cli_batch b;
+    cli_pipe_run grid = {.batch = &b};
+    rc = make_batch(o, &m, batch, plen, gen, &b);
     if (rc == CLI_OK)
-        rc = cli_batch_run(e, &b);
+        rc = run_timed(o, e, &info, trace_events, &b, &grid.bubble);
     if (rc == CLI_OK) {
-        cli_rates rt;
-        cli_batch_rates(&b, &rt);
+        cli_batch_rates(&b, &grid.rates);
         header(r, o, &info, &m, batch, plen, gen);
-        report_line(r, "%s", "");
-        report_push(r, "rates", NULL);
-        report_num(r, "ttft_ms", "time to first token (ms)", rt.ttft_ms, 3, NULL);
-        report_num(r, "prefill_tok_s", "prefill (tok/s)", rt.prefill_tok_s, 1, NULL);
-        report_num(r, "decode_ms_per_token", "decode (ms/token, one step)", rt.decode_ms, 3, NULL);
-        report_num(r, "decode_tok_s", "decode (tok/s, all sequences)", rt.decode_tok_s, 1, NULL);
-        report_int(r, "generated", "tokens generated", rt.generated, NULL);
-        report_pop(r);
+        report_rates(r, &grid.rates);
         if (info.world > 1) /* a grid: the same batch on one device, side by side */
-            rc = cli_llm_compare(r, o, &info, &m, &b, &rt);
+            rc = cli_llm_compare(r, o, &info, &m, &b, &grid.rates);
+        if (rc == CLI_OK && info.pp > 1) /* and with one step in flight at a time */
+            rc = cli_llm_pipeline(r, o, &info, &grid, trace_events);
         report_line(r, "%s", "");
         if (rc == CLI_OK)
-            rc = verify(r, o, e, &m, &info, prompts[0], plen, b.tokens[0], b.ntok[0]);
+            rc = verify(r, o, e, &m, &info, b.prompts[0], plen, b.tokens[0], b.ntok[0]);
     }
-    cli_batch_free(&b);
-    free_prompts(prompts, batch);
-    free(lens);
+    free_batch(&b);
     pe_engine_destroy(e);
     return rc;
 }

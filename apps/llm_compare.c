@@ -17,16 +17,10 @@ static int run_one_device(const cli_options *o, const cli_batch *grid, cli_batch
     one.dp = one.pp = one.tp = 1;
     one.nsplit = 0; /* --split is the grid's */
     pe_engine *e = NULL;
+    memset(b, 0, sizeof *b);
     int rc = cli_llm_open(&one, &e);
-    *b = (cli_batch){.n = grid->n, .prompts = grid->prompts, .lens = grid->lens,
-                     .max_tokens = grid->max_tokens, .sampling = grid->sampling,
-                     .ignore_eos = grid->ignore_eos};
     if (rc == CLI_OK)
-        rc = cli_batch_alloc(b);
-    if (rc == CLI_OK && o->warmup > 0) /* as the grid's run: pages and pools, untimed */
-        rc = cli_batch_warmup(e, b);
-    if (rc == CLI_OK)
-        rc = cli_batch_run(e, b);
+        rc = cli_batch_rerun(e, grid, o->warmup > 0, b);
     if (rc == CLI_OK)
         pe_engine_info_get(e, info);
     pe_engine_destroy(e);

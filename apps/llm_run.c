@@ -15,6 +15,12 @@ double cli_now_ms(void)
 
 int cli_llm_open(const cli_options *o, pe_engine **out)
 {
+    return cli_llm_open_with(o, 0, 0, out);
+}
+
+int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_events,
+                      pe_engine **out)
+{
     *out = NULL;
     pe_config cfg;
     pe_config_init(&cfg);
@@ -28,6 +34,8 @@ int cli_llm_open(const cli_options *o, pe_engine **out)
     cfg.threads = o->threads;
     cfg.kv_tokens = o->kv_tokens;
     cfg.stage_layers = o->nsplit ? o->split : NULL; /* --split: blocks per stage */
+    cfg.decode_groups = decode_groups;
+    cfg.trace_capacity = trace_events;
     pe_engine *e = NULL;
     pe_status s = pe_engine_create(&cfg, &e);
     if (s == PE_OK)
@@ -64,6 +72,20 @@ int cli_batch_warmup(pe_engine *e, const cli_batch *b)
     if (rc == CLI_OK)
         rc = cli_batch_run(e, &w);
     cli_batch_free(&w);
+    return rc;
+}
+
+int cli_batch_rerun(pe_engine *e, const cli_batch *like, int warmup, cli_batch *b)
+{
+    *b = (cli_batch){.n = like->n, .prompts = like->prompts, .lens = like->lens,
+                     .max_tokens = like->max_tokens, .sampling = like->sampling,
+                     .ignore_eos = like->ignore_eos};
+    int rc = cli_batch_alloc(b);
+    if (rc == CLI_OK && warmup) /* as the first run: pages and pools, untimed */
+        rc = cli_batch_warmup(e, b);
+    pe_engine_trace_clear(e); /* the trace holds the timed run only */
+    if (rc == CLI_OK)
+        rc = cli_batch_run(e, b);
     return rc;
 }
 

@@ -16,6 +16,10 @@ double cli_now_ms(void);
 /* A host or CUDA engine for the decoder in o->model_path, on o's devices (dp = the number
  * of devices: one replica each). Failures are printed; returns the exit code. */
 int cli_llm_open(const cli_options *o, pe_engine **out);
+/* The same with decode_groups steps in flight per replica (0: one per stage; 1: naive) and
+ * trace_events kept per worker (0: no trace). */
+int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_events,
+                      pe_engine **out);
 
 /* Called for every event as it arrives (e.g. to stream the tokens); may be NULL. Returns 1
  * to end sequence seq at this event (its text holds a stop string): the batch cancels it,
@@ -52,6 +56,10 @@ void cli_batch_free(cli_batch *b);
 /* An untimed run of one sequence of b's first prompt for 2 tokens: pages, caches and the
  * pools' threads warmed before a timed run. Returns the exit code. */
 int cli_batch_warmup(pe_engine *e, const cli_batch *b);
+/* b: like's batch again on e (prompts, lengths, tokens, sampling), with results of its own
+ * (freed by cli_batch_free also on failure), after an untimed warm-up when warmup is
+ * nonzero; e's trace is cleared before the timed run. Returns the exit code. */
+int cli_batch_rerun(pe_engine *e, const cli_batch *like, int warmup, cli_batch *b);
 /* Submits every sequence and takes every event until each has ended. Returns CLI_OK, or
  * CLI_RUNTIME (printed) when a submit fails or a sequence ends with an error. */
 int cli_batch_run(pe_engine *e, cli_batch *b);

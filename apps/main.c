@@ -1,5 +1,6 @@
 /* main.c: the pengine command: parses the flags, then runs gen, generate, chat, tokenize,
- * --topology or a demo, and turns the outcome into the exit code (0 ok, 1 runtime failure,
+ * --topology or a demo (a decoder, on a model it writes itself without --model; an MLP with
+ * --mlp or --model FILE), and turns the outcome into the exit code (0 ok, 1 runtime failure,
  * 2 usage error). */
 #include <errno.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "demo.h"
 #include "gen.h"
 #include "generate.h"
+#include "llm_model.h"
 #include "report.h"
 #include "tokenize.h"
 #include "topology_report.h"
@@ -34,29 +36,21 @@ static int is_decoder_dir(const char *model_path)
     return model_path && stat(model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int run_demo(const cli_options *o)
+/* The demo the options ask for, its report finished. */
+static int run_demo_report(const cli_options *o, int decoder)
 {
-    int decoder = is_decoder_dir(o->model_path);
-    int rc = cli_check_demo_flags(o, decoder);
-    if (rc == CLI_OK)
-        rc = cli_preflight(o);
-    if (rc == CLI_OK && o->trace_path)
-        rc = check_trace_path(o->trace_path);
-    if (rc != CLI_OK)
-        return rc;
     cli_report *r = report_new(o->json);
     if (!r) {
         cli_error("out of memory before the run started; free some memory and retry");
         return CLI_RUNTIME;
     }
+    int rc = CLI_USAGE;
     switch (decoder ? CLI_MODE_NONE : o->mode) {
     case CLI_MODE_NONE:
-        if (decoder) {
+        if (decoder)
             rc = cli_demo_llm(o, r);
-            break;
-        }
-        rc = CLI_USAGE;
-        cli_error("no mode; use --mode dp, tp or pp");
+        else
+            cli_error("no mode; use --mode dp, tp or pp");
         break;
     case CLI_MODE_DP: rc = cli_demo_dp(o, r); break;
     case CLI_MODE_TP: rc = cli_demo_tp(o, r); break;
@@ -69,6 +63,37 @@ static int run_demo(const cli_options *o)
     }
     report_free(r);
     return rc;
+}
+
+/* The decoder demo on a model it writes itself (no --model), removed after the run. */
+static int run_generated_decoder(const cli_options *o)
+{
+    cli_llm_model m;
+    int rc = cli_llm_model_write(o->seed, &m);
+    if (rc != CLI_OK)
+        return rc;
+    cli_options with = *o;
+    with.model_path = m.dir;
+    with.model_generated = 1;
+    rc = run_demo_report(&with, 1);
+    cli_llm_model_remove(&m);
+    return rc;
+}
+
+/* A decoder unless --mlp, or --model names a file (an MLP). */
+static int run_demo(const cli_options *o)
+{
+    int decoder = o->model_path ? is_decoder_dir(o->model_path) : !o->mlp;
+    int rc = cli_check_demo_flags(o, decoder);
+    if (rc == CLI_OK)
+        rc = cli_preflight(o);
+    if (rc == CLI_OK && o->trace_path)
+        rc = check_trace_path(o->trace_path);
+    if (rc != CLI_OK)
+        return rc;
+    if (decoder && !o->model_path)
+        return run_generated_decoder(o);
+    return run_demo_report(o, decoder);
 }
 
 int main(int argc, char **argv)

@@ -3,7 +3,7 @@
 #   1. builds for the GPU it finds (-DCMAKE_CUDA_ARCHITECTURES from nvidia-smi, else native)
 #   2. runs the tests labelled `cuda` (test_cuda, test_cuda_modes, test_cuda_decoder),
 #      test_device_list and test_cuda_peer_logic
-#   3. runs `pengine --backend cuda --mode dp|tp|pp --gpus 0,0 --dtype fp32|bf16` (and 0,1
+#   3. runs `pengine --mlp --backend cuda --mode dp|tp|pp --gpus 0,0 --dtype fp32|bf16` (and 0,1
 #      where two GPUs exist) with verification (exit 1 on a mismatch with the host backend);
 #      then the decoders: the 124m GPT-2 preset (pengine gen), a batch of 8 prompts of 128
 #      tokens (prefill) and 32 decoded tokens each, fp32 and bf16, its logits verified
@@ -184,12 +184,12 @@ if built pengine; then
     for dtype in fp32 bf16; do
       for mode in dp tp pp; do
         f=$tmp/pengine_${mode}_${dtype}_${list/,/_}.json
-        run_step "pengine $mode $dtype $list" 120 "$f" "$build/pengine" --backend cuda \
+        run_step "pengine $mode $dtype $list" 120 "$f" "$build/pengine" --mlp --backend cuda \
           --mode "$mode" --gpus "$list" --dtype "$dtype" --iters 20 --warmup 3 --verify --json
         rc_p=$rc
         raw=""
         is_json "$f" && raw=$(cat "$f")
-        name="pengine --backend cuda --mode $mode --gpus $list --dtype $dtype"
+        name="pengine --mlp --backend cuda --mode $mode --gpus $list --dtype $dtype"
         if [ $rc_p -eq 0 ]; then
           step "$name" ok "$secs" "verified against the host backend" "$raw"
         else

@@ -88,7 +88,8 @@ static void test_help_and_version_exit_0(void **state)
     /* every subcommand and demo in the usage lines has its options listed */
     const char *listed[] = {"generate options", "--tokens LIST", "--prompt TEXT",
                             "--prompts FILE", "--stop STR", "--stop-ids LIST",
-                            "--tokenizer FILE", "--temperature T", "--logprobs K", "decoder demo (--model DIR", "--prompt-len N",
+                            "--tokenizer FILE", "--temperature T", "--logprobs K", "decoder demo (the default",
+                            "--mlp", "--prompt-len N",
                             "--max-tokens N", "--kv-tokens N", "tokenize options"};
     for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
         if (!strstr(r.out, listed[i]))
@@ -181,7 +182,7 @@ static void test_grid_product_must_match_devices(void **state)
     r = RUN("--mode", "pp", "--gpus", "0,1", "--split", "3,4,1");
     EXPECT_USAGE(r, "--split lists 3", "pp=2");
     tu_run_free(&r);
-    r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--microbatches", "65");
+    r = RUN("--mlp", "--mode", "pp", "--gpus", "0,1", "--backend", "host", "--microbatches", "65");
     EXPECT_USAGE(r, "--microbatches 65 is more than the 64 rows");
     tu_run_free(&r);
 }
@@ -343,7 +344,7 @@ static void expect_demo_ok(const tu_run *r, size_t verdicts)
 static void test_dp_demo_matches_bit_for_bit(void **state)
 {
     (void)state;
-    tu_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mlp", "--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "single device"));
@@ -356,7 +357,7 @@ static void test_dp_demo_matches_bit_for_bit(void **state)
 static void test_tp_demo_matches_within_tolerance(void **state)
 {
     (void)state;
-    tu_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mlp", "--mode", "tp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "within 1e-5 relative"));
@@ -369,13 +370,13 @@ static void test_tp_demo_matches_within_tolerance(void **state)
 static void test_bf16_demos_verify_against_one_device(void **state)
 {
     (void)state;
-    tu_run r = RUN("--mode", "tp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16",
+    tu_run r = RUN("--mlp", "--mode", "tp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16",
                     "--iters", "2", "--warmup", "1");
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "dtype                          bf16"));
     assert_non_null(strstr(r.out, "within 1e-3 relative"));
     tu_run_free(&r);
-    r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16", "--iters",
+    r = RUN("--mlp", "--mode", "pp", "--gpus", "0,1", "--backend", "host", "--dtype", "bf16", "--iters",
             "2", "--warmup", "1");
     expect_demo_ok(&r, 2);
     assert_non_null(strstr(r.out, "bit for bit"));
@@ -385,7 +386,7 @@ static void test_bf16_demos_verify_against_one_device(void **state)
 static void test_pp_demo_prints_bubbles_and_timeline(void **state)
 {
     (void)state;
-    tu_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mlp", "--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1");
     expect_demo_ok(&r, 2); /* naive and micro-batched both checked */
     assert_non_null(strstr(r.out, "naive (m=1)"));
@@ -415,7 +416,7 @@ static void test_pp_demo_prints_bubbles_and_timeline(void **state)
 static void test_stream_schedule_and_hybrid_grid_verify(void **state)
 {
     (void)state;
-    tu_run r = RUN("--dp", "2", "--pp", "2", "--gpus", "0,1,0,1", "--backend", "host",
+    tu_run r = RUN("--mlp", "--dp", "2", "--pp", "2", "--gpus", "0,1,0,1", "--backend", "host",
                     "--schedule", "stream", "--microbatches", "3", "--batch", "10",
                     "--iters", "2", "--warmup", "1");
     expect_demo_ok(&r, 2);
@@ -445,7 +446,7 @@ static const cJSON *obj(const cJSON *o, const char *key)
 static void test_dp_json_holds_every_figure_and_nothing_else(void **state)
 {
     (void)state;
-    tu_run r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mlp", "--mode", "dp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1", "--json");
     if (r.status != 0)
         print_run(&r);
@@ -478,7 +479,7 @@ static void test_pp_json_and_trace_file(void **state)
     (void)state;
     char trace[600];
     path_in_dir(trace, sizeof trace, "trace.json");
-    tu_run r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
+    tu_run r = RUN("--mlp", "--mode", "pp", "--gpus", "0,1", "--backend", "host", "--iters", "3",
                     "--warmup", "1", "--json", "--trace", trace);
     if (r.status != 0)
         print_run(&r);
@@ -581,16 +582,75 @@ static void test_decoder_demo_verifies_against_the_reference(void **state)
     tu_run_free(&r);
 }
 
+/* A pp2 x tp2 trace holds every kind of span of a decoder's steps, prefill and decode. */
+static void expect_decoder_trace(const char *path)
+{
+    char *text = tu_slurp(path, NULL);
+    cJSON *t = cJSON_Parse(text);
+    assert_non_null(t);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(t, "traceEvents"), *e;
+    assert_true(cJSON_IsArray(ev));
+    int compute = 0, collective = 0, send = 0, recv = 0, prefill = 0, decode = 0;
+    cJSON_ArrayForEach(e, ev)
+    {
+        const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+        if (!cJSON_IsString(cat))
+            continue; /* the thread names */
+        compute += !strcmp(cat->valuestring, "compute");
+        collective += !strcmp(cat->valuestring, "collective");
+        send += !strcmp(cat->valuestring, "send");
+        recv += !strcmp(cat->valuestring, "recv");
+        const cJSON *phase = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(e, "args"), "phase");
+        assert_true(cJSON_IsString(phase));
+        prefill += !strcmp(phase->valuestring, "prefill");
+        decode += !strcmp(phase->valuestring, "decode");
+        assert_true(cJSON_GetObjectItemCaseSensitive(e, "dur")->valuedouble >= 0);
+    }
+    /* the 4 workers compute every step (at least one per generated token after the first,
+     * which the prefill makes); the TP ranks meet at 2 all-reduces a block, every step */
+    assert_true(compute >= 4 * 3 && compute % 4 == 0);
+    assert_true(collective >= 2 * compute);
+    assert_true(send > 0 && send == recv); /* stage 0's ranks send, stage 1's receive */
+    assert_true(prefill > 0 && decode > 0);
+    cJSON_Delete(t);
+    free(text);
+}
+
+/* pp > 1: the same batch with one step in flight (naive) beside the grid's run. */
+static void expect_pipeline_figures(const cJSON *j)
+{
+    const cJSON *pipe = obj(j, "pipeline");
+    const cJSON *naive = obj(pipe, "naive"), *flight = obj(pipe, "in_flight");
+    assert_int_equal((int)num(naive, "groups"), 1);
+    assert_int_equal((int)num(flight, "groups"), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *c = i ? flight : naive;
+        double b = num(c, "bubble_measured");
+        assert_true(b > 0 && b < 1);
+        assert_true(num(c, "ttft_ms") > 0 && num(c, "decode_tok_s") > 0);
+    }
+    assert_true(fabs(num(naive, "bubble_theory") - 0.5) < 1e-12);
+    assert_true(num(flight, "bubble_theory") == 0);
+    double speedup = num(flight, "decode_tok_s") / num(naive, "decode_tok_s");
+    assert_true(fabs(num(pipe, "throughput_speedup") - speedup) < 1e-9 * speedup);
+    /* the in-flight column is the grid's own run */
+    assert_true(num(flight, "decode_tok_s") == num(obj(j, "rates"), "decode_tok_s"));
+    assert_int_equal((int)num(pipe, "greedy_sequences_identical"), 2);
+}
+
 /* On a grid the demo also runs one device: the same greedy tokens, less weight per worker,
- * the stages --split gave; a tp that does not fit is a usage error naming the ones that do. */
+ * the stages --split gave; with pp > 1 also one step in flight at a time; --trace writes the
+ * timed run's spans. A tp that does not fit is a usage error naming the ones that do. */
 static void test_decoder_demo_on_grids_compares_with_one_device(void **state)
 {
     (void)state;
-    char dir[600];
+    char dir[600], trace[600];
     gen_llama(dir, sizeof dir);
+    path_in_dir(trace, sizeof trace, "decoder-trace.json");
     tu_run r = RUN("--model", dir, "--dp", "1", "--pp", "2", "--tp", "2", "--gpus", "0,0,0,0",
                    "--backend", "host", "--threads", "1", "--split", "1,1", "--prompt-len", "8",
-                   "--max-tokens", "4", "--batch", "2", "--json");
+                   "--max-tokens", "4", "--batch", "2", "--json", "--trace", trace);
     assert_int_equal(r.status, 0);
     cJSON *j = parse_json_only(&r);
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(j, "stage_first_block");
@@ -603,12 +663,39 @@ static void test_decoder_demo_on_grids_compares_with_one_device(void **state)
     /* tp: 2 all-reduces of 64 floats in its 1 block + 8 bytes; pp: 64 floats */
     assert_int_equal((int)num(grid, "bytes_sent_per_token"), 2 * 64 * 4 + 8 + 64 * 4);
     assert_int_equal((int)num(single, "bytes_sent_per_token"), 0);
+    expect_pipeline_figures(j);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj(j, "verify"), "match")));
     cJSON_Delete(j);
     tu_run_free(&r);
+    expect_decoder_trace(trace);
 
     r = RUN("--model", dir, "--tp", "3", "--gpus", "0,0,0", "--backend", "host");
     EXPECT_USAGE(r, "tp=3 does not fit this model", "(1, 2, 4)", "--mode pp");
+    tu_run_free(&r);
+}
+
+/* Without --model the demo is a decoder's, on a Llama it writes to $TMPDIR and removes. */
+static void test_default_demo_is_a_decoder_on_a_generated_model(void **state)
+{
+    (void)state;
+    tu_run r = RUN("--mode", "pp", "--gpus", "0,0", "--backend", "host", "--threads", "1",
+                   "--prompt-len", "4", "--max-tokens", "3", "--batch", "2", "--no-verify");
+    if (r.status != 0)
+        print_run(&r);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "decoder demo"));
+    assert_non_null(strstr(r.out, "LlamaForCausalLM: 8 layers"));
+    assert_non_null(strstr(r.out, "pipeline: naive against in-flight decode"));
+    assert_non_null(strstr(r.out, "bubble in decode, measured"));
+    const char *line = strstr(r.out, "generated model");
+    assert_non_null(line);
+    const char *in = strstr(line, " in "), *end = strstr(line, ", removed at the end");
+    assert_true(in && end && in < end);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%.*s", (int)(end - in - 4), in + 4);
+    assert_int_equal(strncmp(dir, g_dir, strlen(g_dir)), 0); /* in $TMPDIR */
+    struct stat sb;
+    assert_int_not_equal(stat(dir, &sb), 0); /* and gone */
     tu_run_free(&r);
 }
 
@@ -616,27 +703,28 @@ static void test_decoder_demo_on_grids_compares_with_one_device(void **state)
 static void test_demos_refuse_flags_they_would_ignore(void **state)
 {
     (void)state;
-    char dir[600], trace[600];
+    char dir[600];
     gen_llama(dir, sizeof dir);
-    path_in_dir(trace, sizeof trace, "kept.json");
-    write_bytes(trace, "keep", 4);
-    tu_run r = RUN("--model", dir, "--gpus", "0", "--backend", "host", "--trace", trace);
-    EXPECT_USAGE(r, "--trace is a flag of the MLP demos", "drop it");
-    tu_run_free(&r);
-    char *kept = tu_slurp(trace, NULL);
-    assert_string_equal(kept, "keep"); /* not truncated */
-    free(kept);
     const char *mlp_only[][2] = {{"--iters", "3"}, {"--microbatches", "2"},
                                  {"--schedule", "gpipe"}};
+    tu_run r;
     for (size_t i = 0; i < sizeof mlp_only / sizeof mlp_only[0]; i++) {
         r = RUN("--model", dir, "--gpus", "0", "--backend", "host", mlp_only[i][0],
                 mlp_only[i][1]);
         EXPECT_USAGE(r, mlp_only[i][0], "not of the decoder demo");
         tu_run_free(&r);
+        r = RUN("--mode", "pp", "--gpus", "0,1", "--backend", "host", mlp_only[i][0],
+                mlp_only[i][1]); /* no --model: the decoder demo */
+        EXPECT_USAGE(r, mlp_only[i][0], "not of the decoder demo", "add --mlp");
+        tu_run_free(&r);
     }
+    r = RUN("--mlp", "--mode", "dp", "--model", dir, "--gpus", "0", "--backend", "host");
+    EXPECT_USAGE(r, "--mlp runs an MLP demo", "decoder directory");
+    tu_run_free(&r);
     const char *decoder_only[] = {"--prompt-len", "--max-tokens", "--kv-tokens"};
     for (size_t i = 0; i < sizeof decoder_only / sizeof decoder_only[0]; i++) {
-        r = RUN("--mode", "dp", "--gpus", "0", "--backend", "host", decoder_only[i], "8");
+        r = RUN("--mlp", "--mode", "dp", "--gpus", "0", "--backend", "host", decoder_only[i],
+                "8");
         EXPECT_USAGE(r, decoder_only[i], "a flag of the decoder demo", "--model");
         tu_run_free(&r);
     }
@@ -890,7 +978,7 @@ static void test_topology_report(void **state)
     assert_true(strstr(r.out, "): cores 0\n") || strstr(r.out, "): cores 0 (PUs"));
     tu_run_free(&r);
     /* and a demo runs with it */
-    r = RUN("--mode", "dp", "--gpus", "0,1", "--backend", "host", "--threads", "1", "--iters",
+    r = RUN("--mlp", "--mode", "dp", "--gpus", "0,1", "--backend", "host", "--threads", "1", "--iters",
             "2", "--warmup", "0");
     if (r.status != 0)
         print_run(&r);
@@ -943,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_topology_report),
         cmocka_unit_test(test_decoder_demo_verifies_against_the_reference),
         cmocka_unit_test(test_decoder_demo_on_grids_compares_with_one_device),
+        cmocka_unit_test(test_default_demo_is_a_decoder_on_a_generated_model),
         cmocka_unit_test(test_demos_refuse_flags_they_would_ignore),
         cmocka_unit_test(test_model_without_devices_suggests_gpus_0),
         cmocka_unit_test(test_generate_json_holds_the_sequence),

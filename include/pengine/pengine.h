@@ -104,6 +104,10 @@ typedef struct pe_config {
     int max_seqs;            /* sequences running at once per replica; 0 = 256; at most
                               * max_step_tokens (each decodes in every step) */
     int max_step_tokens;     /* tokens per step, decodes plus prefill chunks; 0 = 512 */
+    int decode_groups;       /* steps in flight at once per replica, each on its own group of
+                              * the running sequences; 0 = pp (a step per pipeline stage, so
+                              * that every stage works on another group); 1 = naive: one step
+                              * at a time through the stages; at most 64 */
     pe_tp_embedding tp_embedding; /* TP: the token table vocab-parallel (default) or whole */
 } pe_config;
 
@@ -325,19 +329,27 @@ void pe_detokenizer_free(pe_detokenizer *d);
 /* ---- tracing --------------------------------------------------------------------------- */
 
 typedef enum pe_trace_kind {
-    PE_TRACE_COMPUTE = 0, /* a stage's layers for one micro-batch */
+    PE_TRACE_COMPUTE = 0, /* a stage's layers for one micro-batch, or a decoder step */
     PE_TRACE_SEND,        /* activation to the next stage */
     PE_TRACE_RECV,        /* activation from the previous stage (includes waiting) */
     PE_TRACE_COLLECTIVE,  /* TP all-reduce / all-gather */
     PE_TRACE_CLOCK_WAIT   /* gpipe: waiting for the clock barrier */
 } pe_trace_kind;
 
+/* What a span worked on: an MLP micro-batch, or a decoder step and which kind. */
+typedef enum pe_trace_phase {
+    PE_TRACE_MLP = 0, /* an MLP request's micro-batch */
+    PE_TRACE_PREFILL, /* a decoder step holding prompt tokens (prefill chunks, and maybe decodes) */
+    PE_TRACE_DECODE   /* a decoder step of decodes only: one new token per sequence */
+} pe_trace_phase;
+
 typedef struct pe_trace_event {
     int worker;          /* world rank */
     int d, p, t;         /* grid coordinates of the worker */
     pe_trace_kind kind;
-    uint64_t request;    /* request id */
-    int microbatch;
+    pe_trace_phase phase;
+    uint64_t request;    /* request id; decoders: the replica's step number (from 0) */
+    int microbatch;      /* decoders: the step's group in flight (pe_config.decode_groups) */
     double start_us;     /* microseconds since the engine was created */
     double end_us;
 } pe_trace_event;

@@ -65,6 +65,10 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     if (cfg->tp_embedding != PE_TP_EMBED_VOCAB && cfg->tp_embedding != PE_TP_EMBED_REPLICATED)
         return pe_fail(err, PE_EINVAL, "unknown tp_embedding %d: use PE_TP_EMBED_VOCAB or "
                        "PE_TP_EMBED_REPLICATED", (int)cfg->tp_embedding);
+    if (cfg->decode_groups < 0 || cfg->decode_groups > 64)
+        return pe_fail(err, PE_EINVAL,
+                       "decode_groups=%d: give 1 to 64 steps in flight, or 0 for one per stage",
+                       cfg->decode_groups);
     if (cfg->threads < 0 || cfg->threads > 256)
         return pe_fail(err, PE_EINVAL,
                        "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",

@@ -30,13 +30,13 @@ static int writes_results(const en_worker *w)
 }
 
 /* PP: the residual stream x (T, C) from the previous stage, before this stage's blocks. */
-static pe_status recv_stream(en_worker *w, size_t T, pe_err *err)
+static pe_status recv_stream(en_worker *w, const en_step *st, size_t T, pe_err *err)
 {
     const pe_engine *e = w->e;
     uint64_t t0 = rt_now_ns();
     pe_status s = e->ops->recv(w->world_comm, w->acts.x, T * (size_t)e->dec.cfg.C,
                                en_rank(e, w->d, w->p - 1, w->t));
-    en_trace_record(w, PE_TRACE_RECV, NULL, -1, t0, rt_now_ns());
+    en_trace_step(w, PE_TRACE_RECV, st, t0, rt_now_ns());
     if (s != PE_OK)
         pe_fail(err, s, "worker %d: recv of a step's activations from stage %d: %s", w->rank,
                 w->p - 1, e->ops->last_error(w->dev));
@@ -44,7 +44,7 @@ static pe_status recv_stream(en_worker *w, size_t T, pe_err *err)
 }
 
 /* PP: x (T, C) to the next stage, and wait for the send (the next step writes x again). */
-static pe_status send_stream(en_worker *w, size_t T, pe_err *err)
+static pe_status send_stream(en_worker *w, const en_step *st, size_t T, pe_err *err)
 {
     const pe_engine *e = w->e;
     uint64_t t0 = rt_now_ns();
@@ -52,7 +52,7 @@ static pe_status send_stream(en_worker *w, size_t T, pe_err *err)
                                en_rank(e, w->d, w->p + 1, w->t));
     if (s == PE_OK)
         s = e->ops->synchronize(w->dev);
-    en_trace_record(w, PE_TRACE_SEND, NULL, -1, t0, rt_now_ns());
+    en_trace_step(w, PE_TRACE_SEND, st, t0, rt_now_ns());
     if (s != PE_OK)
         pe_fail(err, s, "worker %d: send of a step's activations to stage %d: %s", w->rank,
                 w->p + 1, e->ops->last_error(w->dev));
@@ -209,6 +209,18 @@ static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh,
 
 static uint64_t now_ns(void) { return rt_now_ns(); }
 
+/* The trace's view of a forward: its worker and its step, for the collectives' spans. */
+typedef struct step_span {
+    en_worker *w;
+    const en_step *st;
+} step_span;
+
+static void collective_done(void *ctx, uint64_t start_ns, uint64_t end_ns)
+{
+    const step_span *sp = ctx;
+    en_trace_step(sp->w, PE_TRACE_COLLECTIVE, sp->st, start_ns, end_ns);
+}
+
 /* TP: what of the step's logit rows the ranks gather, from the step's host copy of its
  * metadata: the rows whole for a scored row, or a row that samples with a temperature and
  * no top-k that candidates can hold; each rank's K best for rows that sample with a top-k
@@ -277,7 +289,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .gather = gather,
             .candidates = K,
         };
-        md_hooks hooks = {now_ns, NULL, w};
+        step_span span = {w, st};
+        md_hooks hooks = {now_ns, collective_done, &span};
         md_ctx c = {
             .ops = ops,
             .dev = w->dev,
@@ -292,7 +305,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .hooks = &hooks,
         };
         if (w->p > 0)
-            s = recv_stream(w, ms.rows, err);
+            s = recv_stream(w, st, ms.rows, err);
         uint64_t t0 = rt_now_ns();
         if (s == PE_OK) {
             s = md_forward(&e->dec, &w->weights, &c);
@@ -300,9 +313,9 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
                 pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
                         w->rank, w->device_id, st->ntok, c.err.msg);
         }
-        en_trace_record(w, PE_TRACE_COMPUTE, NULL, -1, t0, rt_now_ns());
+        en_trace_step(w, PE_TRACE_COMPUTE, st, t0, rt_now_ns());
         if (s == PE_OK && w->p < e->pp - 1)
-            s = send_stream(w, ms.rows, err);
+            s = send_stream(w, st, ms.rows, err);
         if (s == PE_OK && writes_results(w) && (s = download_results(w, st, &sh, gather, K)))
             pe_fail(err, s, "worker %d (device %d): copying a step's results to the host: %s",
                     w->rank, w->device_id, ops->last_error(w->dev));

@@ -380,7 +380,7 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
     e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
     sc->max_logit_rows = e->max_logit_rows;
-    sc->groups = e->pp; /* a step in flight per stage (replica.c) */
+    sc->groups = c->decode_groups ? c->decode_groups : e->pp; /* steps in flight (replica.c) */
     sc->prefill_chunks = e->m; /* a prompt's micro-batches (1 under PE_SCHED_NAIVE) */
     const md_part whole = {0, m->L, 0, e->tp, 0};
     const md_shard sh = md_shard_of(m, &whole);

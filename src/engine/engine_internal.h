@@ -118,12 +118,14 @@ typedef struct en_replica {
     pthread_t thread;
     int started;
     en_sched sched;         /* owned by the thread */
-    en_flight *flights;     /* (nflights) step buffers: pp of them, so that each stage works
-                             * on another group of sequences; one without PP */
+    en_flight *flights;     /* (nflights) step buffers, one per group in flight: pp of them
+                             * by default, so that each stage works on another group of
+                             * sequences (pe_config.decode_groups); one without PP */
     int nflights;
     int inflight;           /* steps out at the workers */
     int round_open;         /* PE_SCHED_GPIPE: steps may join the round (it fills the flights,
                              * then drains before the next) */
+    uint64_t steps;         /* steps sent out so far (their numbers in the trace) */
     atomic_int room;        /* published: blocks left once the waiting sequences are promised
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */
@@ -306,5 +308,8 @@ pe_status en_kept_take_for_release(pe_engine *e, uint64_t id, int *replica, int 
 /* ---- trace.c ---- */
 void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,
                      uint64_t start_ns, uint64_t end_ns);
+/* A span of a decoder step: its number, group and phase (prefill or decode) label it. */
+void en_trace_step(en_worker *w, pe_trace_kind kind, const en_step *st, uint64_t start_ns,
+                   uint64_t end_ns);
 
 #endif

@@ -55,6 +55,23 @@ static void publish(en_replica *r)
     r->taken_seqs = r->taken_blocks = 0;
 }
 
+/* Whether a step holds prompt tokens (a chunk before its sequence's first generated one). */
+static int holds_prompt(const en_step *st)
+{
+    for (int i = 0; i < st->nchunks; i++)
+        if (st->chunks[i].pos0 < st->chunks[i].seq->prompt_len)
+            return 1;
+    return 0;
+}
+
+/* The step's labels in the trace: its number, its group, prefill or decode. */
+static void label_step(en_replica *r, en_flight *f)
+{
+    f->step->number = r->steps++;
+    f->step->group = (int)(f - r->flights);
+    f->step->prefill = holds_prompt(f->step);
+}
+
 /* Sends the step to every worker of the replica: its stages (each runs its blocks, from the
  * previous stage's activations to the next's) and their TP ranks (each on its shard); the
  * last stage's rank 0 writes the results. A closed queue (the engine failed or is closing)
@@ -62,6 +79,7 @@ static void publish(en_replica *r)
 static void dispatch(en_replica *r, en_flight *f)
 {
     pe_engine *e = r->e;
+    label_step(r, f);
     f->parts = 0;
     f->dispatch_status = PE_OK;
     for (int k = 0; k < e->pp * e->tp; k++) { /* stage by stage: each worker's queue is FIFO */
@@ -237,7 +255,7 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         RT_IGNORE_WORD(r->seqs);
         RT_IGNORE_WORD(r->inbound_seqs);
         RT_IGNORE_WORD(r->inbound_blocks);
-        r->nflights = e->pp;
+        r->nflights = e->sched_cfg.groups; /* a step buffer per group in flight */
         r->flights = calloc((size_t)r->nflights, sizeof *r->flights);
         for (int i = 0; r->flights && i < r->nflights; i++) {
             en_flight *f = &r->flights[i];

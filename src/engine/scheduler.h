@@ -134,6 +134,10 @@ typedef struct en_step {
     float *out_lse;       /* log-sum-exp of each logit row */
     int out_cap, out_topk_cap;
     pe_status status;     /* PE_OK, or why the step failed (the engine keeps the message) */
+    /* for the trace, set by the replica when it sends the step out */
+    uint64_t number;      /* the replica's steps before this one */
+    int group;            /* its step buffer: the group in flight */
+    int prefill;          /* 1: a chunk holds prompt tokens; 0: decodes only */
 } en_step;
 
 /* Offsets of the sections of en_step.meta, in int32 words. */

@@ -10,8 +10,9 @@
 
 #include "engine/engine_internal.h"
 
-void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,
-                     uint64_t start_ns, uint64_t end_ns)
+/* Appends one event to the worker's buffer (counted as dropped when it is full). */
+static void record(en_worker *w, pe_trace_kind kind, pe_trace_phase phase, uint64_t request,
+                   int mb, uint64_t start_ns, uint64_t end_ns)
 {
     en_trace_buf *tb = &w->trace;
     if (!tb->cap)
@@ -27,10 +28,24 @@ void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int 
     ev->p = w->p;
     ev->t = w->t;
     ev->kind = kind;
-    ev->request = r ? r->req.id : 0;
+    ev->phase = phase;
+    ev->request = request;
     ev->microbatch = mb;
     ev->start_us = (double)(start_ns - e->t0_ns) * 1e-3;
     ev->end_us = (double)(end_ns - e->t0_ns) * 1e-3;
+}
+
+void en_trace_record(en_worker *w, pe_trace_kind kind, const en_request *r, int mb,
+                     uint64_t start_ns, uint64_t end_ns)
+{
+    record(w, kind, PE_TRACE_MLP, r ? r->req.id : 0, mb, start_ns, end_ns);
+}
+
+void en_trace_step(en_worker *w, pe_trace_kind kind, const en_step *st, uint64_t start_ns,
+                   uint64_t end_ns)
+{
+    record(w, kind, st->prefill ? PE_TRACE_PREFILL : PE_TRACE_DECODE, st->number, st->group,
+           start_ns, end_ns);
 }
 
 static int by_start(const void *a, const void *b)
@@ -86,6 +101,28 @@ static const char *kind_name(pe_trace_kind k)
     return "?";
 }
 
+/* One span: an MLP micro-batch's ("compute mb 2", args request and microbatch) or a decoder
+ * step's ("compute decode step 12", args step, group and phase). */
+static void write_event(FILE *f, const pe_trace_event *ev)
+{
+    const char *kind = kind_name(ev->kind);
+    if (ev->phase == PE_TRACE_MLP) {
+        fprintf(f,
+                ",\n{\"name\":\"%s mb %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"request\":%llu,\"microbatch\":%d}}",
+                kind, ev->microbatch, kind, ev->worker, ev->start_us,
+                ev->end_us - ev->start_us, (unsigned long long)ev->request, ev->microbatch);
+        return;
+    }
+    const char *phase = ev->phase == PE_TRACE_PREFILL ? "prefill" : "decode";
+    fprintf(f,
+            ",\n{\"name\":\"%s %s step %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,"
+            "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%llu,\"group\":%d,"
+            "\"phase\":\"%s\"}}",
+            kind, phase, (unsigned long long)ev->request, kind, ev->worker, ev->start_us,
+            ev->end_us - ev->start_us, (unsigned long long)ev->request, ev->microbatch, phase);
+}
+
 pe_status pe_engine_trace_write(pe_engine *e, const char *path)
 {
     pe_trace_event *ev = NULL;
@@ -110,12 +147,7 @@ pe_status pe_engine_trace_write(pe_engine *e, const char *path)
                 r ? "," : "", r, r, w->d, w->p, w->t, w->device_id);
     }
     for (size_t i = 0; i < n; i++)
-        fprintf(f,
-                ",\n{\"name\":\"%s mb %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
-                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"request\":%llu,\"microbatch\":%d}}",
-                kind_name(ev[i].kind), ev[i].microbatch, kind_name(ev[i].kind), ev[i].worker,
-                ev[i].start_us, ev[i].end_us - ev[i].start_us,
-                (unsigned long long)ev[i].request, ev[i].microbatch);
+        write_event(f, &ev[i]);
     fprintf(f, "\n]}\n");
     free(ev);
     if (fclose(f) != 0) {
