@@ -192,7 +192,7 @@ typedef struct flag_def {
 static const flag_def flags[] = {
     {"--mode", 1, FOR_ALL},        {"--gpus", 1, FOR_ALL},        {"--dp", 1, FOR_ALL},
     {"--pp", 1, FOR_ALL},          {"--tp", 1, FOR_ALL},          {"--model", 1, FOR_ALL},
-    {"--batch", 1, FOR_ALL},       {"--microbatches", 1, FOR_MLP}, {"--schedule", 1, FOR_MLP},
+    {"--batch", 1, FOR_ALL},       {"--microbatches", 1, FOR_ALL}, {"--schedule", 1, FOR_ALL},
     {"--split", 1, FOR_ALL},       {"--iters", 1, FOR_MLP},       {"--warmup", 1, FOR_ALL},
     {"--seed", 1, FOR_ALL},        {"--backend", 1, FOR_ALL},     {"--trace", 1, FOR_ALL},
     {"--json", 0, FOR_ALL},        {"--verify", 0, FOR_ALL},      {"--no-verify", 0, FOR_ALL},
@@ -200,6 +200,7 @@ static const flag_def flags[] = {
     {"--version", 0, FOR_ALL},     {"--dtype", 1, FOR_ALL},       {"--threads", 1, FOR_ALL},
     {"--kv-tokens", 1, FOR_DECODER}, {"--prompt-len", 1, FOR_DECODER},
     {"--max-tokens", 1, FOR_DECODER}, {"--mlp", 0, FOR_ALL},
+    {"--tp-embedding", 1, FOR_DECODER},
 };
 
 static const flag_def *find_flag(const char *name, size_t len)
@@ -257,6 +258,11 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         else return fail(msg, len, "unknown schedule '%s'; use --schedule naive, gpipe or stream",
                          v);
         o->schedule_set = 1;
+    } else if (!strcmp(f, "--tp-embedding")) {
+        if (!strcmp(v, "vocab")) o->tp_embedding = PE_TP_EMBED_VOCAB;
+        else if (!strcmp(v, "replicated")) o->tp_embedding = PE_TP_EMBED_REPLICATED;
+        else return fail(msg, len, "unknown --tp-embedding '%s'; use vocab (split by vocabulary, "
+                         "the default) or replicated (the whole table on every rank)", v);
     } else if (!strcmp(f, "--split")) {
         return cli_parse_int_list("--split", v, o->split, CLI_MAX_DEVICES, 1, &o->nsplit, msg,
                                   len);

@@ -28,6 +28,7 @@ typedef struct cli_options {
     int microbatches;          /* --microbatches, 0 = the demo's default */
     pe_schedule schedule;      /* --schedule, when schedule_set */
     int schedule_set;
+    pe_tp_embedding tp_embedding; /* --tp-embedding, default vocab-parallel */
     int nsplit;                /* --split entries, 0 = balanced by FLOPs */
     int split[CLI_MAX_DEVICES];
     int iters, warmup;         /* timed iterations (default 100) and warm-up (default 10) */

@@ -35,6 +35,11 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
     cfg.kv_tokens = o->kv_tokens;
     cfg.stage_layers = o->nsplit ? o->split : NULL; /* --split: blocks per stage */
     cfg.decode_groups = decode_groups;
+    cfg.tp_embedding = o->tp_embedding;
+    /* PP: a prompt streams through the stages in micro-batches, pp of them unless told */
+    const int pp = o->pp > 1 ? o->pp : 1;
+    cfg.schedule = o->schedule_set ? o->schedule : pp > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
+    cfg.microbatches = o->microbatches > 0 ? o->microbatches : pp;
     cfg.trace_capacity = trace_events;
     pe_engine *e = NULL;
     pe_status s = pe_engine_create(&cfg, &e);

@@ -119,6 +119,9 @@ static void test_unknown_mode_or_flag_is_usage_error(void **state)
     r = RUN("--mode", "pp", "--gpus", "0,1", "--schedule", "fast");
     EXPECT_USAGE(r, "unknown schedule 'fast'");
     tu_run_free(&r);
+    r = RUN("--mode", "tp", "--gpus", "0,1", "--tp-embedding", "both");
+    EXPECT_USAGE(r, "unknown --tp-embedding 'both'", "vocab", "replicated");
+    tu_run_free(&r);
     r = RUN("--mode", "pp", "--gpus", "0,1", "--iters", "ten");
     EXPECT_USAGE(r, "--iters 'ten'");
     tu_run_free(&r);
@@ -705,8 +708,7 @@ static void test_demos_refuse_flags_they_would_ignore(void **state)
     (void)state;
     char dir[600];
     gen_llama(dir, sizeof dir);
-    const char *mlp_only[][2] = {{"--iters", "3"}, {"--microbatches", "2"},
-                                 {"--schedule", "gpipe"}};
+    const char *mlp_only[][2] = {{"--iters", "3"}};
     tu_run r;
     for (size_t i = 0; i < sizeof mlp_only / sizeof mlp_only[0]; i++) {
         r = RUN("--model", dir, "--gpus", "0", "--backend", "host", mlp_only[i][0],
