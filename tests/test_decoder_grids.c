@@ -344,6 +344,7 @@ static void expect_a_share_per_worker(const char *dir, const pe_gen_spec *s, int
         const int p = (r / tp) % pp; /* rank = (d * pp + p) * tp + t */
         const int layers = info.stage_first_layer[p + 1] - info.stage_first_layer[p];
         weight_bounds(s, tp, layers, p == 0, p == pp - 1, &lo, &hi);
+        assert_true(hi < one.weight_bytes[0]); /* so that holding everything fails */
         if (info.weight_bytes[r] < lo || info.weight_bytes[r] > hi)
             fail_msg("%s dp=%d pp=%d tp=%d: worker %d (stage %d, %d blocks) holds %zu weight "
                      "bytes, not in [%zu, %zu] (one device: %zu)", dir, dp, pp, tp, r, p, layers,
