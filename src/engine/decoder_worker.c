@@ -322,9 +322,11 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
     }
     if (s != PE_OK) { /* the engine fails before the step's sequences end with the error, so
                        * that no client sees its final event and then a working engine */
-        if (writes_results(w)) /* the step's one writer; any failed rank fails the engine */
-            st->status = s;
         en_fail(e, s, err->msg);
+        /* The step's one writer ends its sequences with the engine's first failure, as the
+         * replica ends the others: a peer's, when ours is the abort it caused (PE_ECOMM). */
+        if (writes_results(w))
+            st->status = atomic_load(&e->failed);
     }
     rt_queue_push(e->replicas[w->d].inbox, st);
     return s;
