@@ -12,9 +12,12 @@
  * dp 2 x pp 2 x tp 2. Each grid must give one device's answers:
  *   - greedy: the same 32 tokens for 8 sequences of different prompt lengths (the greedy
  *     path gathers only each rank's best token);
- *   - sampled with a seed, with top-k logprobs (the path that gathers whole rows): the same
- *     tokens, and logprobs within 1e-4;
+ *   - sampled with a seed (temperature, top-k 40, top-p) with top-k logprobs (TP gathers each
+ *     rank's 40 candidates): the same tokens, and logprobs within 1e-4;
+ *   - sampled without a top-k (TP gathers the rows whole): the same;
  *   - pe_score's logits at every position within 1e-4 of their scale.
+ * The token embedding is vocab-parallel (the default) on all of them, and replicated on tp 3,
+ * pp 2 x tp 2 and the Llama's tp 4.
  * Memory, from pe_engine_info_get: each worker's weights lie between its share of its
  * stage's split tensors and that plus the replicated parts (both from the spec), and its KV
  * pool is exactly its stage's blocks times its KV heads.
@@ -66,10 +69,12 @@ static int teardown(void **state)
 }
 
 /* A host engine on the grid dp x pp x tp over devs, loaded with dir. */
-static pe_engine *grid_engine(const char *dir, int dp, int pp, int tp, const int *devs)
+static pe_engine *grid_engine_with(const char *dir, int dp, int pp, int tp, const int *devs,
+                                   pe_tp_embedding embedding)
 {
     pe_config cfg;
     pe_config_init(&cfg);
+    cfg.tp_embedding = embedding;
     cfg.backend = PE_BACKEND_HOST;
     cfg.ndevices = dp * pp * tp;
     cfg.devices = devs;
@@ -85,6 +90,12 @@ static pe_engine *grid_engine(const char *dir, int dp, int pp, int tp, const int
     return e;
 }
 
+/* ... with the default, vocab-parallel, token embedding. */
+static pe_engine *grid_engine(const char *dir, int dp, int pp, int tp, const int *devs)
+{
+    return grid_engine_with(dir, dp, pp, tp, devs, PE_TP_EMBED_VOCAB);
+}
+
 enum { NSEQ = 8, MAXG = 32, MAXPROMPT = 40, TOPK = 5 };
 
 /* The sequences of a run: 8, or 4 under valgrind (the tools' time is short). */
@@ -98,6 +109,10 @@ typedef struct answers {
     float top[NSEQ][MAXG][TOPK];
     int32_t top_ids[NSEQ][MAXG][TOPK];
 } answers;
+
+/* How generate samples: greedy; with a temperature, top-k and top-p (TP gathers each
+ * rank's top-k candidates); with a temperature and top-p only (TP gathers the rows whole). */
+enum { GREEDY = 0, SAMPLED_TOP_K, SAMPLED_ALL };
 
 /* 8 sequences of different prompt lengths, G tokens each, greedy or sampled (seeded) with
  * top-k logprobs. */
@@ -116,7 +131,7 @@ static void generate(pe_engine *e, int vocab, int G, int sampled, answers *out)
         p.user = (void *)(intptr_t)i;
         if (sampled) {
             p.sampling.temperature = 0.9f;
-            p.sampling.top_k = 40;
+            p.sampling.top_k = sampled == SAMPLED_TOP_K ? 40 : 0;
             p.sampling.top_p = 0.95f;
             p.sampling.seed = 7 + (uint64_t)i;
             p.logprobs = TOPK;
@@ -197,16 +212,18 @@ static const grid llama_grids[] = {
 /* Every grid of the list; under valgrind only grid number `small`, none when it is negative
  * (the tools' time is short: the other model's grid covers the same code). */
 static void every_grid_gives_one_devices_answers(const char *dir, int vocab, const grid *grids,
-                                                 size_t ngrids, int small)
+                                                 size_t ngrids, int small,
+                                                 pe_tp_embedding embedding)
 {
     if (tu_small() && small < 0)
         return;
     const int G = (int)tu_size(MAXG, 6);
-    static answers one_greedy, one_sampled, got;
+    static answers one_greedy, one_sampled, one_sampled_all, got;
     static const int single[1] = {0};
     pe_engine *e = grid_engine(dir, 1, 1, 1, single);
-    generate(e, vocab, G, 0, &one_greedy);
-    generate(e, vocab, G, 1, &one_sampled);
+    generate(e, vocab, G, GREEDY, &one_greedy);
+    generate(e, vocab, G, SAMPLED_TOP_K, &one_sampled);
+    generate(e, vocab, G, SAMPLED_ALL, &one_sampled_all);
     float *one_logits = score_all(e, vocab);
     pe_engine_destroy(e);
     for (size_t g = 0; g < ngrids; g++) {
@@ -215,11 +232,16 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
         char what[96];
         snprintf(what, sizeof what, "%s dp=%d pp=%d tp=%d", dir, grids[g].dp, grids[g].pp,
                  grids[g].tp);
-        e = grid_engine(dir, grids[g].dp, grids[g].pp, grids[g].tp, grids[g].devs);
-        generate(e, vocab, G, 0, &got);
+        e = grid_engine_with(dir, grids[g].dp, grids[g].pp, grids[g].tp, grids[g].devs,
+                             embedding);
+        generate(e, vocab, G, GREEDY, &got);
         expect_same_answers(&one_greedy, &got, G, what);
-        generate(e, vocab, G, 1, &got);
+        generate(e, vocab, G, SAMPLED_TOP_K, &got);
         expect_same_answers(&one_sampled, &got, G, what);
+        if (!tu_small()) { /* the rows-whole path, which the candidates path shares most of */
+            generate(e, vocab, G, SAMPLED_ALL, &got);
+            expect_same_answers(&one_sampled_all, &got, G, what);
+        }
         float *logits = score_all(e, vocab);
         double d = 0, m = 0;
         for (size_t i = 0; i < (size_t)20 * (size_t)vocab; i++) {
@@ -240,14 +262,27 @@ static void gpt2_with_a_padded_vocabulary_matches_one_device_on_every_grid(void 
     const grid *small = &gpt2_grids[GPT2_PP2_TP2];
     assert_true(small->dp == 1 && small->pp == 2 && small->tp == 2);
     every_grid_gives_one_devices_answers(gpt2_dir, gpt2_spec.vocab, gpt2_grids,
-                                         NGRIDS(gpt2_grids), GPT2_PP2_TP2);
+                                         NGRIDS(gpt2_grids), GPT2_PP2_TP2, PE_TP_EMBED_VOCAB);
 }
 
 static void llama_with_replicated_kv_heads_matches_one_device_on_every_grid(void **state)
 {
     (void)state;
     every_grid_gives_one_devices_answers(llama_dir, llama_spec.vocab, llama_grids,
-                                         NGRIDS(llama_grids), -1);
+                                         NGRIDS(llama_grids), -1, PE_TP_EMBED_VOCAB);
+}
+
+/* The token table whole on every TP rank (PE_TP_EMBED_REPLICATED) gives the same answers:
+ * tp 3 and pp 2 x tp 2 on the GPT-2 (its tied head then reads its rows of the whole
+ * table), tp 4 on the Llama. */
+static void a_replicated_embedding_matches_one_device(void **state)
+{
+    (void)state;
+    static const grid gpt2[] = {{1, 1, 3, eight}, {1, 2, 2, eight}}, llama[] = {{1, 1, 4, eight}};
+    every_grid_gives_one_devices_answers(gpt2_dir, gpt2_spec.vocab, gpt2, NGRIDS(gpt2), -1,
+                                         PE_TP_EMBED_REPLICATED);
+    every_grid_gives_one_devices_answers(llama_dir, llama_spec.vocab, llama, NGRIDS(llama), -1,
+                                         PE_TP_EMBED_REPLICATED);
 }
 
 /* ---- memory per worker ---------------------------------------------------------------------- */
@@ -596,6 +631,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_with_a_padded_vocabulary_matches_one_device_on_every_grid),
         cmocka_unit_test(llama_with_replicated_kv_heads_matches_one_device_on_every_grid),
+        cmocka_unit_test(a_replicated_embedding_matches_one_device),
         cmocka_unit_test(each_worker_holds_its_share_of_the_weights_and_the_kv_cache),
         cmocka_unit_test(a_tp_rank_failing_mid_decode_ends_every_sequence_with_the_error),
         cmocka_unit_test(a_pp_stage_failing_mid_decode_ends_every_sequence_with_the_error),
