@@ -35,22 +35,30 @@ static size_t most(const size_t *v, int n)
     return m;
 }
 
-/* The most bytes a worker sends per generated token: under TP its all-reduces (2 a block of
- * its stage, the hidden width in fp32) and the head's gather of each rank's best (token,
- * logit) for greedy rows; under PP the residual stream to the next stage (the hidden width). */
-static double bytes_per_token(const pe_engine_info *info, const pe_model_info *m)
+/* The most bytes a worker sends per generated token, over the stages: under TP its
+ * all-reduces of the hidden width in fp32 (2 a block of its stage, and the vocab-parallel
+ * embedding's on the first stage) and, on the last stage, the head's gather of each rank's
+ * best (token, logit) for greedy rows; under PP the residual stream to the next stage. */
+static double bytes_per_token(const pe_engine_info *info, const pe_model_info *m,
+                              pe_tp_embedding embedding)
 {
-    int blocks = 0;
+    const double row = (double)m->hidden * sizeof(float);
+    double most_bytes = 0;
     for (int p = 0; p < info->pp; p++) {
-        int n = info->stage_first_layer[p + 1] - info->stage_first_layer[p];
-        blocks = n > blocks ? n : blocks;
+        int blocks = info->stage_first_layer[p + 1] - info->stage_first_layer[p];
+        double bytes = 0;
+        if (info->tp > 1) {
+            bytes += 2.0 * blocks * row;
+            if (p == 0 && embedding == PE_TP_EMBED_VOCAB)
+                bytes += row;
+            if (p == info->pp - 1)
+                bytes += 2.0 * sizeof(float);
+        }
+        if (p < info->pp - 1)
+            bytes += row;
+        most_bytes = bytes > most_bytes ? bytes : most_bytes;
     }
-    double bytes = 0;
-    if (info->tp > 1)
-        bytes += 2.0 * blocks * m->hidden * sizeof(float) + 2.0 * sizeof(float);
-    if (info->pp > 1)
-        bytes += (double)m->hidden * sizeof(float);
-    return bytes;
+    return most_bytes;
 }
 
 int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *info,
@@ -81,7 +89,7 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
                      most(info->weight_bytes, info->world) / 1048576.0};
     double kvmib[] = {most(one_info.kv_bytes, 1) / 1048576.0,
                       most(info->kv_bytes, info->world) / 1048576.0};
-    double sent[] = {0, bytes_per_token(info, m)};
+    double sent[] = {0, bytes_per_token(info, m, o->tp_embedding)};
     report_row(r, "ttft_ms", "time to first token (ms)", ttft, 3, NULL);
     report_row(r, "decode_ms_per_token", "decode (ms/token, one step)", lat, 3, NULL);
     report_row(r, "decode_tok_s", "decode (tok/s, all sequences)", tput, 1, NULL);
@@ -95,7 +103,11 @@ int cli_llm_compare(cli_report *r, const cli_options *o, const pe_engine_info *i
                tput[1] / tput[0], 2, "x");
     if (info->tp > 1)
         report_str(r, "collectives", "collectives per step",
-                   "2 all-reduces a block (attention out, MLP down), 1 all-gather at the head");
+                   o->tp_embedding == PE_TP_EMBED_VOCAB
+                       ? "2 all-reduces a block (attention out, MLP down), 1 at the "
+                         "vocab-parallel embedding, 1 all-gather at the head"
+                       : "2 all-reduces a block (attention out, MLP down), 1 all-gather at "
+                         "the head (the embedding replicated)");
     if (info->pp > 1)
         report_str(r, "pipeline", "pipeline",
                    "a step in flight per stage, each on its own group of sequences");
