@@ -1629,6 +1629,19 @@ static void expect_slots(const en_step *st, const int32_t *blocks, int B)
         assert_int_equal(st->meta[L.block_tables + (size_t)b], blocks[b]);
 }
 
+/* A scheduler with 2 groups in flight and prompts in 4 chunks, and its 2 step buffers. */
+static void open_streaming(en_sched *s, en_sched_config *cfg, kept_log *log, en_step *st[2])
+{
+    *cfg = default_config(); /* blocks of 4, budget 16 tokens */
+    cfg->groups = 2;
+    cfg->prefill_chunks = 4;
+    assert_int_equal(en_sched_init(s, cfg, log_event, log), PE_OK);
+    st[0] = calloc(1, sizeof(en_step));
+    st[1] = calloc(1, sizeof(en_step));
+    assert_non_null(st[0]);
+    assert_non_null(st[1]);
+}
+
 /* scheduler.h: with prefill_chunks m, a prompt is cut into m chunks, and the next one goes
  * into the next step while the previous is still out (the steps in flight of PP); only the
  * last chunk has a logit row; positions, slots and block tables continue across the steps;
@@ -1636,15 +1649,11 @@ static void expect_slots(const en_step *st, const int32_t *blocks, int B)
 static void test_a_prompt_streams_in_chunks_through_steps_in_flight(void **state)
 {
     (void)state;
-    en_sched_config cfg = default_config(); /* blocks of 4, budget 16 tokens */
-    cfg.groups = 2;
-    cfg.prefill_chunks = 4;
+    en_sched_config cfg;
     kept_log log = {0};
     en_sched s;
-    assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
-    en_step *st[2] = {calloc(1, sizeof(en_step)), calloc(1, sizeof(en_step))};
-    assert_non_null(st[0]);
-    assert_non_null(st[1]);
+    en_step *st[2];
+    open_streaming(&s, &cfg, &log, st);
     en_sched_add(&s, kept_msg(1, 24, 2, 0, cfg.context)); /* chunks of ceil(24 / 4) = 6 */
     build_chunk(&s, st[0], 0, 6, 0);
     en_seq *seq = st[0]->chunks[0].seq;
@@ -1686,16 +1695,12 @@ static void test_a_streaming_prompt_cancelled_or_failed_ends_once_its_chunks_are
     void **state)
 {
     (void)state;
-    en_sched_config cfg = default_config();
-    cfg.groups = 2;
-    cfg.prefill_chunks = 4;
     for (int failed = 0; failed < 2; failed++) {
+        en_sched_config cfg;
         kept_log log = {0};
         en_sched s;
-        assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
-        en_step *st[2] = {calloc(1, sizeof(en_step)), calloc(1, sizeof(en_step))};
-        assert_non_null(st[0]);
-        assert_non_null(st[1]);
+        en_step *st[2];
+        open_streaming(&s, &cfg, &log, st);
         en_sched_add(&s, kept_msg(7, 16, 4, 0, cfg.context));
         build_chunk(&s, st[0], 0, 4, 0);
         build_chunk(&s, st[1], 4, 4, 0);
