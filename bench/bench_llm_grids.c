@@ -16,7 +16,8 @@
  * The raw kernels: the Linears of one decode step (every block's projections and the LM head;
  * not attention, norms or sampling), each the backend's own Linear (be_ops.linear: the GEMV
  * kernel at M <= 8, OpenBLAS sgemm above it, one thread), looped for a fixed time by plain
- * threads, one host device each, no engine and no collective:
+ * threads, one host device each, bound to the cores the engine's workers get, no engine and
+ * no collective:
  *   1 core: the whole step on one thread, at M = batch;
  *   tp 2 and 2 cores: each thread its tp shard (half the heads, half the MLP, half the
  *     vocabulary) at M = batch, both at once;
@@ -44,6 +45,7 @@
 #include "bench_util.h"
 #include "pengine/pengine.h"
 #include "pengine/pengine_tools.h"
+#include "runtime/topology.h"
 
 enum {
     MAXB = 64,   /* the largest batch */
@@ -69,6 +71,7 @@ enum { C_ONE, C_CORES2, C_TP, C_PP, C_DP };
 
 static int g_quick, g_pass, g_miss;
 static double g_load_max; /* the highest load1() read */
+static rt_topology *g_topo;
 
 static double now_ms(void)
 {
@@ -187,9 +190,10 @@ typedef struct lin {
 } lin;
 
 /* The Linears of one decode step of blocks [first, last) (and the head when last is the
- * model's end), rank t's shards of a tp-way split: the column-parallel ones (QKV, the MLP's
- * up and gate, the vocab-parallel head) keep N / tp rows of W, the row-parallel ones (the
- * attention's output, the MLP's down) K / tp columns. Returns how many. */
+ * model's end), as one rank of a tp-way split holds them (every rank's are the same size):
+ * the column-parallel ones (QKV, the MLP's up and gate, the vocab-parallel head) keep N / tp
+ * rows of W, the row-parallel ones (the attention's output, the MLP's down) K / tp columns.
+ * Returns how many. */
 static int step_linears(const pe_model_info *mi, int first, int last, int tp, lin *out)
 {
     const size_t C = (size_t)mi->hidden, hd = (size_t)mi->head_dim, T = (size_t)tp;
@@ -223,6 +227,7 @@ typedef struct raw_worker {
     lin lins[MAXLIN]; /* its Linears, in order */
     int nlin;
     pthread_t th;
+    rt_binding bind;  /* the cores an engine's worker of the same rank gets */
     be_device *dev;
     void *w[MAXLIN];  /* (N, K) each, on dev */
     float *x, *y;     /* (MAXB, the largest K), (MAXB, the largest N) on dev */
@@ -255,7 +260,9 @@ static pe_status raw_step(raw_worker *me, size_t M)
 static pe_status raw_setup(raw_worker *me, pe_err *err)
 {
     const be_ops *ops = be_host_ops();
-    pe_status s = ops->open(0, &me->dev, err);
+    pe_status s = rt_topology_bind_self(g_topo, &me->bind, err);
+    if (s == PE_OK)
+        s = ops->open(0, &me->dev, err);
     if (s == PE_OK)
         s = ops->set_compute_threads(me->dev, 1);
     size_t kmax = 0, nmax = 0, most = 0;
@@ -362,10 +369,17 @@ static int raw_failed(const raw_team *team)
     return 0;
 }
 
-/* n threads (1 or 2), worker i on its own host device with Linears lins[i] (nlin[i]), set
- * up and warmed; NULL on failure. */
+/* n threads (1 or 2), worker i on its own host device with Linears lins[i] (nlin[i]),
+ * bound to the cores the engine gives its worker i at one core a device; set up and warmed;
+ * NULL on failure. */
 static raw_team *raw_team_start(int n, lin (*lins)[MAXLIN], const int *nlin)
 {
+    rt_binding plan[2];
+    pe_err err = {{0}};
+    if (rt_topology_plan_cores(g_topo, n, NULL, 1, plan, &err) != PE_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return NULL;
+    }
     raw_team *team = calloc(1, sizeof *team);
     if (!team)
         return NULL;
@@ -376,6 +390,7 @@ static raw_team *raw_team_start(int n, lin (*lins)[MAXLIN], const int *nlin)
     for (int i = 0; i < n; i++) {
         raw_worker *w = &team->wk[i];
         w->team = team;
+        w->bind = plan[i];
         w->nlin = nlin[i];
         memcpy(w->lins, lins[i], (size_t)nlin[i] * sizeof(lin));
         if (pthread_create(&w->th, NULL, raw_main, w) != 0) {
@@ -699,6 +714,11 @@ int main(int argc, char **argv)
     } models[2] = {{"gpt2-124m", PE_GEN_GPT2, "124m", "gpt2"},
                    {"llama-110m", PE_GEN_LLAMA, "llama-110m", "llama"}};
     const double t0 = now_ms();
+    pe_err err = {{0}};
+    if (rt_topology_load(&g_topo, &err) != PE_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
     printf("bench_llm_grids: %d trials; each host device one core unless said; load %.2f\n",
            trials, load1());
     cJSON *root = cJSON_CreateObject();
@@ -739,5 +759,6 @@ int main(int argc, char **argv)
     if (args.json_path && bu_write_json(root, args.json_path))
         ok = 0;
     cJSON_Delete(root);
+    rt_topology_free(g_topo);
     return ok ? 0 : 1;
 }
