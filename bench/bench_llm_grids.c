@@ -1,7 +1,8 @@
 /* bench_llm_grids.c: the decoders on grids of host devices against one device and against
  * ideals built from the same run's raw kernels on the same cores: the seeds' table.
  *
- *   bench_llm_grids [--quick] [--json FILE] [--only gpt2|llama] [--model DIR] [--trials N]
+ *   bench_llm_grids [--quick] [--json FILE] [--markdown] [--only gpt2|llama] [--model DIR]
+ *                   [--trials N]
  *
  * Shapes: the 124m GPT-2 and the llama-110m, fp32, written seeded into a temporary folder
  * (--quick: 4-block, hidden-256 versions; --model DIR: that checkpoint only). Each host device
@@ -23,13 +24,16 @@
  *     vocabulary) at M = batch, both at once;
  *   pp 2: each thread half the blocks (cut where the GEMV bytes balance; the head on the
  *     second) at M = batch / 2, both at once: a group of batch / 2 leaves per step;
- *   dp 2: each thread the whole step on its own copy of the weights at M = batch / 2.
+ *   dp 2: each thread the whole step on its own copy of the weights at M = batch / 2;
+ *   at batch 1, pp 2 and dp 2 have the 1-core ideal (the token passes both stages; one
+ *   replica holds the sequence).
  * The ideal of a grid is its raw figure; the hardware's ratio is raw(grid) / raw(1 core).
  * Targets (issue 10, section 7):
  *   - tp 2, batch 1: ms/token <= 0.75 x one device, and <= 1.15 x the ideal;
  *   - pp 2, batch 8: tok/s >= 1.7 x one device, and ideal <= 1.15 x pp 2's tok/s;
  *   - dp 2, batch 8 and 64: tok/s >= 1.8 x one device;
  *   - the greedy tokens of every grid equal to one device's (an error if not).
+ * --markdown prints the tables of docs/modes.md ("Decoders on grids") at the end.
  * A MISS does not change the exit status (1 only on errors).
  */
 #include <math.h>
@@ -384,7 +388,7 @@ static raw_team *raw_team_start(int n, lin (*lins)[MAXLIN], const int *nlin)
     if (!team)
         return NULL;
     team->n = n;
-    team->round_ms = g_quick ? 40 : 200;
+    team->round_ms = g_quick ? 40 : 300;
     pthread_barrier_init(&team->go, NULL, (unsigned)n + 1);
     pthread_barrier_init(&team->done, NULL, (unsigned)n + 1);
     for (int i = 0; i < n; i++) {
@@ -558,44 +562,47 @@ static void print_table(const figures *f, int trials, cJSON *o)
            "step's Linears alone, raw, on the same cores)\n");
 }
 
+/* A target's verdict; hw_what (or NULL) names the raw threads whose speedup over one is hw. */
 static void target(cJSON *arr, const char *what, double v, const char *cmp, double bound,
-                   const char *note)
+                   const char *hw_what, double hw)
 {
     int ok = !strcmp(cmp, "<=") ? v <= bound : v >= bound;
     const char *vd = verdict(ok);
-    printf("  %-52s %5.2f (target %s %.2f)  %s%s\n", what, v, cmp, bound, vd, note);
+    printf("  %-52s %5.2f (target %s %.2f)  %s", what, v, cmp, bound, vd);
+    if (hw_what)
+        printf("  (hardware: %s on 2 threads %.2fx of 1)", hw_what, hw);
+    printf("\n");
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "figure", what);
     cJSON_AddNumberToObject(t, "value", v);
     cJSON_AddStringToObject(t, "target", cmp);
     cJSON_AddNumberToObject(t, "bound", bound);
     cJSON_AddBoolToObject(t, "pass", ok);
+    if (hw_what) {
+        cJSON_AddStringToObject(t, "hardware", hw_what);
+        cJSON_AddNumberToObject(t, "hardware_speedup", hw);
+    }
     cJSON_AddItemToArray(arr, t);
 }
 
 static void print_targets(const figures *f, int trials, cJSON *o)
 {
     cJSON *arr = cJSON_AddArrayToObject(o, "targets");
-    char note[160];
-    double hw = med_speedup(f->ideal, C_TP, 0, trials);
-    snprintf(note, sizeof note, "  (hardware: raw shards on 2 threads %.2fx of 1)", hw);
     printf("\n");
     target(arr, "tp 2, batch 1: ms/token, tp 2 / one device",
-           1 / med_speedup(f->fig, C_TP, 0, trials), "<=", 0.75, note);
+           1 / med_speedup(f->fig, C_TP, 0, trials), "<=", 0.75, "the raw shards",
+           med_speedup(f->ideal, C_TP, 0, trials));
     target(arr, "tp 2, batch 1: ms/token, tp 2 / ideal",
-           med_ratio(f->fig[C_TP][0], f->ideal[C_TP][0], trials), "<=", 1.15, "");
-    hw = med_speedup(f->ideal, C_PP, 1, trials);
-    snprintf(note, sizeof note, "  (hardware: raw halves on 2 threads %.2fx of 1)", hw);
+           med_ratio(f->fig[C_TP][0], f->ideal[C_TP][0], trials), "<=", 1.15, NULL, 0);
     target(arr, "pp 2, batch 8: tok/s, pp 2 / one device", med_speedup(f->fig, C_PP, 1, trials),
-           ">=", 1.7, note);
+           ">=", 1.7, "the raw halves", med_speedup(f->ideal, C_PP, 1, trials));
     target(arr, "pp 2, batch 8: tok/s, ideal / pp 2",
-           med_ratio(f->ideal[C_PP][1], f->fig[C_PP][1], trials), "<=", 1.15, "");
+           med_ratio(f->ideal[C_PP][1], f->fig[C_PP][1], trials), "<=", 1.15, NULL, 0);
     for (int b = 1; b < NB; b++) {
         char what[96];
-        hw = med_speedup(f->ideal, C_DP, b, trials);
-        snprintf(note, sizeof note, "  (hardware: raw replicas on 2 threads %.2fx of 1)", hw);
         snprintf(what, sizeof what, "dp 2, batch %d: tok/s, dp 2 / one device", BATCH[b]);
-        target(arr, what, med_speedup(f->fig, C_DP, b, trials), ">=", 1.8, note);
+        target(arr, what, med_speedup(f->fig, C_DP, b, trials), ">=", 1.8, "the raw replicas",
+               med_speedup(f->ideal, C_DP, b, trials));
     }
 }
 
@@ -624,7 +631,7 @@ static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
     for (int c = 0; rc == 0 && c < NC; c++) /* warm-up */
         rc = run(e[c], 1, 4, mi.vocab, &res[c]);
     for (int t = 0; rc == 0 && t < trials; t++) {
-        printf("  trial %d:", t + 1);
+        printf("  trial %d (1 core, 2 cores, tp 2, pp 2, dp 2; ideals in brackets):\n", t + 1);
         for (int b = 0; rc == 0 && b < NB; b++) {
             for (int c = 0; rc == 0 && c < NC; c++) {
                 rc = run(e[c], BATCH[b], G[b], mi.vocab, &res[c]);
@@ -639,12 +646,12 @@ static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
             }
             if (rc == 0)
                 rc = raw_trial(&raw, b, t, &f);
-            if (rc == 0)
-                printf(" batch %d %.*f %s (ideal %.*f);", BATCH[b], b ? 1 : 2,
-                       f.fig[C_ONE][b][t], b ? "tok/s" : "ms/token", b ? 1 : 2,
-                       f.ideal[C_ONE][b][t]);
+            printf("    batch %2d, %-8s", BATCH[b], b ? "tok/s:" : "ms/token:");
+            for (int c = 0; rc == 0 && c < NC; c++)
+                printf(" %7.*f [%7.*f]", b ? 1 : 2, f.fig[c][b][t], b ? 1 : 2, f.ideal[c][b][t]);
+            printf("\n");
         }
-        printf(" load %.2f\n", load1());
+        printf("    load %.2f\n", load1());
         fflush(stdout);
     }
     raw_set_stop(&raw);
@@ -662,6 +669,87 @@ static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
     printf("  greedy tokens of every configuration = one device's: %s\n", same ? "yes" : "NO");
     cJSON_AddBoolToObject(o, "greedy_tokens_identical", same);
     return same ? 0 : -1;
+}
+
+/* ---- the tables of docs/modes.md ------------------------------------------------------------ */
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const cJSON *target_row(const cJSON *model, int r)
+{
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(model, "targets"), r);
+}
+
+/* --markdown: the models' tables and their targets, from what the run put in root. */
+static void print_markdown(const cJSON *root)
+{
+    const cJSON *m, *ms[4], *row;
+    int nm = 0;
+    cJSON_ArrayForEach(m, root) if (nm < 4 && cJSON_GetObjectItemCaseSensitive(m, "targets"))
+        ms[nm++] = m;
+    for (int k = 0; k < nm; k++) {
+        printf("\n| %s, fp32 | batch 1: ms/token | batch 8: tok/s | batch 64: tok/s |\n"
+               "| --- | --- | --- | --- |\n", ms[k]->string);
+        const cJSON *table = cJSON_GetObjectItemCaseSensitive(ms[k], "table");
+        cJSON_ArrayForEach(row, table)
+        {
+            printf("| %s |", cJSON_GetObjectItemCaseSensitive(row, "config")->valuestring);
+            for (int b = 0; b < NB; b++) {
+                char key[32];
+                snprintf(key, sizeof key, "batch%d", BATCH[b]);
+                const cJSON *c = cJSON_GetObjectItemCaseSensitive(row, key);
+                double v = num(c, b ? "tok_s" : "ms_per_token");
+                double i = num(c, b ? "ideal_tok_s" : "ideal_ms_per_token");
+                if (row == table->child) /* the reference */
+                    printf(" %.1f / %.1f |", v, i);
+                else
+                    printf(" %.1f (%.2fx) / %.1f (%.2fx) |", v, num(c, "speedup_over_one_core"),
+                           i, num(c, "ideal_speedup_over_one_core"));
+            }
+            printf("\n");
+        }
+    }
+    if (nm == 0)
+        return;
+    printf("\n| target (issue 10, section 7) |");
+    for (int k = 0; k < nm; k++)
+        printf(" %s |", ms[k]->string);
+    printf(" target |\n| --- |");
+    for (int k = 0; k < nm; k++)
+        printf(" --- |");
+    printf(" --- |\n");
+    const int rows = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(ms[0], "targets"));
+    for (int r = 0; r < rows; r++) {
+        const cJSON *t0 = target_row(ms[0], r);
+        const cJSON *hw = cJSON_GetObjectItemCaseSensitive(t0, "hardware");
+        printf("| %s |", cJSON_GetObjectItemCaseSensitive(t0, "figure")->valuestring);
+        for (int k = 0; k < nm; k++) {
+            const cJSON *t = target_row(ms[k], r);
+            printf(" %.2f: %s |", num(t, "value"),
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "pass")) ? "PASS" : "MISS");
+        }
+        printf(" %s %.3g |\n", cJSON_GetObjectItemCaseSensitive(t0, "target")->valuestring,
+               num(t0, "bound"));
+        if (!cJSON_IsString(hw))
+            continue;
+        printf("| (hardware: %s on 2 threads / 1) |", hw->valuestring);
+        for (int k = 0; k < nm; k++) {
+            const cJSON *t = target_row(ms[k], r);
+            printf(" %.2fx |", num(t, "hardware_speedup"));
+        }
+        printf(" |\n");
+    }
+    printf("| greedy tokens of every configuration = one device's |");
+    for (int k = 0; k < nm; k++)
+        printf(" %s |",
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ms[k], "greedy_tokens_identical"))
+                   ? "yes"
+                   : "no");
+    printf(" yes |\n");
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -697,7 +785,7 @@ int main(int argc, char **argv)
     bu_parse_args(argc, argv, &args);
     g_quick = args.quick;
     const char *model_dir = NULL, *only = NULL;
-    int trials = 3;
+    int trials = 3, markdown = 0;
     for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--model"))
             model_dir = argv[i + 1];
@@ -706,6 +794,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only"))
             only = argv[i + 1];
     }
+    for (int i = 1; i < argc; i++)
+        markdown |= !strcmp(argv[i], "--markdown");
     trials = trials < 1 ? 1 : trials > MAXT ? MAXT : trials;
     const struct {
         const char *name;
@@ -756,6 +846,8 @@ int main(int argc, char **argv)
     cJSON_AddBoolToObject(root, "contended", contended);
     cJSON_AddNumberToObject(root, "pass", g_pass);
     cJSON_AddNumberToObject(root, "miss", g_miss);
+    if (markdown)
+        print_markdown(root);
     if (args.json_path && bu_write_json(root, args.json_path))
         ok = 0;
     cJSON_Delete(root);
