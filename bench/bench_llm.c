@@ -167,22 +167,6 @@ static int write_model(model *m, const char *root, pe_dtype file_dtype, char *di
     return 0;
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Weight bytes one decode step reads: every projection and the LM head (the token and
  * position tables are only looked up, one row a token). */
 static double step_weight_bytes(const pe_model_info *mi, pe_dtype dt)
@@ -572,8 +556,8 @@ int main(int argc, char **argv)
     cJSON_Delete(g_root);
     if (!models_dir)
         for (int i = 0; i < 2; i++) {
-            remove_dir(models[i].dir);
-            remove_dir(models[i].dir16);
+            bu_remove_dir(models[i].dir);
+            bu_remove_dir(models[i].dir16);
             rmdir(root);
         }
     return ok ? 0 : 1;

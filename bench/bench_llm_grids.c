@@ -1,41 +1,81 @@
-/* bench_llm_grids.c: a decoder on grids of host devices against one device, side by side.
+/* bench_llm_grids.c: the decoders on grids of host devices against one device and against
+ * ideals built from the same run's raw kernels on the same cores: the seeds' table.
  *
- *   bench_llm_grids [--quick] [--json FILE] [--model DIR] [--trials N]
+ *   bench_llm_grids [--quick] [--json FILE] [--markdown] [--only gpt2|llama] [--model DIR]
+ *                   [--trials N]
  *
- * Each host device computes with one core (--threads 1 for every worker), as each GPU has
- * its own SMs: one device is one core, tp 2 and dp 2 are two. The model is the llama-110m
- * shape (written seeded into a temporary folder, or --model DIR); --quick a smaller one.
- * Runs alternate one device / grid, N trials each (default 3), and the figures are the
- * medians of the ratios, since the machine is shared and noisy:
- *   - TP 2 (devices 0,0): decode latency at batch 1 (ms between tokens), one device / tp 2;
- *     target >= 1.3x (the layers' bytes are halved per core, the all-reduces cost a little);
- *   - DP 2 (devices 0,0): decode throughput of 64 sequences (32 a replica: the GEMMs are
- *     compute-bound, as on a GPU's own memory), dp 2 / one device; target >= 1.7x (as the
- *     MLP's DP); and of 8, printed: there the host's devices share one memory bus, and two
- *     replicas read the weights twice;
- *   - PP 2 (devices 0,0): decode throughput of 64 sequences (two groups of 32 in flight, one
- *     a stage), pp 2 / one device, printed; and the largest worker's weights / one
- *     device's;
- *   - the greedy tokens of every grid equal to one device's.
+ * Shapes: the 124m GPT-2 and the llama-110m, fp32, written seeded into a temporary folder
+ * (--quick: 4-block, hidden-256 versions; --model DIR: that checkpoint only). Each host device
+ * computes with one core (threads 1), as each GPU has its own SMs. Configurations:
+ *   one device x 1 core (the reference), one device x 2 cores, tp 2, pp 2 (two groups in
+ *   flight, one a stage), dp 2;
+ * each at batch 1 (latency: ms between sequence 0's tokens) and at batch 8 and 64
+ * (throughput: tokens after the last first token / the time they took). A trial runs, batch
+ * by batch, the reference, then every grid, then the raw kernels; the figures are the medians
+ * over N trials (default 3) of each trial's ratios, since the machine is shared and noisy.
+ *
+ * The raw kernels: the Linears of one decode step (every block's projections and the LM head;
+ * not attention, norms or sampling), each the backend's own Linear (be_ops.linear: the GEMV
+ * kernel at M <= 8, OpenBLAS sgemm above it, one thread), looped for a fixed time by plain
+ * threads, one host device each, bound to the cores the engine's workers get, no engine and
+ * no collective:
+ *   1 core: the whole step on one thread, at M = batch;
+ *   tp 2 and 2 cores: each thread its tp shard (half the heads, half the MLP, half the
+ *     vocabulary) at M = batch, both at once;
+ *   pp 2: each thread half the blocks (cut where the GEMV bytes balance; the head on the
+ *     second) at M = batch / 2, both at once: a group of batch / 2 leaves per step;
+ *   dp 2: each thread the whole step on its own copy of the weights at M = batch / 2;
+ *   at batch 1, pp 2 and dp 2 have the 1-core ideal (the token passes both stages; one
+ *   replica holds the sequence).
+ * The ideal of a grid is its raw figure; the hardware's ratio is raw(grid) / raw(1 core).
+ * Targets (issue 10, section 7):
+ *   - tp 2, batch 1: ms/token <= 0.75 x one device, and <= 1.15 x the ideal;
+ *   - pp 2, batch 8: tok/s >= 1.7 x one device, and ideal <= 1.15 x pp 2's tok/s;
+ *   - dp 2, batch 8 and 64: tok/s >= 1.8 x one device;
+ *   - the greedy tokens of every grid equal to one device's (an error if not).
+ * --markdown prints the tables of docs/modes.md ("Decoders on grids") at the end.
  * A MISS does not change the exit status (1 only on errors).
  */
-#include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "bench_util.h"
 #include "pengine/pengine.h"
 #include "pengine/pengine_tools.h"
+#include "runtime/topology.h"
 
-enum { MAXB = 64, MAXG = 64 };
+enum {
+    MAXB = 64,   /* the largest batch */
+    MAXG = 32,   /* the most tokens a sequence generates */
+    PROMPT = 8,  /* prompt tokens of every sequence */
+    NB = 3,      /* batches: 1, 8, 64 */
+    NC = 5,      /* configurations: the reference and four others */
+    MAXT = 16,   /* trials */
+    MAXLIN = 512 /* Linears of a step */
+};
+static const int BATCH[NB] = {1, 8, 64};
 
-static int g_pass, g_miss;
+typedef struct config {
+    const char *name;
+    int dp, pp, tp, threads;
+} config;
+static const config CONF[NC] = {{"1 device x 1 core", 1, 1, 1, 1},
+                                {"1 device x 2 cores", 1, 1, 1, 2},
+                                {"tp 2", 1, 1, 2, 1},
+                                {"pp 2", 1, 2, 1, 1},
+                                {"dp 2", 2, 1, 1, 1}};
+enum { C_ONE, C_CORES2, C_TP, C_PP, C_DP };
+
+static int g_quick, g_pass, g_miss;
+static double g_load_max; /* the highest load1() read */
+static rt_topology *g_topo;
 
 static double now_ms(void)
 {
@@ -53,6 +93,7 @@ static double load1(void)
             l = 0;
         fclose(f);
     }
+    g_load_max = fmax(g_load_max, l);
     return l;
 }
 
@@ -62,23 +103,24 @@ static const char *verdict(int ok)
     return ok ? "PASS" : "MISS";
 }
 
-/* A host engine on dp x pp x tp workers of device 0, one core each. */
-static pe_engine *open_grid(const char *dir, int dp, int pp, int tp)
+/* ---- the engine ---------------------------------------------------------------------------- */
+
+static pe_engine *open_config(const char *dir, const config *c)
 {
     static const int dev0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.backend = PE_BACKEND_HOST;
-    cfg.ndevices = dp * pp * tp;
+    cfg.ndevices = c->dp * c->pp * c->tp;
     cfg.devices = dev0;
-    cfg.dp = dp;
-    cfg.pp = pp;
-    cfg.tp = tp;
-    cfg.threads = 1;
-    cfg.kv_tokens = 2048;
+    cfg.dp = c->dp;
+    cfg.pp = c->pp;
+    cfg.tp = c->tp;
+    cfg.threads = c->threads;
+    cfg.kv_tokens = 2048; /* 64 sequences of 2 blocks (PROMPT + the tokens <= 32) */
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK) {
-        fprintf(stderr, "error: dp=%d pp=%d tp=%d: %s\n", dp, pp, tp, pe_last_error());
+        fprintf(stderr, "error: %s: %s\n", c->name, pe_last_error());
         pe_engine_destroy(e);
         return NULL;
     }
@@ -86,26 +128,26 @@ static pe_engine *open_grid(const char *dir, int dp, int pp, int tp)
 }
 
 typedef struct result {
-    double gap_ms;    /* median ms between sequence 0's tokens after its first */
-    double tok_s;     /* tokens after the last first token / the time they took */
+    double gap_ms; /* median ms between sequence 0's tokens after its first */
+    double tok_s;  /* tokens after the last first token / the time they took */
     int32_t tok[MAXB][MAXG];
 } result;
 
-/* B sequences of 16-token prompts, G greedy tokens each. */
+/* B sequences of PROMPT-token prompts, G greedy tokens each. */
 static int run(pe_engine *e, int B, int G, int vocab, result *out)
 {
     memset(out, 0, sizeof *out);
-    int32_t prompt[16];
+    int32_t prompt[PROMPT];
     for (int i = 0; i < B; i++) {
         uint64_t s = 1000 + (uint64_t)i;
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < PROMPT; k++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             prompt[k] = (int32_t)((s >> 33) % (uint64_t)vocab);
         }
         pe_seq_params p;
         pe_seq_params_init(&p);
         p.prompt = prompt;
-        p.prompt_len = 16;
+        p.prompt_len = PROMPT;
         p.max_tokens = G;
         p.ignore_eos = 1;
         p.user = (void *)(intptr_t)i;
@@ -145,65 +187,595 @@ static int run(pe_engine *e, int B, int G, int vocab, result *out)
     return 0;
 }
 
-/* The most weight bytes a worker of e holds. */
-static double worker_weights(const pe_engine *e)
+/* ---- the raw kernels ----------------------------------------------------------------------- */
+
+typedef struct lin {
+    size_t N, K; /* W (N, K): y(M, N) = x(M, K) W^T */
+} lin;
+
+/* The Linears of one decode step of blocks [first, last) (and the head when last is the
+ * model's end), as one rank of a tp-way split holds them (every rank's are the same size):
+ * the column-parallel ones (QKV, the MLP's up and gate, the vocab-parallel head) keep N / tp
+ * rows of W, the row-parallel ones (the attention's output, the MLP's down) K / tp columns.
+ * Returns how many. */
+static int step_linears(const pe_model_info *mi, int first, int last, int tp, lin *out)
 {
-    pe_engine_info info;
-    pe_engine_info_get(e, &info);
-    double most = 0;
-    for (int w = 0; w < info.world && w < 64; w++)
-        most = fmax(most, (double)info.weight_bytes[w]);
-    return most;
+    const size_t C = (size_t)mi->hidden, hd = (size_t)mi->head_dim, T = (size_t)tp;
+    const size_t q = (size_t)mi->heads * hd, kv = (size_t)mi->kv_heads * hd;
+    const int gpt2 = mi->family == PE_FAMILY_GPT2;
+    const size_t inner = gpt2 ? 4 * C : (size_t)mi->inner;
+    int n = 0;
+    for (int l = first; l < last; l++) {
+        out[n++] = (lin){gpt2 ? 3 * C / T : (q + 2 * kv) / T, C}; /* QKV */
+        out[n++] = (lin){C, q / T};                              /* attention's output */
+        out[n++] = (lin){(gpt2 ? 1 : 2) * inner / T, C};         /* up (and gate) */
+        out[n++] = (lin){C, inner / T};                          /* down */
+    }
+    if (last == mi->nlayers)
+        out[n++] = (lin){((size_t)mi->vocab + T - 1) / T, C}; /* the head */
+    return n;
 }
 
-typedef struct ratios {
-    double latency;    /* one device's decode gap / the grid's */
-    double throughput; /* the grid's decode tok/s / one device's */
-    double weights;    /* the grid's largest worker's weight bytes / one device's */
-    int same;          /* the grid's greedy tokens are one device's */
-} ratios;
-
-/* One device against the grid, alternating, trials times: the medians of the ratios. */
-static int compare(const char *dir, int vocab, int dp, int pp, int tp, int B, int G,
-                   int trials, ratios *out, cJSON *o)
+static double lin_bytes(const lin *l, int n)
 {
-    pe_engine *one = open_grid(dir, 1, 1, 1), *grid = open_grid(dir, dp, pp, tp);
-    if (!one || !grid) {
-        pe_engine_destroy(one);
-        pe_engine_destroy(grid);
+    double b = 0;
+    for (int i = 0; i < n; i++)
+        b += (double)l[i].N * (double)l[i].K * sizeof(float);
+    return b;
+}
+
+typedef struct raw_team raw_team;
+
+typedef struct raw_worker {
+    raw_team *team;
+    lin lins[MAXLIN]; /* its Linears, in order */
+    int nlin;
+    pthread_t th;
+    rt_binding bind;  /* the cores an engine's worker of the same rank gets */
+    be_device *dev;
+    void *w[MAXLIN];  /* (N, K) each, on dev */
+    float *x, *y;     /* (MAXB, the largest K), (MAXB, the largest N) on dev */
+    double ms;        /* the last round: its median ms per step */
+    pe_status status;
+    char msg[PE_ERR_LEN];
+} raw_worker;
+
+struct raw_team {
+    int n;
+    raw_worker wk[2];
+    pthread_barrier_t go, done; /* n + 1 parties */
+    int M, stop;                /* set by main before `go` */
+    double round_ms;            /* how long each worker loops */
+};
+
+/* One decode step of this worker's Linears at M rows: x -> y, the shapes' own sizes. */
+static pe_status raw_step(raw_worker *me, size_t M)
+{
+    const be_ops *ops = be_host_ops();
+    for (int i = 0; i < me->nlin; i++) {
+        pe_status s = ops->linear(me->dev, PE_DTYPE_FP32, M, me->lins[i].N, me->lins[i].K, me->x,
+                                  me->w[i], NULL, BE_ACT_NONE, me->y, 0, NULL);
+        if (s != PE_OK)
+            return s;
+    }
+    return PE_OK;
+}
+
+static pe_status raw_setup(raw_worker *me, pe_err *err)
+{
+    const be_ops *ops = be_host_ops();
+    pe_status s = rt_topology_bind_self(g_topo, &me->bind, err);
+    if (s == PE_OK)
+        s = ops->open(0, &me->dev, err);
+    if (s == PE_OK)
+        s = ops->set_compute_threads(me->dev, 1);
+    size_t kmax = 0, nmax = 0, most = 0;
+    for (int i = 0; i < me->nlin; i++) {
+        kmax = me->lins[i].K > kmax ? me->lins[i].K : kmax;
+        nmax = me->lins[i].N > nmax ? me->lins[i].N : nmax;
+        most = me->lins[i].N * me->lins[i].K > most ? me->lins[i].N * me->lins[i].K : most;
+    }
+    most = most > MAXB * kmax ? most : MAXB * kmax;
+    float *host = s == PE_OK ? malloc(most * sizeof *host) : NULL;
+    if (s == PE_OK && !host)
+        return pe_fail(err, PE_ENOMEM, "out of memory");
+    if (host)
+        pe_random_uniform(host, most, 3);
+    void *p = NULL;
+    for (int i = 0; s == PE_OK && i < me->nlin; i++) {
+        size_t bytes = me->lins[i].N * me->lins[i].K * sizeof(float);
+        s = ops->alloc(me->dev, bytes, &me->w[i]);
+        if (s == PE_OK) /* written: untouched pages would all read the one zero page */
+            s = ops->copy_h2d(me->dev, me->w[i], host, bytes);
+    }
+    if (s == PE_OK && (s = ops->alloc(me->dev, MAXB * kmax * sizeof(float), &p)) == PE_OK) {
+        me->x = p;
+        s = ops->copy_h2d(me->dev, me->x, host, MAXB * kmax * sizeof(float));
+    }
+    if (s == PE_OK && (s = ops->alloc(me->dev, MAXB * nmax * sizeof(float), &p)) == PE_OK)
+        me->y = p;
+    free(host);
+    if (s == PE_OK) /* warm-up: page faults, BLAS buffers */
+        s = raw_step(me, MAXB);
+    if (s != PE_OK && !err->msg[0])
+        return pe_fail(err, s, "raw Linears: %s", me->dev ? ops->last_error(me->dev) : "");
+    return s;
+}
+
+static void raw_teardown(raw_worker *me)
+{
+    const be_ops *ops = be_host_ops();
+    if (!me->dev)
+        return;
+    for (int i = 0; i < me->nlin; i++)
+        if (me->w[i])
+            ops->free(me->dev, me->w[i]);
+    if (me->x)
+        ops->free(me->dev, me->x);
+    if (me->y)
+        ops->free(me->dev, me->y);
+    ops->close(me->dev);
+}
+
+static void *raw_main(void *arg)
+{
+    raw_worker *me = arg;
+    raw_team *team = me->team;
+    pe_err err = {{0}};
+    me->status = raw_setup(me, &err);
+    if (me->status != PE_OK)
+        snprintf(me->msg, sizeof me->msg, "%s", err.msg);
+    pthread_barrier_wait(&team->done);
+    for (;;) {
+        pthread_barrier_wait(&team->go);
+        if (team->stop)
+            break;
+        /* Steps for round_ms (3 at least): the workers run side by side all along; the
+         * median step, as the engine's latency is its median gap. */
+        double t0 = now_ms(), t = t0, step[256];
+        int steps = 0;
+        while (me->status == PE_OK && steps < 256 && (steps < 3 || t - t0 < team->round_ms)) {
+            double ts = t;
+            me->status = raw_step(me, (size_t)team->M);
+            t = now_ms();
+            step[steps++] = t - ts;
+        }
+        if (me->status != PE_OK)
+            snprintf(me->msg, sizeof me->msg, "raw Linears: %s",
+                     be_host_ops()->last_error(me->dev));
+        me->ms = bu_median(step, (size_t)steps);
+        pthread_barrier_wait(&team->done);
+    }
+    raw_teardown(me);
+    return NULL;
+}
+
+static void raw_team_stop(raw_team *team)
+{
+    if (!team)
+        return;
+    team->stop = 1;
+    pthread_barrier_wait(&team->go);
+    for (int i = 0; i < team->n; i++)
+        pthread_join(team->wk[i].th, NULL);
+    pthread_barrier_destroy(&team->go);
+    pthread_barrier_destroy(&team->done);
+    free(team);
+}
+
+static int raw_failed(const raw_team *team)
+{
+    for (int i = 0; i < team->n; i++)
+        if (team->wk[i].status != PE_OK) {
+            fprintf(stderr, "error: raw thread %d: %s\n", i, team->wk[i].msg);
+            return 1;
+        }
+    return 0;
+}
+
+/* n threads (1 or 2), worker i on its own host device with Linears lins[i] (nlin[i]),
+ * bound to the cores the engine gives its worker i at one core a device; set up and warmed;
+ * NULL on failure. */
+static raw_team *raw_team_start(int n, lin (*lins)[MAXLIN], const int *nlin)
+{
+    rt_binding plan[2];
+    pe_err err = {{0}};
+    if (rt_topology_plan_cores(g_topo, n, NULL, 1, plan, &err) != PE_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return NULL;
+    }
+    raw_team *team = calloc(1, sizeof *team);
+    if (!team)
+        return NULL;
+    team->n = n;
+    team->round_ms = g_quick ? 40 : 300;
+    pthread_barrier_init(&team->go, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&team->done, NULL, (unsigned)n + 1);
+    for (int i = 0; i < n; i++) {
+        raw_worker *w = &team->wk[i];
+        w->team = team;
+        w->bind = plan[i];
+        w->nlin = nlin[i];
+        memcpy(w->lins, lins[i], (size_t)nlin[i] * sizeof(lin));
+        if (pthread_create(&w->th, NULL, raw_main, w) != 0) {
+            fprintf(stderr, "error: cannot start a raw thread\n");
+            exit(1); /* the barriers wait for it: nothing to unwind */
+        }
+    }
+    pthread_barrier_wait(&team->done);
+    if (raw_failed(team)) {
+        raw_team_stop(team);
+        return NULL;
+    }
+    return team;
+}
+
+/* One round at M rows: the slowest worker's median ms per step (-1 on failure). */
+static double raw_round(raw_team *team, int M)
+{
+    team->M = M;
+    pthread_barrier_wait(&team->go);
+    pthread_barrier_wait(&team->done);
+    if (raw_failed(team))
+        return -1;
+    double ms = 0;
+    for (int i = 0; i < team->n; i++)
+        ms = fmax(ms, team->wk[i].ms);
+    return ms;
+}
+
+/* The raw teams of a model: 1 core, tp shards, pp halves, dp copies. */
+typedef struct raw_set {
+    raw_team *one, *tp, *pp, *dp;
+    int pp_cut; /* the pp halves' first block of the second */
+} raw_set;
+
+static void raw_set_stop(raw_set *r)
+{
+    raw_team_stop(r->one);
+    raw_team_stop(r->tp);
+    raw_team_stop(r->pp);
+    raw_team_stop(r->dp);
+    memset(r, 0, sizeof *r);
+}
+
+static int raw_set_start(const pe_model_info *mi, raw_set *r)
+{
+    static lin l[2][MAXLIN];
+    int n[2];
+    memset(r, 0, sizeof *r);
+    if (4 * mi->nlayers + 1 > MAXLIN) {
+        fprintf(stderr, "error: %d blocks: too many for the raw Linears\n", mi->nlayers);
         return -1;
     }
-    out->weights = worker_weights(grid) / worker_weights(one);
-    static result a, b;
-    double lat[16], tput[16], gap_one[16], gap_grid[16];
-    int rc = run(one, 1, 4, vocab, &a) || run(grid, 1, 4, vocab, &b); /* warm-up */
-    out->same = 1;
-    for (int t = 0; rc == 0 && t < trials; t++) {
-        rc = run(one, B, G, vocab, &a) || run(grid, B, G, vocab, &b);
-        lat[t] = a.gap_ms / b.gap_ms;
-        tput[t] = b.tok_s / a.tok_s;
-        gap_one[t] = a.gap_ms;
-        gap_grid[t] = b.gap_ms;
-        for (int i = 0; i < B; i++)
-            out->same &= !memcmp(a.tok[i], b.tok[i], (size_t)G * sizeof(int32_t));
-        printf("    trial %d: one device %.2f ms/token, %.1f tok/s; dp=%d pp=%d tp=%d %.2f "
-               "ms/token, %.1f tok/s\n", t + 1, a.gap_ms, a.tok_s, dp, pp, tp, b.gap_ms,
-               b.tok_s);
+    n[0] = step_linears(mi, 0, mi->nlayers, 1, l[0]);
+    n[1] = n[0];
+    memcpy(l[1], l[0], sizeof l[0]);
+    r->one = raw_team_start(1, l, n);
+    r->dp = raw_team_start(2, l, n);
+    n[0] = step_linears(mi, 0, mi->nlayers, 2, l[0]);
+    n[1] = n[0];
+    memcpy(l[1], l[0], sizeof l[0]);
+    r->tp = raw_team_start(2, l, n);
+    /* pp: the cut where the two halves' bytes are closest */
+    const double total = lin_bytes(l[0], step_linears(mi, 0, mi->nlayers, 1, l[0]));
+    double best = 1e300;
+    for (int cut = 1; cut < mi->nlayers; cut++) {
+        double a = lin_bytes(l[0], step_linears(mi, 0, cut, 1, l[0]));
+        if (fmax(a, total - a) < best) {
+            best = fmax(a, total - a);
+            r->pp_cut = cut;
+        }
     }
-    pe_engine_destroy(one);
-    pe_engine_destroy(grid);
+    n[0] = step_linears(mi, 0, r->pp_cut, 1, l[0]);
+    n[1] = step_linears(mi, r->pp_cut, mi->nlayers, 1, l[1]);
+    r->pp = raw_team_start(2, l, n);
+    if (!r->one || !r->dp || !r->tp || !r->pp) {
+        raw_set_stop(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- one model ----------------------------------------------------------------------------- */
+
+/* fig[c][b][t]: configuration c at batch b in trial t: ms/token at batch 1, tok/s above;
+ * ideal[c][b][t] the same from the raw kernels. */
+typedef struct figures {
+    double fig[NC][NB][MAXT], ideal[NC][NB][MAXT];
+} figures;
+
+/* The raw figures of trial t at batch b into f->ideal; 0 or -1. */
+static int raw_trial(raw_set *r, int b, int t, figures *f)
+{
+    const int B = BATCH[b];
+    double one = raw_round(r->one, B), tp = raw_round(r->tp, B);
+    double pp = B > 1 ? raw_round(r->pp, B / 2) : one; /* at batch 1, a pass through both */
+    double dp = B > 1 ? raw_round(r->dp, B / 2) : one; /* at batch 1, one replica works */
+    if (one < 0 || tp < 0 || pp < 0 || dp < 0)
+        return -1;
+    const double ms[NC] = {one, tp, tp, pp, dp};
+    const double per_step[NC] = {B, B, B, B > 1 ? B / 2 : 1, B};
+    for (int c = 0; c < NC; c++)
+        f->ideal[c][b][t] = B == 1 ? ms[c] : per_step[c] / (ms[c] * 1e-3);
+    return 0;
+}
+
+/* The medians over trials of x[t] and of x[t] / ref[t]. */
+static double med(const double *x, int trials)
+{
+    double v[MAXT];
+    memcpy(v, x, (size_t)trials * sizeof *v);
+    return bu_median(v, (size_t)trials);
+}
+
+static double med_ratio(const double *x, const double *ref, int trials)
+{
+    double v[MAXT];
+    for (int t = 0; t < trials; t++)
+        v[t] = x[t] / ref[t];
+    return bu_median(v, (size_t)trials);
+}
+
+/* Speedup of configuration c over the reference at batch b in trial t's figures v. */
+static double speedup(const double (*v)[NB][MAXT], int c, int b, int t)
+{
+    return b == 0 ? v[0][b][t] / v[c][b][t] : v[c][b][t] / v[0][b][t];
+}
+
+static double med_speedup(const double (*v)[NB][MAXT], int c, int b, int trials)
+{
+    double x[MAXT];
+    for (int t = 0; t < trials; t++)
+        x[t] = speedup(v, c, b, t);
+    return bu_median(x, (size_t)trials);
+}
+
+static void print_table(const figures *f, int trials, cJSON *o)
+{
+    printf("\n  %-20s | %-31s | %-31s | %-31s\n", "", "batch 1: ms/token", "batch 8: tok/s",
+           "batch 64: tok/s");
+    printf("  %-20s | %-31s | %-31s | %-31s\n", "", "measured (x 1 core) / ideal (x)",
+           "measured (x 1 core) / ideal (x)", "measured (x 1 core) / ideal (x)");
+    cJSON *rows = cJSON_AddArrayToObject(o, "table");
+    for (int c = 0; c < NC; c++) {
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "config", CONF[c].name);
+        printf("  %-20s", CONF[c].name);
+        for (int b = 0; b < NB; b++) {
+            double m = med(f->fig[c][b], trials), i = med(f->ideal[c][b], trials);
+            double sm = med_speedup(f->fig, c, b, trials), si = med_speedup(f->ideal, c, b, trials);
+            printf(" | %7.*f (%.2fx) / %7.*f (%.2fx)", b ? 1 : 2, m, sm, b ? 1 : 2, i, si);
+            char key[64];
+            cJSON *cell = cJSON_CreateObject();
+            cJSON_AddNumberToObject(cell, b ? "tok_s" : "ms_per_token", m);
+            cJSON_AddNumberToObject(cell, "speedup_over_one_core", sm);
+            cJSON_AddNumberToObject(cell, b ? "ideal_tok_s" : "ideal_ms_per_token", i);
+            cJSON_AddNumberToObject(cell, "ideal_speedup_over_one_core", si);
+            snprintf(key, sizeof key, "batch%d", BATCH[b]);
+            cJSON_AddItemToObject(row, key, cell);
+        }
+        printf("\n");
+        cJSON_AddItemToArray(rows, row);
+    }
+    printf("  (x: speedup over 1 device x 1 core, median of the trials' ratios; ideal: the "
+           "step's Linears alone, raw, on the same cores)\n");
+}
+
+/* A target's verdict; hw_what (or NULL) names the raw threads whose speedup over one is hw. */
+static void target(cJSON *arr, const char *what, double v, const char *cmp, double bound,
+                   const char *hw_what, double hw)
+{
+    int ok = !strcmp(cmp, "<=") ? v <= bound : v >= bound;
+    const char *vd = verdict(ok);
+    printf("  %-52s %5.2f (target %s %.2f)  %s", what, v, cmp, bound, vd);
+    if (hw_what)
+        printf("  (hardware: %s on 2 threads %.2fx of 1)", hw_what, hw);
+    printf("\n");
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "figure", what);
+    cJSON_AddNumberToObject(t, "value", v);
+    cJSON_AddStringToObject(t, "target", cmp);
+    cJSON_AddNumberToObject(t, "bound", bound);
+    cJSON_AddBoolToObject(t, "pass", ok);
+    if (hw_what) {
+        cJSON_AddStringToObject(t, "hardware", hw_what);
+        cJSON_AddNumberToObject(t, "hardware_speedup", hw);
+    }
+    cJSON_AddItemToArray(arr, t);
+}
+
+static void print_targets(const figures *f, int trials, cJSON *o)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, "targets");
+    printf("\n");
+    target(arr, "tp 2, batch 1: ms/token, tp 2 / one device",
+           1 / med_speedup(f->fig, C_TP, 0, trials), "<=", 0.75, "the raw shards",
+           med_speedup(f->ideal, C_TP, 0, trials));
+    target(arr, "tp 2, batch 1: ms/token, tp 2 / ideal",
+           med_ratio(f->fig[C_TP][0], f->ideal[C_TP][0], trials), "<=", 1.15, NULL, 0);
+    target(arr, "pp 2, batch 8: tok/s, pp 2 / one device", med_speedup(f->fig, C_PP, 1, trials),
+           ">=", 1.7, "the raw halves", med_speedup(f->ideal, C_PP, 1, trials));
+    target(arr, "pp 2, batch 8: tok/s, ideal / pp 2",
+           med_ratio(f->ideal[C_PP][1], f->fig[C_PP][1], trials), "<=", 1.15, NULL, 0);
+    for (int b = 1; b < NB; b++) {
+        char what[96];
+        snprintf(what, sizeof what, "dp 2, batch %d: tok/s, dp 2 / one device", BATCH[b]);
+        target(arr, what, med_speedup(f->fig, C_DP, b, trials), ">=", 1.8, "the raw replicas",
+               med_speedup(f->ideal, C_DP, b, trials));
+    }
+}
+
+/* Every configuration and the raw kernels, trials times; the table and the targets. */
+static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
+{
+    pe_engine *e[NC] = {0};
+    raw_set raw = {0};
+    static figures f;
+    static result res[NC];
+    int rc = 0, same = 1;
+    for (int c = 0; rc == 0 && c < NC; c++)
+        if (!(e[c] = open_config(dir, &CONF[c])))
+            rc = -1;
+    pe_model_info mi;
+    memset(&mi, 0, sizeof mi);
+    if (rc == 0) {
+        pe_engine_model_info(e[0], &mi);
+        printf("\n== %s: %s, %d blocks, hidden %d, %d heads (%d KV), vocab %d, fp32; load %.2f\n",
+               name, mi.architecture, mi.nlayers, mi.hidden, mi.heads, mi.kv_heads, mi.vocab,
+               load1());
+        fflush(stdout);
+        rc = raw_set_start(&mi, &raw);
+    }
+    const int G[NB] = {g_quick ? 12 : 16, g_quick ? 12 : 16, g_quick ? 8 : 16};
+    for (int c = 0; rc == 0 && c < NC; c++) /* warm-up */
+        rc = run(e[c], 1, 4, mi.vocab, &res[c]);
+    for (int t = 0; rc == 0 && t < trials; t++) {
+        printf("  trial %d (1 core, 2 cores, tp 2, pp 2, dp 2; ideals in brackets):\n", t + 1);
+        for (int b = 0; rc == 0 && b < NB; b++) {
+            for (int c = 0; rc == 0 && c < NC; c++) {
+                rc = run(e[c], BATCH[b], G[b], mi.vocab, &res[c]);
+                f.fig[c][b][t] = b == 0 ? res[c].gap_ms : res[c].tok_s;
+                for (int i = 0; rc == 0 && c > 0 && i < BATCH[b]; i++)
+                    if (memcmp(res[c].tok[i], res[0].tok[i], (size_t)G[b] * sizeof(int32_t))) {
+                        fprintf(stderr, "error: %s, batch %d: sequence %d's greedy tokens "
+                                "differ from one device's\n", CONF[c].name, BATCH[b], i);
+                        same = 0;
+                        break;
+                    }
+            }
+            if (rc == 0)
+                rc = raw_trial(&raw, b, t, &f);
+            printf("    batch %2d, %-8s", BATCH[b], b ? "tok/s:" : "ms/token:");
+            for (int c = 0; rc == 0 && c < NC; c++)
+                printf(" %7.*f [%7.*f]", b ? 1 : 2, f.fig[c][b][t], b ? 1 : 2, f.ideal[c][b][t]);
+            printf("\n");
+        }
+        printf("    load %.2f\n", load1());
+        fflush(stdout);
+    }
+    raw_set_stop(&raw);
+    for (int c = 0; c < NC; c++)
+        pe_engine_destroy(e[c]);
     if (rc)
         return -1;
-    out->latency = bu_median(lat, (size_t)trials);
-    out->throughput = bu_median(tput, (size_t)trials);
-    cJSON_AddNumberToObject(o, "one_device_ms_per_token", bu_median(gap_one, (size_t)trials));
-    cJSON_AddNumberToObject(o, "grid_ms_per_token", bu_median(gap_grid, (size_t)trials));
-    cJSON_AddNumberToObject(o, "latency_one_over_grid", out->latency);
-    cJSON_AddNumberToObject(o, "throughput_grid_over_one", out->throughput);
-    cJSON_AddNumberToObject(o, "weights_per_worker_grid_over_one", out->weights);
-    cJSON_AddBoolToObject(o, "greedy_tokens_identical", out->same);
-    printf("  greedy tokens identical to one device: %s  %s\n", out->same ? "yes" : "no",
-           verdict(out->same));
+    cJSON_AddStringToObject(o, "architecture", mi.architecture);
+    cJSON_AddNumberToObject(o, "blocks", mi.nlayers);
+    cJSON_AddNumberToObject(o, "hidden", mi.hidden);
+    cJSON_AddNumberToObject(o, "vocab", mi.vocab);
+    cJSON_AddNumberToObject(o, "pp_ideal_cut", raw.pp_cut);
+    print_table(&f, trials, o);
+    print_targets(&f, trials, o);
+    printf("  greedy tokens of every configuration = one device's: %s\n", same ? "yes" : "NO");
+    cJSON_AddBoolToObject(o, "greedy_tokens_identical", same);
+    return same ? 0 : -1;
+}
+
+/* ---- the tables of docs/modes.md ------------------------------------------------------------ */
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const cJSON *target_row(const cJSON *model, int r)
+{
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(model, "targets"), r);
+}
+
+/* --markdown: the models' tables and their targets, from what the run put in root. */
+static void print_markdown(const cJSON *root)
+{
+    const cJSON *m, *ms[4], *row;
+    int nm = 0;
+    cJSON_ArrayForEach(m, root) if (nm < 4 && cJSON_GetObjectItemCaseSensitive(m, "targets"))
+        ms[nm++] = m;
+    for (int k = 0; k < nm; k++) {
+        printf("\n| %s, fp32 | batch 1: ms/token | batch 8: tok/s | batch 64: tok/s |\n"
+               "| --- | --- | --- | --- |\n", ms[k]->string);
+        const cJSON *table = cJSON_GetObjectItemCaseSensitive(ms[k], "table");
+        cJSON_ArrayForEach(row, table)
+        {
+            printf("| %s |", cJSON_GetObjectItemCaseSensitive(row, "config")->valuestring);
+            for (int b = 0; b < NB; b++) {
+                char key[32];
+                snprintf(key, sizeof key, "batch%d", BATCH[b]);
+                const cJSON *c = cJSON_GetObjectItemCaseSensitive(row, key);
+                double v = num(c, b ? "tok_s" : "ms_per_token");
+                double i = num(c, b ? "ideal_tok_s" : "ideal_ms_per_token");
+                if (row == table->child) /* the reference */
+                    printf(" %.1f / %.1f |", v, i);
+                else
+                    printf(" %.1f (%.2fx) / %.1f (%.2fx) |", v, num(c, "speedup_over_one_core"),
+                           i, num(c, "ideal_speedup_over_one_core"));
+            }
+            printf("\n");
+        }
+    }
+    if (nm == 0)
+        return;
+    printf("\n| target (issue 10, section 7) |");
+    for (int k = 0; k < nm; k++)
+        printf(" %s |", ms[k]->string);
+    printf(" target |\n| --- |");
+    for (int k = 0; k < nm; k++)
+        printf(" --- |");
+    printf(" --- |\n");
+    const int rows = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(ms[0], "targets"));
+    for (int r = 0; r < rows; r++) {
+        const cJSON *t0 = target_row(ms[0], r);
+        const cJSON *hw = cJSON_GetObjectItemCaseSensitive(t0, "hardware");
+        printf("| %s |", cJSON_GetObjectItemCaseSensitive(t0, "figure")->valuestring);
+        for (int k = 0; k < nm; k++) {
+            const cJSON *t = target_row(ms[k], r);
+            printf(" %.2f: %s |", num(t, "value"),
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "pass")) ? "PASS" : "MISS");
+        }
+        printf(" %s %.3g |\n", cJSON_GetObjectItemCaseSensitive(t0, "target")->valuestring,
+               num(t0, "bound"));
+        if (!cJSON_IsString(hw))
+            continue;
+        printf("| (hardware: %s on 2 threads / 1) |", hw->valuestring);
+        for (int k = 0; k < nm; k++) {
+            const cJSON *t = target_row(ms[k], r);
+            printf(" %.2fx |", num(t, "hardware_speedup"));
+        }
+        printf(" |\n");
+    }
+    printf("| greedy tokens of every configuration = one device's |");
+    for (int k = 0; k < nm; k++)
+        printf(" %s |",
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ms[k], "greedy_tokens_identical"))
+                   ? "yes"
+                   : "no");
+    printf(" yes |\n");
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+static int write_model(pe_gen_arch arch, const char *preset, const char *dir)
+{
+    pe_gen_spec s;
+    if (pe_gen_init(&s, arch, preset) != PE_OK)
+        return -1;
+    s.seed = 7;
+    if (g_quick) {
+        s.layers = 4;
+        s.hidden = 256;
+        s.heads = 4;
+        s.kv_heads = arch == PE_GEN_LLAMA ? 2 : 0;
+        s.inner = arch == PE_GEN_LLAMA ? 704 : 0;
+        s.vocab = 8000;
+        if (arch == PE_GEN_GPT2) /* GPT-2's are 50256 */
+            s.bos_token_id = s.eos_token_id = s.vocab - 1;
+    }
+    printf("writing %s ...\n", dir);
+    fflush(stdout);
+    if (pe_gen_write(&s, dir) != PE_OK) {
+        fprintf(stderr, "error: %s\n", pe_last_error());
+        return -1;
+    }
     return 0;
 }
 
@@ -211,106 +783,74 @@ int main(int argc, char **argv)
 {
     bu_args args;
     bu_parse_args(argc, argv, &args);
-    const char *model_dir = NULL;
-    int trials = 3;
+    g_quick = args.quick;
+    const char *model_dir = NULL, *only = NULL;
+    int trials = 3, markdown = 0;
     for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--model"))
             model_dir = argv[i + 1];
         else if (!strcmp(argv[i], "--trials"))
             trials = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only"))
+            only = argv[i + 1];
     }
-    trials = trials < 1 ? 1 : trials > 16 ? 16 : trials;
-    char dir[512];
-    if (!model_dir) {
-        const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/pengine-bench-grids-%ld", t && *t ? t : "/tmp",
-                 (long)getpid());
-        pe_gen_spec s;
-        if (pe_gen_init(&s, PE_GEN_LLAMA, "llama-110m") != PE_OK)
-            return 1;
-        s.seed = 7;
-        if (args.quick) {
-            s.layers = 4;
-            s.hidden = 256;
-            s.heads = 4;
-            s.kv_heads = 2;
-            s.inner = 704;
-            s.vocab = 8000;
-        }
-        printf("writing %s ...\n", dir);
-        fflush(stdout);
-        if (pe_gen_write(&s, dir) != PE_OK) {
-            fprintf(stderr, "error: %s\n", pe_last_error());
-            return 1;
-        }
-    } else {
-        snprintf(dir, sizeof dir, "%s", model_dir);
-    }
-    pe_engine *probe = open_grid(dir, 1, 1, 1);
-    if (!probe)
+    for (int i = 1; i < argc; i++)
+        markdown |= !strcmp(argv[i], "--markdown");
+    trials = trials < 1 ? 1 : trials > MAXT ? MAXT : trials;
+    const struct {
+        const char *name;
+        pe_gen_arch arch;
+        const char *preset, *key;
+    } models[2] = {{"gpt2-124m", PE_GEN_GPT2, "124m", "gpt2"},
+                   {"llama-110m", PE_GEN_LLAMA, "llama-110m", "llama"}};
+    const double t0 = now_ms();
+    pe_err err = {{0}};
+    if (rt_topology_load(&g_topo, &err) != PE_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
         return 1;
-    pe_model_info mi;
-    pe_engine_model_info(probe, &mi);
-    pe_engine_destroy(probe);
-    printf("\nbench_llm_grids: %s, %d layers, hidden %d, %d heads (%d KV), vocab %d; one core "
-           "per device; load %.2f\n", mi.architecture, mi.nlayers, mi.hidden, mi.heads,
-           mi.kv_heads, mi.vocab, load1());
-    cJSON *root = cJSON_CreateObject();
-    const int G = args.quick ? 16 : 32;
-    int ok = 1;
-    ratios q;
-
-    printf("\nTP 2 (devices 0,0), batch 1, %d tokens, %d trials:\n", G, trials);
-    if (compare(dir, mi.vocab, 1, 1, 2, 1, G, trials, &q, cJSON_AddObjectToObject(root, "tp2")))
-        ok = 0;
-    else
-        printf("  decode latency one device / tp 2: %.2fx (target >= 1.3)  %s\n", q.latency,
-               verdict(q.latency >= 1.3));
-
-    const int B = args.quick ? 16 : MAXB, GB = args.quick ? 8 : 16; /* the big batches */
-    printf("\nDP 2 (devices 0,0), batch %d, %d tokens, %d trials:\n", B, GB, trials);
-    if (compare(dir, mi.vocab, 2, 1, 1, B, GB, trials, &q, cJSON_AddObjectToObject(root, "dp2")))
-        ok = 0;
-    else
-        printf("  decode throughput dp 2 / one device: %.2fx (target >= 1.7)  %s\n",
-               q.throughput, verdict(q.throughput >= 1.7));
-    printf("\nDP 2 (devices 0,0), batch 8, %d tokens, %d trials:\n", G, trials);
-    if (compare(dir, mi.vocab, 2, 1, 1, 8, G, trials, &q,
-                cJSON_AddObjectToObject(root, "dp2_batch8")))
-        ok = 0;
-    else
-        printf("  decode throughput dp 2 / one device: %.2fx (memory-bound: no target on one "
-               "memory bus)\n", q.throughput);
-
-    printf("\nPP 2 (devices 0,0), batch %d, %d tokens, %d trials (2 groups in flight):\n", B,
-           GB, trials);
-    if (compare(dir, mi.vocab, 1, 2, 1, B, GB, trials, &q, cJSON_AddObjectToObject(root, "pp2"))) {
-        ok = 0;
-    } else {
-        printf("  decode throughput pp 2 / one device: %.2fx\n", q.throughput);
-        printf("  weights of the largest stage / one device: %.2f (the stages are balanced by "
-               "cost per token: the embedding's table weighs on stage 0 but costs a lookup)\n",
-               q.weights);
     }
-
-    printf("\n%d PASS, %d MISS (load %.2f)\n", g_pass, g_miss, load1());
+    printf("bench_llm_grids: %d trials; each host device one core unless said; load %.2f\n",
+           trials, load1());
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "trials", trials);
+    cJSON_AddNumberToObject(root, "load_start", load1());
+    int ok = 1;
+    if (model_dir) {
+        ok = bench_model(model_dir, model_dir, trials, cJSON_AddObjectToObject(root, "model")) == 0;
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        for (int m = 0; m < 2; m++) {
+            if (only && strcmp(only, models[m].key))
+                continue;
+            char dir[512];
+            snprintf(dir, sizeof dir, "%s/pengine-bench-grids-%ld-%s", tmp && *tmp ? tmp : "/tmp",
+                     (long)getpid(), models[m].key);
+            if (write_model(models[m].arch, models[m].preset, dir) ||
+                bench_model(models[m].name, dir, trials,
+                            cJSON_AddObjectToObject(root, models[m].name)))
+                ok = 0;
+            bu_remove_dir(dir);
+        }
+    }
+    printf("\n%d PASS, %d MISS (load %.2f, %.0f s)\n", g_pass, g_miss, load1(),
+           (now_ms() - t0) * 1e-3);
+    /* This run's own threads make a load of 1 to 2; above the cores, others ran too. */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int contended = g_load_max > (double)cores + 0.5;
+    if (contended)
+        printf("contended: the load reached %.2f on %ld cores; other processes took cores "
+               "from the 2-core configurations: measure again on a quiet machine\n",
+               g_load_max, cores);
+    cJSON_AddNumberToObject(root, "load_end", load1());
+    cJSON_AddNumberToObject(root, "load_max", g_load_max);
+    cJSON_AddBoolToObject(root, "contended", contended);
     cJSON_AddNumberToObject(root, "pass", g_pass);
     cJSON_AddNumberToObject(root, "miss", g_miss);
-    if (args.json_path)
-        bu_write_json(root, args.json_path);
+    if (markdown)
+        print_markdown(root);
+    if (args.json_path && bu_write_json(root, args.json_path))
+        ok = 0;
     cJSON_Delete(root);
-    if (!model_dir) { /* what pe_gen_write wrote, then the folder */
-        DIR *d = opendir(dir);
-        struct dirent *ent;
-        char path[1024];
-        while (d && (ent = readdir(d)))
-            if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-                unlink(path);
-            }
-        if (d)
-            closedir(d);
-        rmdir(dir);
-    }
+    rt_topology_free(g_topo);
     return ok ? 0 : 1;
 }

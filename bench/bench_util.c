@@ -1,9 +1,11 @@
 /* bench_util.c: shared helpers for the benchmarks. */
 #include "bench_util.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -103,4 +105,20 @@ int bu_write_json(const cJSON *root, const char *path)
         fprintf(stderr, "error: cannot write %s\n", path);
     free(text);
     return ok ? 0 : -1;
+}
+
+void bu_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
 }

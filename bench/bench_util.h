@@ -23,6 +23,9 @@ void bu_parse_args(int argc, char **argv, bu_args *out);
  * x 32-byte aligned. */
 float bu_sum(const float *x, size_t n);
 
+/* Removes dir's files, then dir (the models the benchmarks write; no subfolders). */
+void bu_remove_dir(const char *dir);
+
 /* Writes root to path (pretty). Returns 0 on success, prints an error otherwise. */
 int bu_write_json(const cJSON *root, const char *path);
 
