@@ -105,7 +105,7 @@ static const char *verdict(int ok)
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 
-static pe_engine *open_config(const char *dir, const config *c)
+static pe_engine *open_config_with(const char *dir, const config *c, pe_tp_embedding emb)
 {
     static const int dev0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     pe_config cfg;
@@ -118,6 +118,7 @@ static pe_engine *open_config(const char *dir, const config *c)
     cfg.tp = c->tp;
     cfg.threads = c->threads;
     cfg.kv_tokens = 2048; /* 64 sequences of 2 blocks (PROMPT + the tokens <= 32) */
+    cfg.tp_embedding = emb;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK) {
         fprintf(stderr, "error: %s: %s\n", c->name, pe_last_error());
@@ -125,6 +126,11 @@ static pe_engine *open_config(const char *dir, const config *c)
         return NULL;
     }
     return e;
+}
+
+static pe_engine *open_config(const char *dir, const config *c)
+{
+    return open_config_with(dir, c, PE_TP_EMBED_VOCAB);
 }
 
 typedef struct result {
@@ -606,6 +612,8 @@ static void print_targets(const figures *f, int trials, cJSON *o)
     }
 }
 
+static int bench_embedding(const char *dir, int vocab, int trials, cJSON *o);
+
 /* Every configuration and the raw kernels, trials times; the table and the targets. */
 static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
 {
@@ -668,7 +676,69 @@ static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
     print_targets(&f, trials, o);
     printf("  greedy tokens of every configuration = one device's: %s\n", same ? "yes" : "NO");
     cJSON_AddBoolToObject(o, "greedy_tokens_identical", same);
+    if (same && bench_embedding(dir, mi.vocab, trials, o) != 0)
+        return -1;
     return same ? 0 : -1;
+}
+
+/* ---- TP's token embedding: vocab-parallel or replicated ------------------------------------- */
+
+/* The largest worker's weights of e, in MiB. */
+static double worker_weights_mib(pe_engine *e)
+{
+    pe_engine_info info;
+    double most = 0;
+    if (pe_engine_info_get(e, &info) == PE_OK)
+        for (int w = 0; w < info.world; w++)
+            most = fmax(most, (double)info.weight_bytes[w] / 1048576.0);
+    return most;
+}
+
+/* tp 2 with the token table split by vocabulary (the default: one all-reduce of (T, C) a
+ * step) against whole on both ranks (no collective, V x C more bytes a rank), alternating:
+ * batch-1 ms/token and batch-64 tok/s, the medians of the ratios, and the weights a rank. */
+static int bench_embedding(const char *dir, int vocab, int trials, cJSON *o)
+{
+    const config *tp = &CONF[C_TP];
+    pe_engine *e[2] = {open_config_with(dir, tp, PE_TP_EMBED_VOCAB),
+                       open_config_with(dir, tp, PE_TP_EMBED_REPLICATED)};
+    static result res[2];
+    double lat[2][MAXT], tput[2][MAXT];
+    const int G = g_quick ? 8 : 16;
+    int rc = e[0] && e[1] ? 0 : -1;
+    for (int k = 0; rc == 0 && k < 2; k++)
+        rc = run(e[k], 1, 4, vocab, &res[k]); /* warm-up */
+    for (int t = 0; rc == 0 && t < trials; t++)
+        for (int k = 0; rc == 0 && k < 2; k++) {
+            rc = run(e[k], 1, G, vocab, &res[k]);
+            lat[k][t] = res[k].gap_ms;
+            if (rc == 0)
+                rc = run(e[k], 64, G, vocab, &res[k]);
+            tput[k][t] = res[k].tok_s;
+        }
+    if (rc == 0) {
+        const double wv = worker_weights_mib(e[0]), wr = worker_weights_mib(e[1]);
+        const double lat_r = med_ratio(lat[1], lat[0], trials);
+        const double tput_r = med_ratio(tput[1], tput[0], trials);
+        printf("\n  tp 2, token embedding: vocab-parallel (default) against replicated\n");
+        printf("    batch 1 ms/token: %.2f vs %.2f (replicated / vocab %.2fx)\n",
+               med(lat[0], trials), med(lat[1], trials), lat_r);
+        printf("    batch 64 tok/s:   %.1f vs %.1f (replicated / vocab %.2fx)\n",
+               med(tput[0], trials), med(tput[1], trials), tput_r);
+        printf("    weights a rank:   %.1f vs %.1f MiB\n", wv, wr);
+        cJSON *x = cJSON_AddObjectToObject(o, "tp2_embedding");
+        cJSON_AddNumberToObject(x, "vocab_ms_per_token", med(lat[0], trials));
+        cJSON_AddNumberToObject(x, "replicated_ms_per_token", med(lat[1], trials));
+        cJSON_AddNumberToObject(x, "latency_replicated_over_vocab", lat_r);
+        cJSON_AddNumberToObject(x, "vocab_tok_s_b64", med(tput[0], trials));
+        cJSON_AddNumberToObject(x, "replicated_tok_s_b64", med(tput[1], trials));
+        cJSON_AddNumberToObject(x, "throughput_replicated_over_vocab", tput_r);
+        cJSON_AddNumberToObject(x, "vocab_weight_mib_per_rank", wv);
+        cJSON_AddNumberToObject(x, "replicated_weight_mib_per_rank", wr);
+    }
+    pe_engine_destroy(e[0]);
+    pe_engine_destroy(e[1]);
+    return rc;
 }
 
 /* ---- the tables of docs/modes.md ------------------------------------------------------------ */
