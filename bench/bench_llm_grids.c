@@ -105,7 +105,8 @@ static const char *verdict(int ok)
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 
-static pe_engine *open_config_with(const char *dir, const config *c, pe_tp_embedding emb)
+static pe_engine *open_config_sched(const char *dir, const config *c, pe_tp_embedding emb,
+                                    pe_schedule sched, int m)
 {
     static const int dev0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     pe_config cfg;
@@ -119,6 +120,8 @@ static pe_engine *open_config_with(const char *dir, const config *c, pe_tp_embed
     cfg.threads = c->threads;
     cfg.kv_tokens = 2048; /* 64 sequences of 2 blocks (PROMPT + the tokens <= 32) */
     cfg.tp_embedding = emb;
+    cfg.schedule = sched;
+    cfg.microbatches = m;
     pe_engine *e = NULL;
     if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK) {
         fprintf(stderr, "error: %s: %s\n", c->name, pe_last_error());
@@ -126,6 +129,11 @@ static pe_engine *open_config_with(const char *dir, const config *c, pe_tp_embed
         return NULL;
     }
     return e;
+}
+
+static pe_engine *open_config_with(const char *dir, const config *c, pe_tp_embedding emb)
+{
+    return open_config_sched(dir, c, emb, PE_SCHED_NAIVE, 1);
 }
 
 static pe_engine *open_config(const char *dir, const config *c)
@@ -613,6 +621,7 @@ static void print_targets(const figures *f, int trials, cJSON *o)
 }
 
 static int bench_embedding(const char *dir, int vocab, int trials, cJSON *o);
+static int bench_prefill(const char *dir, int vocab, int trials, cJSON *o);
 
 /* Every configuration and the raw kernels, trials times; the table and the targets. */
 static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
@@ -678,6 +687,8 @@ static int bench_model(const char *name, const char *dir, int trials, cJSON *o)
     cJSON_AddBoolToObject(o, "greedy_tokens_identical", same);
     if (same && bench_embedding(dir, mi.vocab, trials, o) != 0)
         return -1;
+    if (same && bench_prefill(dir, mi.vocab, trials, o) != 0)
+        return -1;
     return same ? 0 : -1;
 }
 
@@ -738,6 +749,84 @@ static int bench_embedding(const char *dir, int vocab, int trials, cJSON *o)
     }
     pe_engine_destroy(e[0]);
     pe_engine_destroy(e[1]);
+    return rc;
+}
+
+/* ---- PP prefill: a lone prompt in micro-batches ------------------------------------------- */
+
+enum { LONE_PROMPT = 512 };
+
+/* ms from the submit of one LONE_PROMPT-token prompt to its first token (its prefill). */
+static double lone_ttft_ms(pe_engine *e, int vocab)
+{
+    static int32_t prompt[LONE_PROMPT];
+    uint64_t s = 99;
+    for (int k = 0; k < LONE_PROMPT; k++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[k] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+    pe_seq_params p;
+    pe_seq_params_init(&p);
+    p.prompt = prompt;
+    p.prompt_len = LONE_PROMPT;
+    p.max_tokens = 1;
+    uint64_t id;
+    const double t0 = now_ms();
+    double first = -1;
+    if (pe_seq_submit(e, &p, &id) != PE_OK) {
+        fprintf(stderr, "error: %s\n", pe_last_error());
+        return -1;
+    }
+    pe_token_event ev;
+    while (pe_seq_wait(e, &ev) == PE_OK) {
+        if (ev.status != PE_OK) {
+            fprintf(stderr, "error: %s\n", pe_engine_last_error(e));
+            return -1;
+        }
+        if (ev.token >= 0)
+            first = now_ms() - t0;
+    }
+    return first;
+}
+
+/* pp 2's time to first token of a lone 512-token prompt: in one chunk (naive: stage 1 waits
+ * for stage 0's whole prompt), in 4 micro-batches streaming through the stages, and in 4
+ * under gpipe; one 1-core device beside them. Alternating, medians of the ratios. */
+static int bench_prefill(const char *dir, int vocab, int trials, cJSON *o)
+{
+    enum { K = 4 };
+    static const char *const names[K] = {"1 device x 1 core", "pp 2, naive (1 chunk)",
+                                         "pp 2, stream (4 chunks)", "pp 2, gpipe (4 chunks)"};
+    const config one = CONF[C_ONE], pp = CONF[C_PP];
+    pe_engine *e[K] = {open_config(dir, &one),
+                       open_config_sched(dir, &pp, PE_TP_EMBED_VOCAB, PE_SCHED_NAIVE, 1),
+                       open_config_sched(dir, &pp, PE_TP_EMBED_VOCAB, PE_SCHED_STREAM, 4),
+                       open_config_sched(dir, &pp, PE_TP_EMBED_VOCAB, PE_SCHED_GPIPE, 4)};
+    double ms[K][MAXT];
+    int rc = 0;
+    for (int k = 0; k < K; k++)
+        if (!e[k] || lone_ttft_ms(e[k], vocab) < 0) /* warm-up */
+            rc = -1;
+    for (int t = 0; rc == 0 && t < trials; t++)
+        for (int k = 0; rc == 0 && k < K; k++)
+            if ((ms[k][t] = lone_ttft_ms(e[k], vocab)) < 0)
+                rc = -1;
+    if (rc == 0) {
+        printf("\n  pp 2, time to first token of a lone %d-token prompt (prefill):\n",
+               LONE_PROMPT);
+        cJSON *arr = cJSON_AddArrayToObject(o, "pp2_lone_prefill");
+        for (int k = 0; k < K; k++) {
+            const double m = med(ms[k], trials), x = med_ratio(ms[1], ms[k], trials);
+            printf("    %-26s %8.1f ms  (pp 2 naive / this %.2fx)\n", names[k], m, x);
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "config", names[k]);
+            cJSON_AddNumberToObject(row, "ttft_ms", m);
+            cJSON_AddNumberToObject(row, "naive_over_this", x);
+            cJSON_AddItemToArray(arr, row);
+        }
+    }
+    for (int k = 0; k < K; k++)
+        pe_engine_destroy(e[k]);
     return rc;
 }
 
