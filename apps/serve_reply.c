@@ -23,11 +23,11 @@ typedef struct reply_acc {
     pe_status error;           /* the final event's error (finish ERROR) */
 } reply_acc;
 
-static int acc_init(reply_acc *a, const serve_server *s, const serve_job *j)
+/* stops (nstops) must outlive a: the text borrows them. */
+static int acc_init(reply_acc *a, const serve_server *s, char *const *stops, int nstops)
 {
     memset(a, 0, sizeof *a);
-    return cli_text_init(&a->text, s->tk, (const char *const *)j->stops, j->nstops) == PE_OK
-               ? 0 : -1;
+    return cli_text_init(&a->text, s->tk, (const char *const *)stops, nstops) == PE_OK ? 0 : -1;
 }
 
 static void acc_free(reply_acc *a)
@@ -158,7 +158,7 @@ static char *error_text(pe_status st)
 char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsigned *status)
 {
     reply_acc a;
-    if (acc_init(&a, s, j)) {
+    if (acc_init(&a, s, j->stops, j->nstops)) {
         serve_seq_close(q);
         *status = 500;
         return serve_error_json(500, "out of memory for the answer");
@@ -196,6 +196,8 @@ struct serve_stream {
     reply_acc a;
     size_t prompt_len;
     int include_usage, return_ids;
+    char *stops[CLI_MAX_STOP_STR]; /* copies: the job is gone when the stream runs */
+    int nstops;
     int ids_sent;              /* token ids already in a chunk */
     char *out;                 /* (out_len) bytes to send, from out_pos */
     size_t out_len, out_pos, out_cap;
@@ -283,7 +285,12 @@ static void step(serve_stream *st)
 serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_seq *q)
 {
     serve_stream *st = calloc(1, sizeof *st);
-    if (!st || acc_init(&st->a, s, j)) {
+    int ok = st != NULL;
+    for (int k = 0; ok && k < j->nstops; k++)
+        ok = (st->stops[st->nstops++] = strdup(j->stops[k])) != NULL;
+    if (!ok || acc_init(&st->a, s, st->stops, st->nstops)) {
+        for (int k = 0; st && k < st->nstops; k++)
+            free(st->stops[k]);
         free(st);
         serve_seq_close(q);
         return NULL;
@@ -322,6 +329,8 @@ void serve_reply_stream_free(void *cls)
     serve_stream *st = cls;
     serve_seq_close(st->q); /* a client gone mid-stream: cancelled, its KV blocks freed */
     acc_free(&st->a);
+    for (int k = 0; k < st->nstops; k++)
+        free(st->stops[k]);
     free(st->out);
     serve_server *s = st->s;
     free(st);

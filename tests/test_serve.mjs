@@ -133,6 +133,9 @@ async function completionEqualsGenerate(url) {
         prompt, max_tokens: 12, temperature: 0, stop: [stop] })).json()).choices[0];
     eq([st.finish_reason, st.text], ['stop', ref.text.slice(0, ref.text.indexOf(stop))],
        `the stop string ${JSON.stringify(stop)}`);
+    const ss = await readStream(await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stop: stop, stream: true }));
+    eq([ss.finish, ss.text, ss.done], ['stop', st.text, true], 'a stop string, streamed');
 }
 
 async function chat(url) {
