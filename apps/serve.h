@@ -51,8 +51,8 @@ typedef struct serve_hist {
     long n;
 } serve_hist;
 
-typedef struct serve_metrics {
-    pthread_mutex_t mu;
+/* The figures, copied out under the lock for a scrape. */
+typedef struct serve_counts {
     long by_status[8];         /* responses by status, in the order of serve_metrics.c */
     long prompt_tokens, generated_tokens;
     long running;              /* sequences submitted, final event not yet taken */
@@ -61,12 +61,17 @@ typedef struct serve_metrics {
     serve_hist ttft;           /* seconds from submit to the first token */
     serve_hist tpot;           /* seconds between two tokens of a sequence */
     size_t kv_blocks;          /* blocks in each worker's KV pool */
+} serve_counts;
+
+typedef struct serve_metrics {
+    pthread_mutex_t mu;
+    serve_counts c;
 } serve_metrics;
 
 void serve_metrics_init(serve_metrics *m, size_t kv_blocks);
 void serve_metrics_free(serve_metrics *m);
 void serve_metrics_status(serve_metrics *m, unsigned status);
-/* Counts x in h (m->mu held). */
+/* Counts x in h (its metrics' mu held). */
 void serve_hist_add(serve_hist *h, double x);
 /* The text of GET /metrics (malloc'ed; NULL when out of memory). */
 char *serve_metrics_text(serve_metrics *m);

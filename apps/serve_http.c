@@ -238,7 +238,7 @@ static enum MHD_Result begin(serve_server *s, struct MHD_Connection *c, void **c
     *con_cls = k;
     serve_enter(s);
     pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.http_active++;
+    s->metrics.c.http_active++;
     pthread_mutex_unlock(&s->metrics.mu);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -292,7 +292,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(k);
     *con_cls = NULL;
     pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.http_active--;
+    s->metrics.c.http_active--;
     pthread_mutex_unlock(&s->metrics.mu);
     serve_leave(s);
 }

@@ -20,7 +20,7 @@ void serve_metrics_init(serve_metrics *m, size_t kv_blocks)
 {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
-    m->kv_blocks = kv_blocks;
+    m->c.kv_blocks = kv_blocks;
 }
 
 void serve_metrics_free(serve_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -32,7 +32,7 @@ void serve_metrics_status(serve_metrics *m, unsigned status)
         if (statuses[i] == status)
             k = i;
     pthread_mutex_lock(&m->mu);
-    m->by_status[k]++;
+    m->c.by_status[k]++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -107,7 +107,7 @@ char *serve_metrics_text(serve_metrics *m)
     if (!b.p)
         return NULL;
     pthread_mutex_lock(&m->mu);
-    serve_metrics c = *m; /* a consistent copy, written out of the lock */
+    serve_counts c = m->c; /* a consistent copy, written out of the lock */
     pthread_mutex_unlock(&m->mu);
     put(&b, "# HELP pengine_requests_total HTTP requests answered, by status.\n"
             "# TYPE pengine_requests_total counter\n");

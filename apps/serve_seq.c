@@ -39,18 +39,18 @@ static void time_event(serve_server *s, serve_seq *q, const pe_token_event *ev)
     serve_metrics *m = &s->metrics;
     pthread_mutex_lock(&m->mu);
     if (ev->token >= 0) {
-        m->generated_tokens++;
+        m->c.generated_tokens++;
         if (q->ntok == 0) {
-            m->waiting--;
-            serve_hist_add(&m->ttft, (now - q->t_submit) / 1e3);
+            m->c.waiting--;
+            serve_hist_add(&m->c.ttft, (now - q->t_submit) / 1e3);
         } else {
-            serve_hist_add(&m->tpot, (now - q->t_last) / 1e3);
+            serve_hist_add(&m->c.tpot, (now - q->t_last) / 1e3);
         }
     } else if (q->ntok == 0) {
-        m->waiting--; /* ended without a token */
+        m->c.waiting--; /* ended without a token */
     }
     if (ev->finish != PE_FINISH_NONE)
-        m->running--;
+        m->c.running--;
     pthread_mutex_unlock(&m->mu);
     if (ev->token >= 0) {
         q->ntok++;
@@ -213,18 +213,18 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     pump_count(&s->pump, 1);
     serve_metrics *m = &s->metrics;
     pthread_mutex_lock(&m->mu);
-    m->running++;
-    m->waiting++;
-    m->prompt_tokens += (long)j->prompt_len;
+    m->c.running++;
+    m->c.waiting++;
+    m->c.prompt_tokens += (long)j->prompt_len;
     pthread_mutex_unlock(&m->mu);
     uint64_t id = 0;
     pe_status st = pe_seq_submit(s->e, &p, &id);
     if (st != PE_OK) {
         snprintf(msg, msg_len, "%s", pe_last_error());
         pthread_mutex_lock(&m->mu);
-        m->running--;
-        m->waiting--;
-        m->prompt_tokens -= (long)j->prompt_len;
+        m->c.running--;
+        m->c.waiting--;
+        m->c.prompt_tokens -= (long)j->prompt_len;
         pthread_mutex_unlock(&m->mu);
         pump_count(&s->pump, -1);
         seq_free(q);
