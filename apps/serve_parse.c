@@ -220,8 +220,7 @@ static int append(char **s, char *s2)
     return r ? 0 : -1;
 }
 
-/* The role of message i: "system" (first only), "user" or "assistant", which alternate from
- * a user message to the last, a user message. Returns 0, 1 (user) or 2 (assistant) ... */
+/* A message's role: 0 system, 1 user, 2 assistant, -1 none of them. */
 static int role_of(const cJSON *m)
 {
     const cJSON *r = field(m, "role");
@@ -292,9 +291,14 @@ static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job 
     return st;
 }
 
+/* A chat's default max_tokens at most: the engine promises a sequence the KV blocks of its
+ * prompt and max_tokens when it starts (there is no preemption yet), so a default of the
+ * whole context would let few chats run at once. */
+#define SERVE_CHAT_DEFAULT_MAX 1024
+
 /* max_tokens (chat: also max_completion_tokens): the prompt and the tokens must fit the
- * context, as OpenAI requires; the default is 16 for completions, the rest of the context
- * for a chat. */
+ * context, as OpenAI requires; the default is 16 for completions (OpenAI's), the rest of
+ * the context up to SERVE_CHAT_DEFAULT_MAX for a chat. */
 static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_job *j,
                                  char *msg, size_t msg_len)
 {
@@ -305,7 +309,8 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
         return BAD("the prompt is %zu tokens but the model's context holds %d positions, one "
                    "of them for the first generated token; shorten it to at most %d tokens",
                    j->prompt_len, s->m.context, s->m.context - 1);
-    double x = j->chat ? (double)room : (room < 16 ? (double)room : 16.0);
+    long dflt = j->chat ? SERVE_CHAT_DEFAULT_MAX : 16;
+    double x = (double)(room < dflt ? room : dflt);
     const char *name = j->chat && field(o, "max_completion_tokens") ? "max_completion_tokens"
                                                                     : "max_tokens";
     unsigned st = get_int(o, name, -1e18, 1e18, &x, NULL, msg, msg_len);
@@ -314,7 +319,7 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
     if (x < 1)
         return BAD("'%s' is %.0f; give at least 1", name, x);
     if (x > (double)room)
-        return BAD("'%s' is %.0f, but the prompt's %zu tokens leave %ld of the model's %d "
+        return BAD("'%s' is %.0f, but the prompt (%zu tokens) leaves %ld of the model's %d "
                    "positions; give at most %ld", name, x, j->prompt_len, room, s->m.context,
                    room);
     j->max_tokens = (int)x;
