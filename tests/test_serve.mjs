@@ -258,6 +258,11 @@ async function sigterm(server) {
     while (started.filter(Boolean).length < 4) await new Promise((r) => setTimeout(r, 5));
     const exited = once(p, 'exit');
     p.kill('SIGTERM');
+    // draining: a new request is refused (a new connection) or 503 (a kept-alive one)
+    await new Promise((r) => setTimeout(r, 100));
+    let late;
+    try { late = (await fetch(url + '/health')).status; } catch { late = 'refused'; }
+    check(late === 503 || late === 'refused', `a request while draining got ${late}`);
     const got = await Promise.all(runs);
     got.forEach((r, i) => eq([r.done, r.finish, r.chunks >= 150], [true, 'length', true],
                              `in-flight stream ${i} after SIGTERM`));
