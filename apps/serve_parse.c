@@ -61,8 +61,8 @@ static unsigned get_int(const cJSON *o, const char *name, double lo, double hi, 
     if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble))
         return BAD("'%s' must be an integer", name);
     if (!(f->valuedouble >= lo && f->valuedouble <= hi))
-        return BAD("'%s' is %.0f; give an integer from %.0f to %.0f", name, f->valuedouble, lo,
-                   hi);
+        return BAD("'%s' is %.15g; give an integer from %.15g to %.15g", name, f->valuedouble,
+                   lo, hi);
     *out = f->valuedouble;
     if (given)
         *given = 1;
@@ -313,13 +313,13 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
     double x = (double)(room < dflt ? room : dflt);
     const char *name = j->chat && field(o, "max_completion_tokens") ? "max_completion_tokens"
                                                                     : "max_tokens";
-    unsigned st = get_int(o, name, -1e18, 1e18, &x, NULL, msg, msg_len);
+    unsigned st = get_int(o, name, -1e300, 1e300, &x, NULL, msg, msg_len);
     if (st)
         return st;
     if (x < 1)
-        return BAD("'%s' is %.0f; give at least 1", name, x);
+        return BAD("'%s' is %.15g; give at least 1", name, x);
     if (x > (double)room)
-        return BAD("'%s' is %.0f, but the prompt (%zu tokens) leaves %ld of the model's %d "
+        return BAD("'%s' is %.15g, but the prompt (%zu tokens) leaves %ld of the model's %d "
                    "positions; give at most %ld", name, x, j->prompt_len, room, s->m.context,
                    room);
     j->max_tokens = (int)x;
