@@ -160,12 +160,14 @@ async function chat(url) {
                                     whole.choices[0].finish_reason, true], 'streamed chat = whole');
 }
 
-async function concurrentClients(url) {
-    const prompts = Array.from({ length: 16 }, (_, i) =>
-        `Client ${i} says:` + ' and then'.repeat(i % 5));
-    const maxTokens = (i) => 8 + (i * 7) % 33;
-    const refs = prompts.map((p, i) => generateAlone(p, maxTokens(i)));
-    const runs = Array.from({ length: 64 }, (_, k) => {
+const prompts = Array.from({ length: 16 }, (_, i) =>
+    `Client ${i} says:` + ' and then'.repeat(i % 5));
+const maxTokens = (i) => 8 + (i * 7) % 33;
+let refs = null; // each prompt's lone run, by `pengine generate`
+
+async function concurrentClients(url, clients = 64) {
+    refs ??= prompts.map((p, i) => generateAlone(p, maxTokens(i)));
+    const runs = Array.from({ length: clients }, (_, k) => {
         const i = k % 16;
         return post(url, '/v1/completions', {
             prompt: prompts[i], max_tokens: maxTokens(i), temperature: 0, stream: true,
@@ -291,6 +293,21 @@ try {
     server.p.kill('SIGKILL');
     console.error(e.message);
     console.error(server.p.stderrText());
+    process.exit(1);
+}
+// the same on a grid: 2 replicas of 2 pipeline stages (4 workers on device 0)
+const grid = await startServer(['--dp', '2', '--pp', '2']);
+try {
+    const t = Date.now();
+    await concurrentClients(grid.url, 16);
+    const exited = once(grid.p, 'exit');
+    grid.p.kill('SIGINT');
+    eq((await exited)[0], 0, 'the exit code after SIGINT');
+    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2, SIGINT (${Date.now() - t} ms)`);
+} catch (e) {
+    grid.p.kill('SIGKILL');
+    console.error(e.message);
+    console.error(grid.p.stderrText());
     process.exit(1);
 }
 console.log(`test_serve: all ok in ${Date.now() - t0} ms`);

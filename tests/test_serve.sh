@@ -5,7 +5,8 @@
 # equal to `pengine generate`'s greedy tokens (whole and streamed), chat, 64 concurrent
 # streaming clients each with its lone-run tokens, a client that disconnects mid-stream,
 # bad requests (400, 401, 404, 405, 413), /metrics back at 0 running, and SIGTERM with
-# requests in flight: each completes and the server exits 0.
+# requests in flight: each completes and the server exits 0; then a server on a grid
+# (--dp 2 --pp 2) with 16 concurrent clients, each with its lone-run tokens, and SIGINT.
 # Exits 77 (skipped) without node 18+ or the npm package.
 set -euo pipefail
 pengine=$1 refs=$2
