@@ -1,6 +1,6 @@
-/* main.c: the pengine command: parses the flags, then runs gen, generate, chat, tokenize,
- * --topology or a demo (a decoder, on a model it writes itself without --model; an MLP with
- * --mlp or --model FILE), and turns the outcome into the exit code (0 ok, 1 runtime failure,
+/* main.c: the pengine command: parses the flags, then runs gen, generate, chat, serve,
+ * tokenize, --topology or a demo (a decoder, on a model it writes itself without --model; an
+ * MLP with --mlp or --model FILE), and turns the outcome into the exit code (0 ok, 1 runtime failure,
  * 2 usage error). */
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include "generate.h"
 #include "llm_model.h"
 #include "report.h"
+#include "serve.h"
 #include "tokenize.h"
 #include "topology_report.h"
 
@@ -96,6 +97,20 @@ static int run_demo(const cli_options *o)
     return run_demo_report(o, decoder);
 }
 
+/* pengine serve, when the build found libmicrohttpd. */
+static int run_serve(int argc, char **argv)
+{
+#ifdef PE_HAVE_MHD
+    return cli_serve(argc, argv);
+#else
+    (void)argc;
+    (void)argv;
+    cli_error("this pengine was built without libmicrohttpd, so it has no serve; install "
+              "libmicrohttpd-dev (scripts/install-deps.sh) and rebuild");
+    return CLI_USAGE;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "gen") == 0)
@@ -104,6 +119,8 @@ int main(int argc, char **argv)
         return cli_generate(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "chat") == 0)
         return cli_chat(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0)
+        return run_serve(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
         return cli_tokenize(argc - 1, argv + 1);
     cli_options o;

@@ -1,0 +1,245 @@
+/* serve.c: "pengine serve": the flags, the model and its tokenizer opened, and the life
+ * cycle: serve until SIGINT or SIGTERM, then stop accepting (new requests get 503, new
+ * connections are refused), let the requests in flight finish, and exit 0.
+ *
+ * The signals are blocked in every thread (the engine's workers and libmicrohttpd's threads
+ * inherit the mask) and taken by the main thread with sigwait: no handler runs in a thread
+ * that holds a lock. */
+#include "serve.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "generate.h"
+
+/* ---- flags --------------------------------------------------------------------------------- */
+
+static int apply_flag(serve_opts *o, const char *f, const char *v, char *msg, size_t len)
+{
+    long x = 0;
+    int bad = 0;
+    if (!strcmp(f, "--model")) {
+        o->dev.model_path = v;
+    } else if (!strcmp(f, "--tokenizer")) {
+        o->tokenizer = v;
+    } else if (!strcmp(f, "--chat-template")) {
+        if (!cli_chat_template_named(v)) {
+            snprintf(msg, len, "--chat-template '%s' is not a built-in template; give one of %s",
+                     v, cli_chat_template_names());
+            bad = 1;
+        }
+        o->template_name = v;
+    } else if (!strcmp(f, "--host")) {
+        o->host = v;
+    } else if (!strcmp(f, "--port")) {
+        bad = cli_parse_long(f, v, 0, 65535, &x, msg, len);
+        o->port = (int)x;
+    } else if (!strcmp(f, "--api-key")) {
+        if (!*v) {
+            snprintf(msg, len, "--api-key is empty; give the key clients must send");
+            bad = 1;
+        }
+        o->api_key = v;
+    } else if (!strcmp(f, "--max-body")) {
+        bad = cli_parse_long(f, v, 1, 1L << 30, &x, msg, len);
+        o->max_body = (size_t)x;
+    } else if (!strcmp(f, "--model-name")) {
+        o->model_name = v;
+    } else {
+        bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
+    }
+    return bad ? CLI_USAGE : CLI_OK;
+}
+
+/* Returns CLI_OK, -1 after --help, or the exit code of an error (printed). */
+static int parse(int argc, char **argv, serve_opts *o)
+{
+    static const char *const with_value[] = {
+        "--model", "--tokenizer", "--chat-template", "--host", "--port", "--api-key",
+        "--max-body", "--model-name", "--gpus", "--backend", "--dtype", "--threads",
+        "--kv-tokens", "--dp", "--pp", "--tp"};
+    char msg[CLI_MSG_LEN];
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            cli_usage(stdout);
+            return -1;
+        }
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(f, with_value[k]);
+        if (!known)
+            snprintf(msg, sizeof msg, "unknown flag '%s' for serve; see pengine --help", f);
+        else if (i + 1 >= argc)
+            snprintf(msg, sizeof msg, "%s needs a value; see pengine --help", f);
+        if (!known || i + 1 >= argc) {
+            cli_error(msg);
+            return CLI_USAGE;
+        }
+        int rc = apply_flag(o, f, argv[++i], msg, sizeof msg);
+        if (rc != CLI_OK) {
+            cli_error(msg);
+            return rc;
+        }
+    }
+    if (!o->dev.model_path) {
+        cli_error("serve needs --model DIR; give a decoder directory with a tokenizer, e.g. "
+                  "one written by pengine gen llama --tokenizer FILE --out DIR");
+        return CLI_USAGE;
+    }
+    if (cli_decoder_grid(&o->dev, msg, sizeof msg)) {
+        cli_error(msg);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+/* The chat template: --chat-template, else the one tokenizer_config.json names (beside
+ * --tokenizer, else in the model directory), as pengine chat picks it. None is no error:
+ * /v1/chat/completions then says how to name one. */
+static void pick_template(serve_server *s)
+{
+    const serve_opts *o = s->o;
+    if (o->template_name) {
+        s->chat = cli_chat_template_named(o->template_name);
+    } else {
+        char dir[4096], msg[CLI_MSG_LEN];
+        const char *from = o->tokenizer ? o->tokenizer : o->dev.model_path;
+        const char *slash = strrchr(from, '/');
+        struct stat sb;
+        if (stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a tokenizer.json: its folder */
+            snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - from) + (slash == from) : 1,
+                     slash ? from : ".");
+        else
+            snprintf(dir, sizeof dir, "%s", from);
+        s->chat = cli_chat_template_detect(dir, msg, sizeof msg);
+        if (!s->chat)
+            fprintf(stderr, "pengine serve: /v1/chat/completions is off: %s\n", msg);
+    }
+    if (s->chat && (s->chat_end_id = pe_tokenizer_token_id(s->tk, s->chat->end_token)) < 0) {
+        fprintf(stderr, "pengine serve: /v1/chat/completions is off: the tokenizer has no %s "
+                "token, which ends every reply of the %s template\n", s->chat->end_token,
+                s->chat->name);
+        s->chat = NULL;
+    }
+}
+
+/* The id /v1/models shows: --model-name, else the model directory's last part. */
+static void name_model(serve_server *s)
+{
+    const char *name = s->o->model_name;
+    char path[4096];
+    if (!name) {
+        snprintf(path, sizeof path, "%s", s->o->dev.model_path);
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/')
+            path[--n] = '\0';
+        const char *slash = strrchr(path, '/');
+        name = slash ? slash + 1 : path;
+    }
+    snprintf(s->model_id, sizeof s->model_id, "%s", name);
+}
+
+static int open_server(serve_server *s, const serve_opts *o)
+{
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    int rc = gen_load_tokenizer(o->tokenizer, o->dev.model_path, NULL, &s->tk);
+    if (rc == CLI_OK)
+        rc = cli_llm_open(&o->dev, &s->e);
+    if (rc != CLI_OK)
+        return rc;
+    pe_engine_model_info(s->e, &s->m);
+    rc = gen_check_vocab(&s->m, s->tk);
+    pe_engine_info info;
+    pe_engine_info_get(s->e, &info);
+    serve_metrics_init(&s->metrics, info.kv_blocks);
+    pick_template(s);
+    name_model(s);
+    return rc;
+}
+
+static void close_server(serve_server *s)
+{
+    pe_engine_destroy(s->e);
+    pe_tokenizer_free(s->tk);
+    serve_metrics_free(&s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->idle);
+}
+
+void serve_enter(serve_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->active++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void serve_leave(serve_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (--s->active == 0)
+        pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the life cycle ------------------------------------------------------------------------- */
+
+/* Serves until a signal, then drains: no new work, the requests in flight to their end. */
+static int serve_until_signal(serve_server *s, const sigset_t *sigs)
+{
+    int port = 0;
+    int rc = serve_pump_start(s);
+    if (rc == CLI_OK)
+        rc = serve_http_start(s, &port);
+    if (rc != CLI_OK)
+        return rc;
+    printf("pengine serve: %s (%s template) on http://%s:%d/v1\n", s->model_id,
+           s->chat ? s->chat->name : "no chat", s->o->host, port);
+    fflush(stdout);
+    int sig = 0;
+    sigwait(sigs, &sig);
+    fprintf(stderr, "pengine serve: %s: finishing the requests in flight\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    atomic_store(&s->draining, 1);
+    serve_http_quiesce(s);
+    pthread_mutex_lock(&s->mu);
+    while (s->active > 0)
+        pthread_cond_wait(&s->idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    serve_http_stop(s);
+    serve_pump_stop(s);
+    fprintf(stderr, "pengine serve: stopped\n");
+    return CLI_OK;
+}
+
+int cli_serve(int argc, char **argv)
+{
+    serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20};
+    cli_default_options(&o.dev);
+    int rc = parse(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc < 0 ? CLI_OK : rc;
+    /* blocked before any thread starts, so that every thread inherits the mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone: a failed write, not a dead server */
+    serve_server s;
+    rc = open_server(&s, &o);
+    if (rc == CLI_OK)
+        rc = serve_until_signal(&s, &sigs);
+    serve_http_stop(&s);
+    serve_pump_stop(&s);
+    close_server(&s);
+    return rc;
+}

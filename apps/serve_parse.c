@@ -1,0 +1,378 @@
+/* serve_parse.c: the JSON body of a completion request, checked and turned into a serve_job:
+ * the prompt's ids (a chat's messages rendered with the chat template first), max_tokens,
+ * the sampling and the stops. Fields the server does not know are ignored, as OpenAI's
+ * clients send many; a known field of the wrong type or out of range is a 400 that names it.
+ */
+#include "serve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+/* A failure: msg written, the status returned. */
+#define BAD(...) (snprintf(msg, msg_len, __VA_ARGS__), 400u)
+
+static const cJSON *field(const cJSON *o, const char *name)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNull(f) ? NULL : f; /* null is as absent, as OpenAI takes it */
+}
+
+/* Optional boolean name of o into *out. Returns 0 or 400. */
+static unsigned get_bool(const cJSON *o, const char *name, int *out, char *msg, size_t msg_len)
+{
+    const cJSON *f = field(o, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsBool(f))
+        return BAD("'%s' must be a boolean (true or false)", name);
+    *out = cJSON_IsTrue(f);
+    return 0;
+}
+
+/* Optional number name of o in [lo, hi] into *out (kept when absent). Returns 0 or 400. */
+static unsigned get_number(const cJSON *o, const char *name, double lo, double hi, double *out,
+                           char *msg, size_t msg_len)
+{
+    const cJSON *f = field(o, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsNumber(f))
+        return BAD("'%s' must be a number", name);
+    double x = f->valuedouble;
+    if (!(x >= lo && x <= hi))
+        return BAD("'%s' is %g; give a number from %g to %g", name, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* Optional integer name of o in [lo, hi] into *out (kept when absent); *given set when
+ * present. Returns 0 or 400. */
+static unsigned get_int(const cJSON *o, const char *name, double lo, double hi, double *out,
+                        int *given, char *msg, size_t msg_len)
+{
+    const cJSON *f = field(o, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble))
+        return BAD("'%s' must be an integer", name);
+    if (!(f->valuedouble >= lo && f->valuedouble <= hi))
+        return BAD("'%s' is %.15g; give an integer from %.15g to %.15g", name, f->valuedouble,
+                   lo, hi);
+    *out = f->valuedouble;
+    if (given)
+        *given = 1;
+    return 0;
+}
+
+/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one). */
+static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
+{
+    double t = 1.0, p = 1.0, k = 0, seed = 0;
+    int seeded = 0;
+    unsigned st = get_number(o, "temperature", 0.0, 2.0, &t, msg, msg_len);
+    if (!st)
+        st = get_number(o, "top_p", 0.0, 1.0, &p, msg, msg_len);
+    if (!st && p <= 0.0)
+        st = BAD("'top_p' 0 keeps no token; give a number in (0, 1]");
+    if (!st)
+        st = get_int(o, "top_k", -1, 1 << 30, &k, NULL, msg, msg_len);
+    if (!st)
+        st = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &seeded, msg, msg_len);
+    if (st)
+        return st;
+    j->sampling.temperature = (float)t;
+    j->sampling.top_p = (float)p;
+    j->sampling.top_k = k < 0 ? 0 : (int)k;
+    if (seeded) {
+        j->sampling.seed = seed < 0 ? (uint64_t)(int64_t)seed : (uint64_t)seed;
+    } else { /* OpenAI samples afresh without a seed */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->sampling.seed = (uint64_t)ts.tv_sec * 1000000007u + (uint64_t)ts.tv_nsec;
+    }
+    return 0;
+}
+
+/* stop: a string or an array of at most CLI_MAX_STOP_STR strings. A stop string that is one
+ * token also becomes a stop id, so the engine ends there without a wasted step. */
+static unsigned parse_stops(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
+                            size_t msg_len)
+{
+    const cJSON *f = field(o, "stop");
+    if (!f)
+        return 0;
+    if (!cJSON_IsString(f) && !cJSON_IsArray(f))
+        return BAD("'stop' must be a string or an array of strings");
+    int n = cJSON_IsString(f) ? 1 : cJSON_GetArraySize(f);
+    if (n > CLI_MAX_STOP_STR)
+        return BAD("'stop' has %d strings; give at most %d", n, CLI_MAX_STOP_STR);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_IsString(f) ? f : cJSON_GetArrayItem(f, i);
+        if (!cJSON_IsString(x) || !x->valuestring[0])
+            return BAD("'stop' entries must be non-empty strings");
+        if (!(j->stops[j->nstops] = strdup(x->valuestring))) {
+            snprintf(msg, msg_len, "out of memory");
+            return 500;
+        }
+        j->nstops++;
+        int32_t *ids = NULL;
+        size_t nids = 0;
+        if (pe_tokenizer_encode(s->tk, x->valuestring, strlen(x->valuestring), 0, &ids,
+                                &nids) == PE_OK && nids == 1 && j->nstop_ids < PE_MAX_STOP)
+            j->stop_ids[j->nstop_ids++] = ids[0];
+        free(ids);
+    }
+    return 0;
+}
+
+/* ---- the prompt ---------------------------------------------------------------------------- */
+
+static unsigned encode(const serve_server *s, const char *text, serve_job *j, char *msg,
+                       size_t msg_len)
+{
+    if (pe_tokenizer_encode(s->tk, text, strlen(text), 1, &j->prompt, &j->prompt_len) != PE_OK) {
+        snprintf(msg, msg_len, "cannot encode the prompt: %s", pe_last_error());
+        return 500;
+    }
+    return 0;
+}
+
+/* "prompt": a string, an array of one string, or an array of token ids. */
+static unsigned parse_prompt(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
+                             size_t msg_len)
+{
+    const cJSON *f = field(o, "prompt");
+    if (!f)
+        return BAD("'prompt' is required: a string (or an array of token ids)");
+    if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && cJSON_IsString(f->child))
+        f = f->child; /* ["text"]: one prompt */
+    if (cJSON_IsString(f))
+        return encode(s, f->valuestring, j, msg, msg_len);
+    if (!cJSON_IsArray(f))
+        return BAD("'prompt' must be a string or an array of token ids");
+    int n = cJSON_GetArraySize(f);
+    if (n == 0)
+        return BAD("'prompt' is an empty array; give some text or token ids");
+    if (!(j->prompt = malloc((size_t)n * sizeof *j->prompt))) {
+        snprintf(msg, msg_len, "out of memory for the prompt");
+        return 500;
+    }
+    const cJSON *x;
+    cJSON_ArrayForEach(x, f)
+    {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v != floor(v) || v < 0 || v >= s->m.vocab)
+            return BAD("'prompt' entries must be token ids from 0 to %d (or give one string; "
+                       "several prompts in one request are not supported)", s->m.vocab - 1);
+        j->prompt[j->prompt_len++] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...} parts
+ * (joined). Returns a malloc'ed string, or NULL with msg set (*st the status). */
+static char *message_text(const cJSON *content, int i, unsigned *st, char *msg, size_t msg_len)
+{
+    if (cJSON_IsString(content))
+        return strdup(content->valuestring);
+    if (!cJSON_IsArray(content)) {
+        *st = BAD("messages[%d].content must be a string or an array of text parts", i);
+        return NULL;
+    }
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content)
+    {
+        const cJSON *text = field(part, "text");
+        if (!cJSON_IsString(text)) {
+            *st = BAD("messages[%d].content holds a part without text; only text parts are "
+                      "supported", i);
+            return NULL;
+        }
+        len += strlen(text->valuestring);
+    }
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    out[0] = '\0';
+    cJSON_ArrayForEach(part, content)
+        strcat(out, field(part, "text")->valuestring);
+    return out;
+}
+
+/* Appends s2 to *s (both malloc'ed strings; s2 freed). Returns 0, or -1 out of memory. */
+static int append(char **s, char *s2)
+{
+    if (!s2)
+        return -1;
+    size_t a = *s ? strlen(*s) : 0, b = strlen(s2);
+    char *r = realloc(*s, a + b + 1);
+    if (r) {
+        memcpy(r + a, s2, b + 1);
+        *s = r;
+    }
+    free(s2);
+    return r ? 0 : -1;
+}
+
+/* A message's role: 0 system, 1 user, 2 assistant, -1 none of them. */
+static int role_of(const cJSON *m)
+{
+    const cJSON *r = field(m, "role");
+    if (!cJSON_IsString(r))
+        return -1;
+    return !strcmp(r->valuestring, "system") ? 0 : !strcmp(r->valuestring, "user") ? 1
+         : !strcmp(r->valuestring, "assistant") ? 2 : -1;
+}
+
+/* The conversation's text: the first user turn with the system message, each assistant
+ * reply after its turn, each later turn closing the reply before it (its end token). */
+static unsigned render_chat(const serve_server *s, const cJSON *msgs, char **text, char *msg,
+                            size_t msg_len)
+{
+    int n = cJSON_GetArraySize(msgs), i = 0, turn = 0;
+    unsigned st = 0;
+    char *system = NULL;
+    if (n > 0 && role_of(cJSON_GetArrayItem(msgs, 0)) == 0) {
+        system = message_text(field(cJSON_GetArrayItem(msgs, 0), "content"), 0, &st, msg,
+                              msg_len);
+        i = 1;
+    }
+    for (; !st && i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(msgs, i);
+        int role = role_of(m), want = turn % 2 == 0 ? 1 : 2;
+        if (role != want) {
+            st = BAD("messages[%d] must have role '%s': the messages are an optional system "
+                     "message, then user and assistant turns in turn, ending with a user's",
+                     i, want == 1 ? "user" : "assistant");
+            break;
+        }
+        char *content = message_text(field(m, "content"), i, &st, msg, msg_len);
+        if (!content) {
+            if (!st)
+                st = 500, snprintf(msg, msg_len, "out of memory");
+            break;
+        }
+        char *piece = role == 2 ? content
+                                : cli_chat_turn_text(s->chat, turn == 0, 0, system, content);
+        if (role == 1)
+            free(content);
+        if (append(text, piece))
+            st = 500, snprintf(msg, msg_len, "out of memory");
+        turn++;
+    }
+    free(system);
+    if (!st && turn % 2 == 0)
+        st = BAD("the last message must be the user's (give at least one user message)");
+    return st;
+}
+
+static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
+                               size_t msg_len)
+{
+    const cJSON *f = field(o, "messages");
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) == 0)
+        return BAD("'messages' is required: an array of {\"role\", \"content\"} objects");
+    if (!s->chat)
+        return BAD("this model has no chat template; restart the server with --chat-template "
+                   "NAME (%s), or use /v1/completions", cli_chat_template_names());
+    char *text = NULL;
+    unsigned st = render_chat(s, f, &text, msg, msg_len);
+    if (!st)
+        st = encode(s, text, j, msg, msg_len);
+    free(text);
+    if (!st) /* a reply ends at the template's end of turn */
+        j->stop_ids[j->nstop_ids++] = s->chat_end_id;
+    return st;
+}
+
+/* A chat's default max_tokens at most: the engine promises a sequence the KV blocks of its
+ * prompt and max_tokens when it starts (there is no preemption yet), so a default of the
+ * whole context would let few chats run at once. */
+#define SERVE_CHAT_DEFAULT_MAX 1024
+
+/* max_tokens (chat: also max_completion_tokens): the prompt and the tokens must fit the
+ * context, as OpenAI requires; the default is 16 for completions (OpenAI's), the rest of
+ * the context up to SERVE_CHAT_DEFAULT_MAX for a chat. */
+static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_job *j,
+                                 char *msg, size_t msg_len)
+{
+    long room = (long)s->m.context - (long)j->prompt_len;
+    if (j->prompt_len == 0)
+        return BAD("the prompt is empty and the tokenizer adds no BOS token; give some text");
+    if (room <= 0)
+        return BAD("the prompt is %zu tokens but the model's context holds %d positions, one "
+                   "of them for the first generated token; shorten it to at most %d tokens",
+                   j->prompt_len, s->m.context, s->m.context - 1);
+    long dflt = j->chat ? SERVE_CHAT_DEFAULT_MAX : 16;
+    double x = (double)(room < dflt ? room : dflt);
+    const char *name = j->chat && field(o, "max_completion_tokens") ? "max_completion_tokens"
+                                                                    : "max_tokens";
+    unsigned st = get_int(o, name, -1e300, 1e300, &x, NULL, msg, msg_len);
+    if (st)
+        return st;
+    if (x < 1)
+        return BAD("'%s' is %.15g; give at least 1", name, x);
+    if (x > (double)room)
+        return BAD("'%s' is %.15g, but the prompt (%zu tokens) leaves %ld of the model's %d "
+                   "positions; give at most %ld", name, x, j->prompt_len, room, s->m.context,
+                   room);
+    j->max_tokens = (int)x;
+    return 0;
+}
+
+static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
+                             size_t msg_len)
+{
+    if (!cJSON_IsObject(o))
+        return BAD("the body must be a JSON object");
+    double n = 1;
+    unsigned st = get_int(o, "n", 1, 1, &n, NULL, msg, msg_len);
+    if (st) /* several choices per request are not supported */
+        return st;
+    if ((st = get_bool(o, "stream", &j->stream, msg, msg_len)) ||
+        (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)))
+        return st;
+    const cJSON *so = field(o, "stream_options");
+    if (so && !cJSON_IsObject(so))
+        return BAD("'stream_options' must be an object");
+    if (so && (st = get_bool(so, "include_usage", &j->include_usage, msg, msg_len)))
+        return st;
+    if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_stops(s, o, j, msg, msg_len)))
+        return st;
+    st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
+    return st ? st : parse_max_tokens(s, o, j, msg, msg_len);
+}
+
+unsigned serve_parse(const serve_server *s, int chat, const char *body, size_t len,
+                     serve_job *j, char *msg, size_t msg_len)
+{
+    memset(j, 0, sizeof *j);
+    j->chat = chat;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    unsigned st;
+    if (!o) {
+        size_t at = end && end >= body ? (size_t)(end - body) : 0;
+        st = BAD("the body is not valid JSON (near byte %zu)", at);
+    } else {
+        st = parse_fields(s, o, j, msg, msg_len);
+    }
+    cJSON_Delete(o);
+    if (st)
+        serve_job_free(j);
+    return st;
+}
+
+void serve_job_free(serve_job *j)
+{
+    free(j->prompt);
+    for (int i = 0; i < j->nstops; i++)
+        free(j->stops[i]);
+    memset(j, 0, sizeof *j);
+}

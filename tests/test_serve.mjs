@@ -1,0 +1,314 @@
+// test_serve.mjs PENGINE MODEL_DIR TMP: pengine serve's HTTP API, driven with node's fetch
+// (see test_serve.sh). Every check that fails throws: the exit code is 1 with the reason.
+import { spawn, execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
+
+const [pengine, model, tmp] = process.argv.slice(2);
+const KEY = 'sesame';
+const auth = { Authorization: `Bearer ${KEY}` };
+const t0 = Date.now();
+
+function check(ok, what) {
+    if (!ok) throw new Error(`FAIL: ${what}`);
+}
+function eq(a, b, what) {
+    check(JSON.stringify(a) === JSON.stringify(b),
+          `${what}: got ${JSON.stringify(a)}, expected ${JSON.stringify(b)}`);
+}
+
+// ---- the server --------------------------------------------------------------------------
+async function startServer(extra = []) {
+    const p = spawn(pengine, ['serve', '--model', model, '--port', '0', '--api-key', KEY,
+                              '--max-body', '8192', ...extra],
+                    { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    let out = '';
+    const url = await new Promise((resolve, reject) => {
+        p.stdout.on('data', (d) => {
+            out += d;
+            const m = out.match(/http:\/\/([0-9.]+):(\d+)\/v1/);
+            if (m) resolve(`http://${m[1]}:${m[2]}`);
+        });
+        p.on('exit', (code) => reject(new Error(`FAIL: the server exited ${code}: ${err}`)));
+    });
+    p.stderrText = () => err;
+    return { p, url };
+}
+
+const post = (url, path, body, headers = auth) =>
+    fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers },
+                        body: typeof body === 'string' ? body : JSON.stringify(body) });
+
+// The events of a streamed answer: { ids, text, finish, usage, done }.
+async function readStream(res, onChunk) {
+    if (res.status !== 200) throw new Error(`FAIL: a stream answered ${res.status}: ${await res.text()}`);
+    check(res.headers.get('content-type').startsWith('text/event-stream'), 'stream type');
+    const r = { ids: [], text: '', finish: null, usage: null, done: false, chunks: 0 };
+    const dec = new TextDecoder();
+    let buf = '';
+    for await (const piece of res.body) {
+        buf += dec.decode(piece, { stream: true });
+        let k;
+        while ((k = buf.indexOf('\n\n')) >= 0) {
+            const ev = buf.slice(0, k);
+            buf = buf.slice(k + 2);
+            check(ev.startsWith('data: '), `an event without data: ${ev}`);
+            const data = ev.slice(6);
+            check(!r.done, 'an event after [DONE]');
+            if (data === '[DONE]') { r.done = true; continue; }
+            const o = JSON.parse(data);
+            check(!o.error, `an error event: ${data}`);
+            if (o.usage) { r.usage = o.usage; continue; }
+            const c = o.choices[0];
+            r.text += c.text ?? c.delta?.content ?? '';
+            r.ids.push(...(c.token_ids ?? []));
+            if (c.finish_reason) r.finish = c.finish_reason;
+            r.chunks++;
+            if (onChunk) onChunk(r);
+        }
+    }
+    return r;
+}
+
+// What `pengine generate` gives a prompt alone (greedy): { tokens, text, finish_reason }.
+function generateAlone(prompt, maxTokens) {
+    const out = execFileSync(pengine, ['generate', '--model', model, '--prompt', prompt,
+                                       '--max-tokens', String(maxTokens), '--json'],
+                             { stdio: ['ignore', 'pipe', 'ignore'] });
+    return JSON.parse(out.toString());
+}
+
+async function metrics(url) {
+    const text = await (await fetch(url + '/metrics')).text();
+    const m = {};
+    for (const line of text.split('\n'))
+        if (line && !line.startsWith('#')) {
+            const [k, v] = line.split(' ');
+            m[k] = Number(v);
+        }
+    return m;
+}
+
+async function waitIdle(url) {
+    for (let i = 0; i < 200; i++) {
+        const m = await metrics(url);
+        if (m.pengine_requests_running === 0 && m.pengine_http_requests_active === 1) return m;
+        await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`FAIL: the server never went idle: ${JSON.stringify(await metrics(url))}`);
+}
+
+// ---- the checks ----------------------------------------------------------------------------
+async function healthAndModels(url) {
+    const h = await fetch(url + '/health');
+    eq([h.status, await h.json()], [200, { status: 'ok' }], '/health');
+    const m = await (await fetch(url + '/v1/models', { headers: auth })).json();
+    eq([m.object, m.data.length, m.data[0].id], ['list', 1, 'qwen'], '/v1/models');
+}
+
+async function completionEqualsGenerate(url) {
+    const prompt = 'The quick brown fox';
+    const ref = generateAlone(prompt, 12);
+    const whole = await (await post(url, '/v1/completions', {
+        model: 'qwen', prompt, max_tokens: 12, temperature: 0, return_token_ids: true,
+        some_unknown_field: { ignored: true } })).json();
+    const c = whole.choices[0];
+    eq(c.token_ids, ref.tokens, 'whole completion tokens = generate');
+    eq(c.text, ref.text, 'whole completion text = generate');
+    eq(c.finish_reason, 'length', 'finish_reason');
+    eq(whole.usage, { prompt_tokens: ref.prompt_tokens, completion_tokens: 12,
+                      total_tokens: ref.prompt_tokens + 12 }, 'usage');
+    const s = await readStream(await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stream: true, return_token_ids: true,
+        stream_options: { include_usage: true } }));
+    eq([s.ids, s.text, s.finish, s.done], [ref.tokens, ref.text, 'length', true],
+       'streamed completion = generate');
+    eq(s.usage.completion_tokens, 12, 'streamed usage');
+    // a stop string from the middle of the text ends the text before its first place
+    const half = Math.floor(ref.text.length / 2);
+    const stop = ref.text.slice(half, half + 2);
+    const st = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stop: [stop] })).json()).choices[0];
+    eq([st.finish_reason, st.text], ['stop', ref.text.slice(0, ref.text.indexOf(stop))],
+       `the stop string ${JSON.stringify(stop)}`);
+    const ss = await readStream(await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stop: stop, stream: true }));
+    eq([ss.finish, ss.text, ss.done], ['stop', st.text, true], 'a stop string, streamed');
+}
+
+async function chat(url) {
+    const messages = [{ role: 'system', content: 'You are brief.' },
+                      { role: 'user', content: 'Hello' },
+                      { role: 'assistant', content: 'Hi there' },
+                      { role: 'user', content: 'What is 2+2?' }];
+    const whole = await (await post(url, '/v1/chat/completions',
+                                    { messages, max_tokens: 10, temperature: 0 })).json();
+    eq(whole.object, 'chat.completion', 'chat object');
+    eq(whole.choices[0].message.role, 'assistant', 'chat role');
+    // the prompt is the ChatML text Hugging Face's template renders
+    const text = '<|im_start|>system\nYou are brief.<|im_end|>\n<|im_start|>user\nHello' +
+        '<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\n' +
+        'What is 2+2?<|im_end|>\n<|im_start|>assistant\n';
+    const ids = JSON.parse(execFileSync(pengine, ['tokenize', '--model', model, '--json'],
+                                        { input: text }).toString());
+    eq(whole.usage.prompt_tokens, ids.length, 'chat prompt tokens = the ChatML text\'s');
+    const s = await readStream(await post(url, '/v1/chat/completions',
+                                          { messages, max_tokens: 10, temperature: 0, stream: true }));
+    eq([s.text, s.finish, s.done], [whole.choices[0].message.content,
+                                    whole.choices[0].finish_reason, true], 'streamed chat = whole');
+}
+
+const prompts = Array.from({ length: 16 }, (_, i) =>
+    `Client ${i} says:` + ' and then'.repeat(i % 5));
+const maxTokens = (i) => 8 + (i * 7) % 33;
+let refs = null; // each prompt's lone run, by `pengine generate`
+
+async function concurrentClients(url, clients = 64) {
+    refs ??= prompts.map((p, i) => generateAlone(p, maxTokens(i)));
+    const runs = Array.from({ length: clients }, (_, k) => {
+        const i = k % 16;
+        return post(url, '/v1/completions', {
+            prompt: prompts[i], max_tokens: maxTokens(i), temperature: 0, stream: true,
+            return_token_ids: true }).then(readStream);
+    });
+    const got = await Promise.all(runs);
+    got.forEach((r, k) => {
+        const ref = refs[k % 16];
+        eq([r.ids, r.text, r.done], [ref.tokens, ref.text, true],
+           `concurrent client ${k}: its lone-run tokens`);
+    });
+}
+
+async function disconnect(url) {
+    const before = await metrics(url);
+    const ac = new AbortController();
+    const res = await post(url, '/v1/completions', { prompt: 'Go on', max_tokens: 500,
+                                                     temperature: 0, stream: true });
+    check(res.status === 200, `the stream to abort answered ${res.status}`);
+    // read two chunks, then go
+    const reader = res.body.getReader();
+    for (let n = 0; n < 2;) n += (await reader.read()).value ? 1 : 0;
+    await reader.cancel();
+    ac.abort();
+    const after = await waitIdle(url);
+    const made = after.pengine_generation_tokens_total - before.pengine_generation_tokens_total;
+    check(made >= 2 && made < 400,
+          `the disconnected stream was not cancelled: ${made} of 500 tokens made`);
+    await healthAndModels(url);
+    const again = await (await post(url, '/v1/completions', { prompt: 'Go on', max_tokens: 3,
+                                                              temperature: 0 })).json();
+    eq(again.usage.completion_tokens, 3, 'a request after a disconnect');
+}
+
+async function badRequests(url) {
+    const expect = async (res, status, what) => {
+        const body = await res.text();
+        check(res.status === status, `${what}: status ${res.status}, expected ${status}: ${body}`);
+        const e = JSON.parse(body).error;
+        check(e && typeof e.message === 'string' && e.type && e.code, `${what}: error JSON ${body}`);
+    };
+    await expect(await post(url, '/v1/completions', '{"prompt": "x",'), 400, 'malformed JSON');
+    await expect(await post(url, '/v1/completions', { prompt: 5 }), 400, 'a number prompt');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', max_tokens: 'many' }), 400,
+                 'max_tokens a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', max_tokens: 0 }), 400,
+                 'max_tokens 0');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', max_tokens: 100000 }), 400,
+                 'max_tokens past the context');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', temperature: -1 }), 400,
+                 'temperature -1');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', stream: 'yes' }), 400,
+                 'stream a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'word '.repeat(600) }), 400,
+                 'a prompt longer than the context');
+    await expect(await post(url, '/v1/chat/completions', { messages: 'hi' }), 400,
+                 'messages a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'x'.repeat(9000) }), 413,
+                 'a body over --max-body');
+    await expect(await post(url, '/v1/completions', { prompt: 'x' }, {}), 401, 'no key');
+    await expect(await post(url, '/v1/completions', { prompt: 'x' },
+                            { Authorization: 'Bearer wrong' }), 401, 'a wrong key');
+    await expect(await fetch(url + '/v1/models'), 401, 'models without a key');
+    await expect(await fetch(url + '/nowhere'), 404, 'an unknown path');
+    await expect(await fetch(url + '/v1/completions', { headers: auth }), 405, 'GET completions');
+    const h = await fetch(url + '/health');
+    check(h.status === 200, 'healthy after the bad requests');
+}
+
+async function metricsAfter(url) {
+    const m = await waitIdle(url);
+    eq([m.pengine_requests_running, m.pengine_requests_waiting], [0, 0], 'nothing running');
+    check(m['pengine_requests_total{status="400"}'] >= 9, 'the 400s counted');
+    check(m['pengine_requests_total{status="413"}'] === 1, 'the 413 counted');
+    check(m['pengine_requests_total{status="401"}'] === 3, 'the 401s counted');
+    check(m.pengine_time_to_first_token_seconds_count >= 64, 'time to first token observed');
+    check(m.pengine_time_per_output_token_seconds_count > 64, 'time per token observed');
+    check(m.pengine_kv_blocks_total > 0, 'the KV pool size');
+}
+
+async function sigterm(server) {
+    const { p, url } = server;
+    const started = [];
+    const runs = Array.from({ length: 4 }, (_, i) => new Promise((resolve, reject) => {
+        post(url, '/v1/completions', { prompt: `Stream ${i}`, max_tokens: 200, temperature: 0,
+                                       stream: true })
+            .then((res) => readStream(res, (r) => { if (r.chunks === 1) started[i] = true; }))
+            .then(resolve, reject);
+    }));
+    while (started.filter(Boolean).length < 4) await new Promise((r) => setTimeout(r, 5));
+    const exited = once(p, 'exit');
+    p.kill('SIGTERM');
+    // draining: a new request is refused (a new connection) or 503 (a kept-alive one)
+    await new Promise((r) => setTimeout(r, 100));
+    let late;
+    try { late = (await fetch(url + '/health')).status; } catch { late = 'refused'; }
+    check(late === 503 || late === 'refused', `a request while draining got ${late}`);
+    const got = await Promise.all(runs);
+    got.forEach((r, i) => eq([r.done, r.finish, r.chunks >= 150], [true, 'length', true],
+                             `in-flight stream ${i} after SIGTERM`));
+    const [code] = await exited;
+    eq(code, 0, `the exit code after SIGTERM (${p.stderrText()})`);
+    let refused = false;
+    try { await fetch(url + '/health'); } catch { refused = true; }
+    check(refused, 'the server still answers after its exit');
+}
+
+const server = await startServer();
+try {
+    const steps = [['health and models', healthAndModels], ['completions = generate',
+        completionEqualsGenerate], ['chat', chat], ['64 concurrent clients', concurrentClients],
+        ['a client disconnects', disconnect], ['bad requests', badRequests],
+        ['metrics', metricsAfter]];
+    for (const [name, f] of steps) {
+        const t = Date.now();
+        await f(server.url);
+        console.log(`ok: ${name} (${Date.now() - t} ms)`);
+    }
+    const t = Date.now();
+    await sigterm(server);
+    console.log(`ok: SIGTERM with requests in flight (${Date.now() - t} ms)`);
+} catch (e) {
+    server.p.kill('SIGKILL');
+    console.error(e.message);
+    console.error(server.p.stderrText());
+    process.exit(1);
+}
+// the same on a grid: 2 replicas of 2 pipeline stages (4 workers on device 0)
+const grid = await startServer(['--dp', '2', '--pp', '2']);
+try {
+    const t = Date.now();
+    await concurrentClients(grid.url, 16);
+    const exited = once(grid.p, 'exit');
+    grid.p.kill('SIGINT');
+    eq((await exited)[0], 0, 'the exit code after SIGINT');
+    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2, SIGINT (${Date.now() - t} ms)`);
+} catch (e) {
+    grid.p.kill('SIGKILL');
+    console.error(e.message);
+    console.error(grid.p.stderrText());
+    process.exit(1);
+}
+console.log(`test_serve: all ok in ${Date.now() - t0} ms`);
+writeFileSync(`${tmp}/done`, '');
