@@ -453,6 +453,42 @@ int cli_parse(int argc, char **argv, cli_options *o, char *msg, size_t msg_len)
     return CLI_OK;
 }
 
+int cli_parse_subcommand(int argc, char **argv, const char *cmd,
+                         const char *const *with_value, size_t n_values,
+                         const cli_switch *switches, size_t n_switches, cli_flag_fn apply_value,
+                         void *ctx)
+{
+    char msg[CLI_MSG_LEN];
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            cli_usage(stdout);
+            return -1;
+        }
+        int is_switch = 0, known = 0;
+        for (size_t k = 0; k < n_switches && !is_switch; k++)
+            if (!strcmp(f, switches[k].name))
+                *switches[k].on = is_switch = 1;
+        if (is_switch)
+            continue;
+        for (size_t k = 0; k < n_values; k++)
+            known |= !strcmp(f, with_value[k]);
+        if (!known || i + 1 >= argc) {
+            if (!known)
+                cli_errorf("unknown flag '%s' for %s; see pengine --help", f, cmd);
+            else
+                cli_errorf("%s needs a value; see pengine --help", f);
+            return CLI_USAGE;
+        }
+        int rc = apply_value(ctx, f, argv[++i], msg, sizeof msg);
+        if (rc != CLI_OK) {
+            cli_error(msg);
+            return rc;
+        }
+    }
+    return CLI_OK;
+}
+
 int cli_check_demo_flags(const cli_options *o, int decoder)
 {
     if (decoder && o->mlp) {

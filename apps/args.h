@@ -67,6 +67,24 @@ void cli_default_options(cli_options *o);
 int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, char *msg,
                           size_t msg_len);
 
+/* One flag of a subcommand with its value, applied to the subcommand's options ctx:
+ * CLI_OK, or an exit code with msg set. */
+typedef int (*cli_flag_fn)(void *ctx, const char *flag, const char *value, char *msg,
+                           size_t msg_len);
+/* A flag without a value that sets an int. */
+typedef struct cli_switch {
+    const char *name;
+    int *on;
+} cli_switch;
+/* The flags of subcommand cmd (generate, chat, serve): --help prints the usage; each of
+ * switches (n_switches) sets its int; each of with_value (n_values) takes the next argument,
+ * given to apply_value; anything else is a usage error naming it. Returns CLI_OK, -1 after
+ * --help, or the exit code of an error (printed). */
+int cli_parse_subcommand(int argc, char **argv, const char *cmd,
+                         const char *const *with_value, size_t n_values,
+                         const cli_switch *switches, size_t n_switches,
+                         cli_flag_fn apply_value, void *ctx);
+
 /* The decoder subcommands' grid (generate, chat): --dp/--pp/--tp over --gpus (default: a
  * replica per listed device; without --gpus, the grid's devices all on device 0). Returns
  * 0, or -1 with msg set. */

@@ -57,8 +57,9 @@ static void on_sigint(int sig)
 
 /* ---- flags ----------------------------------------------------------------------------- */
 
-static int apply_flag(chat_opts *o, const char *f, const char *v, char *msg, size_t len)
+static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t len)
 {
+    chat_opts *o = ctx;
     long x = 0;
     double d = 0;
     int bad = 0;
@@ -110,29 +111,11 @@ static int parse(int argc, char **argv, chat_opts *o)
         "--temperature", "--top-k", "--top-p", "--seed", "--gpus", "--backend", "--dtype",
         "--threads", "--kv-tokens", "--pp", "--tp"};
     char msg[CLI_MSG_LEN];
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            cli_usage(stdout);
-            return -1;
-        }
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            known |= !strcmp(f, with_value[k]);
-        if (!known)
-            snprintf(msg, sizeof msg, "unknown flag '%s' for chat; see pengine --help", f);
-        else if (i + 1 >= argc)
-            snprintf(msg, sizeof msg, "%s needs a value; see pengine --help", f);
-        if (!known || i + 1 >= argc) {
-            cli_error(msg);
-            return CLI_USAGE;
-        }
-        int rc = apply_flag(o, f, argv[++i], msg, sizeof msg);
-        if (rc != CLI_OK) {
-            cli_error(msg);
-            return rc;
-        }
-    }
+    int rc = cli_parse_subcommand(argc, argv, "chat", with_value,
+                                  sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,
+                                  o);
+    if (rc != CLI_OK)
+        return rc;
     if (!o->dev.model_path) {
         cli_error("chat needs --model DIR; give a decoder directory with a tokenizer, e.g. one "
                   "written by pengine gen llama --tokenizer FILE --out DIR");

@@ -68,8 +68,9 @@ static int add_stop(gen_opts *g, const char *v, char *msg, size_t len)
 }
 
 /* Applies one flag with its value. Returns the exit code, msg set on a failure. */
-static int apply_flag(gen_opts *g, const char *f, const char *v, char *msg, size_t len)
+static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t len)
 {
+    gen_opts *g = ctx;
     long x = 0;
     double d = 0;
     int bad = 0;
@@ -146,34 +147,15 @@ static int check(const gen_opts *g)
 /* Returns CLI_OK, -1 after --help, or the exit code of an error (printed). */
 static int parse(int argc, char **argv, gen_opts *g)
 {
-    char msg[CLI_MSG_LEN];
     static const char *const with_value[] = {
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
         "--temperature", "--top-k", "--top-p", "--seed", "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--json")) { g->json = 1; continue; }
-        if (!strcmp(f, "--ignore-eos")) { g->ignore_eos = 1; continue; }
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { cli_usage(stdout); return -1; }
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            known |= !strcmp(f, with_value[k]);
-        if (!known) {
-            snprintf(msg, sizeof msg, "unknown flag '%s' for generate; see pengine --help", f);
-            return usage_error(msg);
-        }
-        if (i + 1 >= argc) {
-            snprintf(msg, sizeof msg, "%s needs a value; see pengine --help", f);
-            return usage_error(msg);
-        }
-        int rc = apply_flag(g, f, argv[++i], msg, sizeof msg);
-        if (rc != CLI_OK) {
-            cli_error(msg);
-            return rc;
-        }
-    }
-    return check(g);
+    const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
+    int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
+                                  sizeof with_value / sizeof with_value[0], switches,
+                                  sizeof switches / sizeof switches[0], apply_flag, g);
+    return rc != CLI_OK ? rc : check(g);
 }
 
 /* ---- shared by the ids and the text runs ------------------------------------------------ */

@@ -17,8 +17,9 @@
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
-static int apply_flag(serve_opts *o, const char *f, const char *v, char *msg, size_t len)
+static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t len)
 {
+    serve_opts *o = ctx;
     long x = 0;
     int bad = 0;
     if (!strcmp(f, "--model")) {
@@ -62,29 +63,11 @@ static int parse(int argc, char **argv, serve_opts *o)
         "--max-body", "--model-name", "--gpus", "--backend", "--dtype", "--threads",
         "--kv-tokens", "--dp", "--pp", "--tp"};
     char msg[CLI_MSG_LEN];
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            cli_usage(stdout);
-            return -1;
-        }
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            known |= !strcmp(f, with_value[k]);
-        if (!known)
-            snprintf(msg, sizeof msg, "unknown flag '%s' for serve; see pengine --help", f);
-        else if (i + 1 >= argc)
-            snprintf(msg, sizeof msg, "%s needs a value; see pengine --help", f);
-        if (!known || i + 1 >= argc) {
-            cli_error(msg);
-            return CLI_USAGE;
-        }
-        int rc = apply_flag(o, f, argv[++i], msg, sizeof msg);
-        if (rc != CLI_OK) {
-            cli_error(msg);
-            return rc;
-        }
-    }
+    int rc = cli_parse_subcommand(argc, argv, "serve", with_value,
+                                  sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,
+                                  o);
+    if (rc != CLI_OK)
+        return rc;
     if (!o->dev.model_path) {
         cli_error("serve needs --model DIR; give a decoder directory with a tokenizer, e.g. "
                   "one written by pengine gen llama --tokenizer FILE --out DIR");
