@@ -60,10 +60,11 @@ pe_status cb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *t
                                     dev->stream);
     if (e != cudaSuccess)
         return cb_cuda_fail(&dev->err, e, "cudaMemcpyAsync (embedding check word)", dev->id);
-    pe_status s = cb_check_launch(
-        dev, cb_launch_embedding(dev->stream, out, table, dtype == PE_DTYPE_BF16, ids, n, dim, vocab,
-                                 row0, nrows, dev->bad_id),
-        "embedding kernel launch");
+    pe_status s = cb_check_launch(dev,
+                                  cb_launch_embedding(dev->stream, out, table,
+                                                      dtype == PE_DTYPE_BF16, ids, n, dim, vocab,
+                                                      row0, nrows, dev->bad_id),
+                                  "embedding kernel launch");
     if (s != PE_OK)
         return s;
     e = cudaMemcpyAsync(dev->bad_id_host, dev->bad_id, sizeof *dev->bad_id,
