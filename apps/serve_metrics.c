@@ -1,6 +1,6 @@
 /* serve_metrics.c: the counters of pengine serve and GET /metrics in Prometheus' text
- * exposition format (version 0.0.4). The KV blocks in use are not in the public API
- * (pe_engine_info has the pool's size only): the pool's size is shown, not its use. */
+ * exposition format (version 0.0.4), with the KV pool's size and the blocks in use
+ * (pe_engine_info, read at the scrape). */
 #include "serve.h"
 
 #include <stdarg.h>
@@ -101,7 +101,7 @@ static void put_hist(text_buf *b, const char *name, const char *help, const serv
         name, h->n);
 }
 
-char *serve_metrics_text(serve_metrics *m)
+char *serve_metrics_text(serve_metrics *m, size_t kv_blocks_used)
 {
     text_buf b = {malloc(4096), 0, 4096, 0};
     if (!b.p)
@@ -129,9 +129,11 @@ char *serve_metrics_text(serve_metrics *m)
     put_metric(&b, "pengine_http_requests_active", "gauge",
                "HTTP requests being received or answered (streams included).",
                (double)c.http_active);
-    put_metric(&b, "pengine_kv_blocks_total", "gauge",
-               "KV blocks in each worker's pool (blocks in use are not exposed by the engine).",
+    put_metric(&b, "pengine_kv_blocks_total", "gauge", "KV blocks in each worker's pool.",
                (double)c.kv_blocks);
+    put_metric(&b, "pengine_kv_blocks_used", "gauge",
+               "KV blocks held by sequences, summed over the replicas (0 when idle).",
+               (double)kv_blocks_used);
     put_hist(&b, "pengine_time_to_first_token_seconds",
              "Seconds from a sequence's submit to its first token.", &c.ttft);
     put_hist(&b, "pengine_time_per_output_token_seconds",

@@ -588,8 +588,23 @@ static void a_kept_sequence_continues_as_the_whole_conversation_would(void **sta
     pe_engine_destroy(e);
 }
 
+/* pe_engine_info's blocks in use, once the replica has published want (it publishes after
+ * the events it sends, so the count may lag them briefly); fails after 10 s. */
+static void expect_blocks_used(pe_engine *e, size_t want)
+{
+    pe_engine_info info;
+    for (int i = 0; i < 10000; i++) {
+        assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+        if (info.kv_blocks_used == want)
+            return;
+        usleep(1000);
+    }
+    fail_msg("%zu KV blocks in use, expected %zu", info.kv_blocks_used, want);
+}
+
 /* A parked sequence holds its KV blocks: a sequence that needs the whole pool is refused
- * (PE_KV_REFUSE) until it is released, and then runs. Destroy frees what is still kept. */
+ * (PE_KV_REFUSE) until it is released, and then runs. Destroy frees what is still kept.
+ * pe_engine_info counts the kept blocks, and none once all is released. */
 static void a_kept_sequence_holds_its_blocks_until_released(void **state)
 {
     (void)state;
@@ -605,6 +620,7 @@ static void a_kept_sequence_holds_its_blocks_until_released(void **state)
     uint64_t kept = submit_kept(e, prompt, 20, 40, 0); /* 59 positions: 4 blocks */
     drain(e, &r);
     assert_int_equal(r.ntok[0], 40);
+    expect_blocks_used(e, 4);
     submit(e, prompt, 20, 100, 1, NULL); /* 119 positions: all 8 blocks */
     drain(e, &r);
     assert_int_equal(r.finish[1], PE_FINISH_ERROR);
@@ -613,6 +629,7 @@ static void a_kept_sequence_holds_its_blocks_until_released(void **state)
     submit(e, prompt, 20, 100, 2, NULL);
     drain(e, &r);
     assert_int_equal(r.ntok[2], 100);
+    expect_blocks_used(e, 0);
     assert_int_equal(pe_seq_release(e, kept), PE_EINVAL); /* released: gone */
     submit_kept(e, prompt, 20, 4, 3); /* left kept: destroy frees it */
     drain(e, &r);

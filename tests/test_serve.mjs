@@ -94,7 +94,8 @@ async function metrics(url) {
 async function waitIdle(url) {
     for (let i = 0; i < 200; i++) {
         const m = await metrics(url);
-        if (m.pengine_requests_running === 0 && m.pengine_http_requests_active === 1) return m;
+        if (m.pengine_requests_running === 0 && m.pengine_http_requests_active === 1 &&
+            m.pengine_kv_blocks_used === 0) return m;
         await new Promise((r) => setTimeout(r, 25));
     }
     throw new Error(`FAIL: the server never went idle: ${JSON.stringify(await metrics(url))}`);
@@ -190,6 +191,8 @@ async function disconnect(url) {
     // read two chunks, then go
     const reader = res.body.getReader();
     for (let n = 0; n < 2;) n += (await reader.read()).value ? 1 : 0;
+    const during = await metrics(url);
+    check(during.pengine_kv_blocks_used > 0, 'the stream holds KV blocks while it runs');
     await reader.cancel();
     ac.abort();
     const after = await waitIdle(url);
@@ -246,6 +249,7 @@ async function metricsAfter(url) {
     check(m.pengine_time_to_first_token_seconds_count >= 64, 'time to first token observed');
     check(m.pengine_time_per_output_token_seconds_count > 64, 'time per token observed');
     check(m.pengine_kv_blocks_total > 0, 'the KV pool size');
+    eq(m.pengine_kv_blocks_used, 0, 'no KV block held after the run');
 }
 
 async function sigterm(server) {

@@ -168,6 +168,8 @@ typedef struct pe_engine_info {
     size_t kv_bytes[64];       /* its KV pool (decoders) */
     size_t kv_blocks;          /* blocks in every worker's pool (a replica shares block ids) */
     int kv_block_tokens;       /* positions per block */
+    size_t kv_blocks_used;     /* blocks held by sequences now (running or kept), summed over
+                                * the replicas as each last published them: 0 when idle */
 } pe_engine_info;
 pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
 

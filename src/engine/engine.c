@@ -487,6 +487,9 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     if (e->decoder) {
         out->kv_blocks = e->kv_blocks;
         out->kv_block_tokens = e->sched_cfg.block_tokens;
+        for (int d = 0; e->replicas && d < e->dp; d++)
+            out->kv_blocks_used += (size_t)atomic_load_explicit(&e->replicas[d].blocks_used,
+                                                                memory_order_relaxed);
     }
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
     snprintf(out->collectives, sizeof out->collectives, "%s", e->collectives);

@@ -50,6 +50,8 @@ static void publish(en_replica *r)
     atomic_store_explicit(&r->room, en_sched_room(&r->sched) - en_sched_waiting_need(&r->sched),
                           memory_order_relaxed);
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
+    atomic_store_explicit(&r->blocks_used, r->sched.cfg.nblocks - r->sched.nfree,
+                          memory_order_relaxed);
     atomic_fetch_sub_explicit(&r->inbound_seqs, r->taken_seqs, memory_order_relaxed);
     atomic_fetch_sub_explicit(&r->inbound_blocks, r->taken_blocks, memory_order_relaxed);
     r->taken_seqs = r->taken_blocks = 0;
@@ -249,10 +251,12 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         r->d = d;
         atomic_init(&r->room, 0);
         atomic_init(&r->seqs, 0);
+        atomic_init(&r->blocks_used, 0);
         atomic_init(&r->inbound_seqs, 0);
         atomic_init(&r->inbound_blocks, 0);
         RT_IGNORE_WORD(r->room);
         RT_IGNORE_WORD(r->seqs);
+        RT_IGNORE_WORD(r->blocks_used);
         RT_IGNORE_WORD(r->inbound_seqs);
         RT_IGNORE_WORD(r->inbound_blocks);
         r->nflights = e->sched_cfg.groups; /* a step buffer per group in flight */
@@ -333,6 +337,7 @@ void en_replicas_free(pe_engine *e)
         free(r->flights);
         RT_UNIGNORE_WORD(r->room);
         RT_UNIGNORE_WORD(r->seqs);
+        RT_UNIGNORE_WORD(r->blocks_used);
         RT_UNIGNORE_WORD(r->inbound_seqs);
         RT_UNIGNORE_WORD(r->inbound_blocks);
     }
