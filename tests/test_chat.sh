@@ -21,9 +21,12 @@ if [[ ! -f $qwen/tokenizer.json || ! -f $llama2/tokenizer.json ]]; then
     exit 77
 fi
 tmp=$(mktemp -d)
-sock=$tmp/tmux.sock
+# one tmux server (socket) per terminal session: a server whose last session was killed exits
+# on its own, and a new-session racing that exit on the same socket fails with "server exited
+# unexpectedly"
+sock=$tmp/tmux1.sock
 cleanup() {
-    tmux -S "$sock" kill-server 2> /dev/null || true
+    for s in "$tmp"/tmux*.sock; do tmux -S "$s" kill-server 2> /dev/null || true; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -138,9 +141,10 @@ for r in 0 1; do
 done
 type_line "/exit"
 wait_for "the exit" grep -qx 'exited 0'
-tmux -S "$sock" kill-session -t chat
+tmux -S "$sock" kill-server
 
 # Ctrl-C stops a reply as long as the context; the conversation goes on after it
+sock=$tmp/tmux2.sock
 tmux -S "$sock" new-session -d -s chat -x 200 -y 50 \
     "$pengine chat --model $tmp/llama2 --chat-template llama2 --max-tokens 100000; echo \"exited \$?\"; sleep 600"
 wait_for "the banner" grep -q 'llama2 template, 2048 positions'
