@@ -298,8 +298,8 @@ static void check_blocks(harness *h)
         memcpy(t->bt, q->blocks, (size_t)q->nblocks * sizeof *t->bt);
         t->nbt = q->nblocks;
     }
-    for (int i = 0; i < h->s.nfree; i++) {
-        int b = h->s.free[i];
+    for (int i = 0; i < h->s.kv.nfree; i++) {
+        int b = h->s.kv.free[i];
         assert_true(b >= 0 && b < N);
         if (owner[b] != -1)
             fail_msg("free block %d is %s", b, owner[b] == -2 ? "free twice" : "held");
@@ -748,7 +748,7 @@ static void h_free(harness *h)
         h_end_all(h, PE_ECLOSED);
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), h->cfg.nblocks);
-    assert_int_equal(h->s.nfree, h->cfg.nblocks);
+    assert_int_equal(h->s.kv.nfree, h->cfg.nblocks);
     h_release(h);
 }
 
@@ -1061,7 +1061,7 @@ static void test_blocks_are_taken_as_positions_grow_never_shared_and_all_return(
     for (int i = 0; i < a->nblocks; i++)
         for (int j = 0; j < b->nblocks; j++)
             assert_int_not_equal(a->blocks[i], b->blocks[j]);
-    assert_int_equal(h->s.nfree, 12 - 5);
+    assert_int_equal(h->s.kv.nfree, 12 - 5);
     h_complete(h, PE_OK);
     assert_int_equal(h_build(h), 1); /* decodes at positions 5 and 3 */
     assert_int_equal(a->nblocks, 3);
@@ -1074,7 +1074,7 @@ static void test_blocks_are_taken_as_positions_grow_never_shared_and_all_return(
     h_run(h);
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), 12);
-    assert_int_equal(h->s.nfree, 12);
+    assert_int_equal(h->s.kv.nfree, 12);
     for (int id = 1; id <= 3; id++)
         assert_final(h, id, PE_FINISH_LENGTH, PE_OK);
     h_free(h);
@@ -1310,13 +1310,13 @@ static void test_cancel_of_a_running_sequence_not_in_a_step_ends_it_at_once(void
     assert_int_equal(h_build(h), 1);
     h_complete(h, PE_OK);
     assert_int_equal(token_events(h, 2), 1);
-    const int room = en_sched_room(&h->s), nfree = h->s.nfree;
+    const int room = en_sched_room(&h->s), nfree = h->s.kv.nfree;
     const int held = seq_of(h, 2)->seq->nblocks;
     h_cancel(h, 2);
     assert_final(h, 2, PE_FINISH_CANCELLED, PE_OK);
     assert_int_equal(token_events(h, 2), 1);
     assert_int_equal(en_sched_room(&h->s), room + 3);
-    assert_int_equal(h->s.nfree, nfree + held);
+    assert_int_equal(h->s.kv.nfree, nfree + held);
     h_run(h);
     assert_final(h, 1, PE_FINISH_LENGTH, PE_OK);
     h_free(h);
@@ -1354,14 +1354,14 @@ static void test_cancel_of_an_unknown_or_ended_id_does_nothing(void **state)
     assert_int_equal(h_build(h), 1);
     h_complete(h, PE_OK);
     assert_final(h, 1, PE_FINISH_LENGTH, PE_OK);
-    const int room = en_sched_room(&h->s), nfree = h->s.nfree;
+    const int room = en_sched_room(&h->s), nfree = h->s.kv.nfree;
     h_cancel(h, 1);   /* ended */
     h_cancel(h, 999); /* never given */
     h_cancel(h, 0);
     assert_int_equal(seq_of(h, 1)->nact, 1);
     assert_int_equal(seq_of(h, 2)->nact, 1);
     assert_int_equal(en_sched_room(&h->s), room);
-    assert_int_equal(h->s.nfree, nfree);
+    assert_int_equal(h->s.kv.nfree, nfree);
     assert_int_equal(en_sched_sequences(&h->s), 1);
     h_run(h);
     assert_final(h, 2, PE_FINISH_LENGTH, PE_OK);
@@ -1386,7 +1386,7 @@ static void test_failed_step_ends_its_sequences_with_its_error_and_spares_others
     assert_final(h, 2, PE_FINISH_ERROR, PE_EDEVICE);
     assert_int_equal(token_events(h, 1), 0);
     assert_int_equal(en_sched_room(&h->s), 64 - 1);
-    assert_int_equal(h->s.nfree, 64);
+    assert_int_equal(h->s.kv.nfree, 64);
     assert_null(final_event(h, 3));
     h_run(h);
     assert_final(h, 3, PE_FINISH_LENGTH, PE_OK);
@@ -1416,7 +1416,7 @@ static void test_an_undeliverable_token_event_ends_its_sequence_with_enomem(void
     assert_int_equal(token_events(h, 1), 1);
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), 64);
-    assert_int_equal(h->s.nfree, 64);
+    assert_int_equal(h->s.kv.nfree, 64);
     h_free(h);
 }
 
@@ -1495,33 +1495,33 @@ static void test_a_kept_sequence_parks_with_its_blocks_and_an_append_prefills_on
     assert_int_equal(log.finals, 1);
     assert_int_equal(log.last, PE_FINISH_LENGTH);
     assert_int_equal(en_sched_sequences(&s), 0);
-    assert_int_equal(s.nfree, 64 - 2); /* positions 0..6 stay cached */
+    assert_int_equal(s.kv.nfree, 64 - 2); /* positions 0..6 stay cached */
     assert_int_equal(en_sched_room(&s), 64 - 2);
     assert_int_equal(en_sched_build(&s, st), 0);
     /* turn 2: 3 more tokens; the uncached ones are the last generated token and those */
     assert_int_equal(en_sched_append(&s, kept_msg(1, 3, 2, 0, cfg.context)), PE_OK);
     run_chunk(&s, st, 7, 4, 22);
-    assert_int_equal(s.nfree, 64 - 3); /* 11 positions */
+    assert_int_equal(s.kv.nfree, 64 - 3); /* 11 positions */
     assert_int_equal(en_sched_room(&s), 64 - 3); /* promise: 12 positions, 3 blocks */
     run_chunk(&s, st, 11, 1, 23);
     assert_int_equal(log.finals, 2);
     assert_int_equal(log.tokens, 4);
-    assert_int_equal(s.nfree, 64); /* not kept this time: all back */
+    assert_int_equal(s.kv.nfree, 64); /* not kept this time: all back */
     assert_int_equal(en_sched_room(&s), 64);
     assert_int_equal(en_sched_append(&s, kept_msg(1, 1, 1, 1, cfg.context)), PE_EINVAL);
     /* release, and end_all, free what is parked */
     en_sched_add(&s, kept_msg(2, 9, 1, 1, cfg.context));
     run_chunk(&s, st, 0, 9, 24);
-    assert_int_equal(s.nfree, 64 - 3);
+    assert_int_equal(s.kv.nfree, 64 - 3);
     assert_int_equal(en_sched_release(&s, 2), PE_OK);
     assert_int_equal(en_sched_release(&s, 2), PE_EINVAL);
-    assert_int_equal(s.nfree, 64);
+    assert_int_equal(s.kv.nfree, 64);
     assert_int_equal(en_sched_room(&s), 64);
     en_sched_add(&s, kept_msg(3, 5, 1, 1, cfg.context));
     run_chunk(&s, st, 0, 5, 25);
-    assert_int_equal(s.nfree, 64 - 2);
+    assert_int_equal(s.kv.nfree, 64 - 2);
     en_sched_end_all(&s, PE_ECLOSED);
-    assert_int_equal(s.nfree, 64);
+    assert_int_equal(s.kv.nfree, 64);
     assert_null(s.parked);
     en_step_free(st);
     en_sched_free(&s);
@@ -1541,7 +1541,7 @@ static void test_an_append_past_the_context_leaves_the_sequence_parked(void **st
     run_chunk(&s, st, 0, 10, 20);
     /* it holds 11 tokens (10 cached): 53 more reach the context of 64 */
     assert_int_equal(en_sched_append(&s, kept_msg(1, 53, 1, 1, cfg.context)), PE_EINVAL);
-    assert_int_equal(s.nfree, 64 - 3); /* 10 positions still held */
+    assert_int_equal(s.kv.nfree, 64 - 3); /* 10 positions still held */
     assert_int_equal(en_sched_append(&s, kept_msg(1, 52, 1, 1, cfg.context)), PE_OK);
     run_chunk(&s, st, 10, 16, 21); /* chunks of the step's token budget, 16 */
     run_chunk(&s, st, 26, 16, 21);
@@ -1549,7 +1549,7 @@ static void test_an_append_past_the_context_leaves_the_sequence_parked(void **st
     run_chunk(&s, st, 58, 5, 22);
     assert_int_equal(log.finals, 2);
     en_sched_end_all(&s, PE_ECLOSED);
-    assert_int_equal(s.nfree, 64);
+    assert_int_equal(s.kv.nfree, 64);
     en_step_free(st);
     en_sched_free(&s);
 }
@@ -1572,7 +1572,7 @@ static void test_end_all_ends_waiting_and_idle_ones_now(void **state)
     assert_int_equal(token_events(h, 3), 0);
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), 64);
-    assert_int_equal(h->s.nfree, 64);
+    assert_int_equal(h->s.kv.nfree, 64);
     assert_int_equal(h_build(h), 0);
     h_free(h);
 }
@@ -1682,7 +1682,7 @@ static void test_a_prompt_streams_in_chunks_through_steps_in_flight(void **state
     en_sched_complete(&s, st[0]);
     assert_int_equal(log.finals, 1);
     assert_int_equal(log.last, PE_FINISH_LENGTH);
-    assert_int_equal(s.nfree, cfg.nblocks);
+    assert_int_equal(s.kv.nfree, cfg.nblocks);
     assert_int_equal(en_sched_room(&s), cfg.nblocks);
     en_step_free(st[0]);
     en_step_free(st[1]);
@@ -1722,7 +1722,7 @@ static void test_a_streaming_prompt_cancelled_or_failed_ends_once_its_chunks_are
         assert_int_equal(log.finals, 1);
         assert_int_equal(log.tokens, 0);
         assert_int_equal(log.last, failed ? PE_FINISH_ERROR : PE_FINISH_CANCELLED);
-        assert_int_equal(s.nfree, cfg.nblocks);
+        assert_int_equal(s.kv.nfree, cfg.nblocks);
         assert_int_equal(en_sched_sequences(&s), 0);
         en_step_free(st[0]);
         en_step_free(st[1]);
@@ -1878,7 +1878,7 @@ static void random_run(uint64_t seed, int nseqs)
         assert_true(h->seqs[h->order[o]].ended);
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), cfg.nblocks);
-    assert_int_equal(h->s.nfree, cfg.nblocks);
+    assert_int_equal(h->s.kv.nfree, cfg.nblocks);
     h_free(h);
 }
 

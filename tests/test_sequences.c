@@ -482,6 +482,7 @@ static void cancel_ends_a_sequence_once_mid_way(void **state)
     pe_config cfg;
     pe_config_init(&cfg);
     cfg.kv_tokens = 96; /* one long sequence (6 blocks); a second must wait */
+    cfg.kv_full = PE_KV_WAIT; /* (on promises: preemption would start it) */
     pe_engine *e = tm_engine(llama_dir, 1, &cfg);
     int32_t prompt[4];
     tm_tokens(prompt, 4, llama_spec.vocab, 21);

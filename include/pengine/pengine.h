@@ -69,10 +69,14 @@ typedef enum pe_schedule {
  * cache is bf16 too. */
 typedef enum pe_dtype { PE_DTYPE_FP32 = 0, PE_DTYPE_BF16 } pe_dtype;
 
-/* What a new sequence does when the KV blocks it needs are not free. */
+/* How a replica shares its KV blocks among sequences (docs/api.md, "KV memory"). */
 typedef enum pe_kv_full {
-    PE_KV_WAIT = 0, /* wait in the replica's queue until enough blocks are free */
-    PE_KV_REFUSE    /* end at once with PE_EAGAIN (finish PE_FINISH_ERROR) */
+    PE_KV_WAIT = 0, /* a sequence starts when every block it may need (prompt + max_tokens)
+                     * can be promised to it, and waits in the replica's queue until then */
+    PE_KV_REFUSE,   /* ... or ends at once with PE_EAGAIN (finish PE_FINISH_ERROR) */
+    PE_KV_PREEMPT   /* pe_config_init's: a sequence starts when the blocks of its prompt are
+                     * free; when blocks run out the newest sequence is preempted and
+                     * computed again later (its tokens unchanged); with prefix_caching */
 } pe_kv_full;
 
 /* TP: how the ranks hold a decoder's token embedding. */
@@ -100,7 +104,11 @@ typedef struct pe_config {
     size_t kv_tokens;        /* KV pool of a replica in tokens; 0 = from kv_bytes */
     size_t kv_bytes;         /* ... or in bytes per worker; both 0 = max(8192, context) tokens */
     int kv_block_tokens;     /* positions per KV block; 0 = 16 */
-    pe_kv_full kv_full;      /* a new sequence whose blocks are not free: wait or refuse */
+    pe_kv_full kv_full;      /* how sequences share the blocks: PE_KV_PREEMPT (pe_config_init),
+                              * or promises that wait or refuse */
+    int prefix_caching;      /* full blocks shared by content, so that identical prompt
+                              * prefixes are computed once (1 in pe_config_init); only under
+                              * PE_KV_PREEMPT (promises cannot count shared blocks) */
     int max_seqs;            /* sequences running at once per replica; 0 = 256; at most
                               * max_step_tokens (each decodes in every step) */
     int max_step_tokens;     /* tokens per step, decodes plus prefill chunks; 0 = 512 */
@@ -170,6 +178,11 @@ typedef struct pe_engine_info {
     int kv_block_tokens;       /* positions per block */
     size_t kv_blocks_used;     /* blocks held by sequences now (running or kept), summed over
                                 * the replicas as each last published them: 0 when idle */
+    /* PE_KV_PREEMPT, since the engine started, summed over the replicas as they published: */
+    long kv_preemptions;       /* sequences preempted for blocks (and computed again) */
+    long prefix_hit_tokens;    /* prompt positions found in the prefix cache at admission */
+    long prefix_asked_tokens;  /* ... of the positions looked up there (all but the last of
+                                * each admitted sequence) */
 } pe_engine_info;
 pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
 

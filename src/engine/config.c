@@ -11,6 +11,8 @@ void pe_config_init(pe_config *cfg)
     cfg->schedule = PE_SCHED_NAIVE;
     cfg->dtype = PE_DTYPE_FP32;
     cfg->bind_threads = 1;
+    cfg->kv_full = PE_KV_PREEMPT;
+    cfg->prefix_caching = 1;
 }
 
 static int is_pow2(size_t x) { return x >= 2 && (x & (x - 1)) == 0; }
@@ -59,8 +61,10 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     if (cfg->kv_block_tokens > 65536)
         return pe_fail(err, PE_EINVAL, "kv_block_tokens %d: a KV block holds at most 65536 "
                        "positions (16, the default, suits most models)", cfg->kv_block_tokens);
-    if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE)
-        return pe_fail(err, PE_EINVAL, "unknown kv_full %d: use PE_KV_WAIT or PE_KV_REFUSE",
+    if (cfg->kv_full != PE_KV_WAIT && cfg->kv_full != PE_KV_REFUSE &&
+        cfg->kv_full != PE_KV_PREEMPT)
+        return pe_fail(err, PE_EINVAL,
+                       "unknown kv_full %d: use PE_KV_PREEMPT, PE_KV_WAIT or PE_KV_REFUSE",
                        (int)cfg->kv_full);
     if (cfg->tp_embedding != PE_TP_EMBED_VOCAB && cfg->tp_embedding != PE_TP_EMBED_REPLICATED)
         return pe_fail(err, PE_EINVAL, "unknown tp_embedding %d: use PE_TP_EMBED_VOCAB or "

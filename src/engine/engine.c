@@ -376,6 +376,7 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     sc->context = m->maxT;
     sc->vocab = m->V;
     sc->kv_full = c->kv_full;
+    sc->prefix_caching = c->kv_full == PE_KV_PREEMPT && c->prefix_caching;
     sc->neos = m->neos < 8 ? m->neos : 8;
     memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
     e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
@@ -487,9 +488,16 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     if (e->decoder) {
         out->kv_blocks = e->kv_blocks;
         out->kv_block_tokens = e->sched_cfg.block_tokens;
-        for (int d = 0; e->replicas && d < e->dp; d++)
-            out->kv_blocks_used += (size_t)atomic_load_explicit(&e->replicas[d].blocks_used,
-                                                                memory_order_relaxed);
+        for (int d = 0; e->replicas && d < e->dp; d++) {
+            const en_replica *r = &e->replicas[d];
+            out->kv_blocks_used +=
+                (size_t)atomic_load_explicit(&r->blocks_used, memory_order_relaxed);
+            out->kv_preemptions += atomic_load_explicit(&r->preemptions, memory_order_relaxed);
+            out->prefix_hit_tokens +=
+                atomic_load_explicit(&r->prefix_hit_tokens, memory_order_relaxed);
+            out->prefix_asked_tokens +=
+                atomic_load_explicit(&r->prefix_asked_tokens, memory_order_relaxed);
+        }
     }
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);
     snprintf(out->collectives, sizeof out->collectives, "%s", e->collectives);

@@ -50,7 +50,12 @@ static void publish(en_replica *r)
     atomic_store_explicit(&r->room, en_sched_room(&r->sched) - en_sched_waiting_need(&r->sched),
                           memory_order_relaxed);
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
-    atomic_store_explicit(&r->blocks_used, r->sched.cfg.nblocks - r->sched.nfree,
+    atomic_store_explicit(&r->blocks_used, en_sched_blocks_held(&r->sched),
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->preemptions, r->sched.preemptions, memory_order_relaxed);
+    atomic_store_explicit(&r->prefix_hit_tokens, r->sched.prefix_hit_tokens,
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->prefix_asked_tokens, r->sched.prefix_asked_tokens,
                           memory_order_relaxed);
     atomic_fetch_sub_explicit(&r->inbound_seqs, r->taken_seqs, memory_order_relaxed);
     atomic_fetch_sub_explicit(&r->inbound_blocks, r->taken_blocks, memory_order_relaxed);
@@ -252,11 +257,17 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         atomic_init(&r->room, 0);
         atomic_init(&r->seqs, 0);
         atomic_init(&r->blocks_used, 0);
+        atomic_init(&r->preemptions, 0);
+        atomic_init(&r->prefix_hit_tokens, 0);
+        atomic_init(&r->prefix_asked_tokens, 0);
         atomic_init(&r->inbound_seqs, 0);
         atomic_init(&r->inbound_blocks, 0);
         RT_IGNORE_WORD(r->room);
         RT_IGNORE_WORD(r->seqs);
         RT_IGNORE_WORD(r->blocks_used);
+        RT_IGNORE_WORD(r->preemptions);
+        RT_IGNORE_WORD(r->prefix_hit_tokens);
+        RT_IGNORE_WORD(r->prefix_asked_tokens);
         RT_IGNORE_WORD(r->inbound_seqs);
         RT_IGNORE_WORD(r->inbound_blocks);
         r->nflights = e->sched_cfg.groups; /* a step buffer per group in flight */
@@ -338,6 +349,9 @@ void en_replicas_free(pe_engine *e)
         RT_UNIGNORE_WORD(r->room);
         RT_UNIGNORE_WORD(r->seqs);
         RT_UNIGNORE_WORD(r->blocks_used);
+        RT_UNIGNORE_WORD(r->preemptions);
+        RT_UNIGNORE_WORD(r->prefix_hit_tokens);
+        RT_UNIGNORE_WORD(r->prefix_asked_tokens);
         RT_UNIGNORE_WORD(r->inbound_seqs);
         RT_UNIGNORE_WORD(r->inbound_blocks);
     }

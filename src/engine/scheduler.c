@@ -52,21 +52,19 @@ pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit
     s->cfg = *cfg;
     s->emit = emit;
     s->emit_ctx = ctx;
-    s->free = malloc((size_t)(cfg->nblocks > 0 ? cfg->nblocks : 1) * sizeof *s->free);
+    const int caching = cfg->kv_full == PE_KV_PREEMPT && cfg->prefix_caching;
     s->running = malloc((size_t)(cfg->max_seqs > 0 ? cfg->max_seqs : 1) * sizeof *s->running);
-    if (!s->free || !s->running) {
-        en_sched_free(s);
+    if (!s->running || en_kv_init(&s->kv, cfg->nblocks, cfg->block_tokens, caching) != PE_OK) {
+        free(s->running);
+        memset(s, 0, sizeof *s);
         return PE_ENOMEM;
     }
-    for (int i = 0; i < cfg->nblocks; i++) /* a stack: block 0 comes out first */
-        s->free[i] = cfg->nblocks - 1 - i;
-    s->nfree = cfg->nblocks;
     return PE_OK;
 }
 
 void en_sched_free(en_sched *s)
 {
-    free(s->free);
+    en_kv_free(&s->kv);
     free(s->running);
     free(s->waiting);
     memset(s, 0, sizeof *s);
@@ -84,18 +82,28 @@ int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq)
     return (int)((positions + cfg->block_tokens - 1) / cfg->block_tokens);
 }
 
-int en_sched_room(const en_sched *s) { return s->cfg.nblocks - s->promised; }
+/* PE_KV_PREEMPT: blocks are taken when there are some, not promised. */
+static int optimistic(const en_sched *s) { return s->cfg.kv_full == PE_KV_PREEMPT; }
+
+int en_sched_room(const en_sched *s)
+{
+    return optimistic(s) ? en_kv_available(&s->kv) : s->cfg.nblocks - s->promised;
+}
+
+int en_sched_blocks_held(const en_sched *s) { return en_kv_held(&s->kv); }
 
 int en_sched_sequences(const en_sched *s) { return s->nwaiting + s->nrunning; }
 
 /* ---- ending a sequence ------------------------------------------------------------------ */
 
-/* Gives seq's blocks back to the free list, and its promise. */
+/* Lets seq's blocks go (its last first: a cached chain is evicted from its tail), and its
+ * promise. */
 static void return_blocks(en_sched *s, en_seq *seq)
 {
-    for (int i = 0; i < seq->nblocks; i++)
-        s->free[s->nfree++] = seq->blocks[i];
+    for (int i = seq->nblocks - 1; i >= 0; i--)
+        en_kv_put(&s->kv, seq->blocks[i]);
     seq->nblocks = 0;
+    seq->nreg = 0;
     s->promised -= seq->promised;
     seq->promised = 0;
 }
@@ -110,10 +118,10 @@ int en_sched_keeps(const en_seq *seq, const pe_token_event *ev)
 static void finish(en_sched *s, en_seq *seq, const pe_token_event *ev)
 {
     const int keep = en_sched_keeps(seq, ev);
-    if (keep) {
+    if (keep && !optimistic(s)) {
         s->promised -= seq->promised - seq->nblocks;
         seq->promised = seq->nblocks;
-    } else {
+    } else if (!keep) {
         return_blocks(s, seq);
     }
     for (int i = 0; i < s->nrunning; i++)
@@ -206,9 +214,29 @@ static void waiting_pop(en_sched *s)
     s->nwaiting--;
 }
 
-/* Blocks seq's admission adds to the promises: its need, less what it holds (an append). */
+/* Puts seq first in the queue (a preempted sequence: it came before those waiting). */
+static int waiting_push_front(en_sched *s, en_seq *seq)
+{
+    if (waiting_push(s, seq) != 0)
+        return -1;
+    for (int i = s->nwaiting - 1; i > 0; i--) /* rotate it from the back to the front */
+        s->waiting[(s->waiting_head + i) % s->waiting_cap] =
+            s->waiting[(s->waiting_head + i - 1) % s->waiting_cap];
+    s->waiting[s->waiting_head] = seq;
+    return 0;
+}
+
+static int ceil_blocks(const en_sched *s, int positions)
+{
+    return (positions + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+}
+
+/* Blocks seq's admission adds to the promises: its need, less what it holds (an append).
+ * PE_KV_PREEMPT: the blocks of its known tokens it does not hold (before the prefix cache). */
 static int admission_need(const en_sched *s, const en_seq *seq)
 {
+    if (optimistic(s))
+        return ceil_blocks(s, seq->ntok) - seq->nblocks;
     return en_sched_blocks_needed(&s->cfg, seq) - seq->promised;
 }
 
@@ -314,9 +342,15 @@ void en_sched_end_all(en_sched *s, pe_status why)
     }
 }
 
+static void admit_optimistic(en_sched *s);
+
 /* Admits waiting sequences, first come first served, while their promise fits. */
 static void admit(en_sched *s)
 {
+    if (optimistic(s)) {
+        admit_optimistic(s);
+        return;
+    }
     while (s->nwaiting && s->nrunning < s->cfg.max_seqs) {
         en_seq *seq = waiting_front(s);
         int need = admission_need(s, seq);
@@ -338,6 +372,171 @@ int en_sched_has_work(const en_sched *s)
     }
     return s->nwaiting > 0 && s->nrunning < s->cfg.max_seqs &&
            admission_need(s, waiting_front(s)) <= en_sched_room(s);
+}
+
+/* ---- PE_KV_PREEMPT: admission on the blocks free now, preemption when they run out ------- */
+
+/* Grows a buffer of n elements of size sz to at least want. */
+static int grow(void **p, int *cap, int want, size_t sz);
+
+/* Parked sequences let their blocks go, the longest parked first, until `want` blocks are
+ * available or none holds any: their full blocks stay in the prefix cache, where an append
+ * finds them again. */
+static void unpark_blocks(en_sched *s, int want)
+{
+    while (en_kv_available(&s->kv) < want) {
+        en_seq *oldest = NULL; /* the list is newest first */
+        for (en_seq *q = s->parked; q; q = q->parked_next)
+            if (q->nblocks)
+                oldest = q;
+        if (!oldest)
+            return;
+        return_blocks(s, oldest);
+        oldest->cached = 0;
+    }
+}
+
+/* The blocks of seq's first tokens found in the prefix cache, at most `most` of them, into
+ * hit[]; how many. Only whole blocks before its last token (that one gives the logits). */
+static int prefix_hits(const en_sched *s, const en_seq *seq, int32_t *hit, int most)
+{
+    if (!s->kv.caching || seq->score || seq->nblocks || seq->cached)
+        return 0;
+    const int B = s->cfg.block_tokens;
+    int n = 0;
+    for (int32_t parent = -1; n < most && (n + 1) * B <= seq->ntok - 1; n++) {
+        int32_t b = en_kv_lookup(&s->kv, parent, seq->tokens + (size_t)n * (size_t)B);
+        if (b < 0)
+            break;
+        hit[n] = parent = b;
+    }
+    return n;
+}
+
+/* Admits waiting sequences, first come first served, while the blocks of their known tokens
+ * (less the ones found in the prefix cache) are available, beyond a watermark while others
+ * run. The found blocks are held at once and count as computed. */
+static void admit_optimistic(en_sched *s)
+{
+    const int watermark = s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
+    while (s->nwaiting && s->nrunning < s->cfg.max_seqs) {
+        en_seq *seq = waiting_front(s);
+        const int blocks = ceil_blocks(s, seq->ntok);
+        if (grow((void **)&seq->blocks, &seq->blocks_cap, blocks, sizeof(int32_t)))
+            return; /* out of host memory: it waits (and the build fails) */
+        int32_t *hit = seq->blocks + seq->nblocks;
+        const int nhit = prefix_hits(s, seq, hit, blocks);
+        int revived = 0; /* found blocks no one holds: they leave the available ones */
+        for (int i = 0; i < nhit; i++)
+            revived += s->kv.ref[hit[i]] == 0;
+        const int need = blocks - seq->nblocks - nhit + revived;
+        const int reserve = s->nrunning ? watermark : 0;
+        if (need > en_kv_available(&s->kv) - reserve)
+            unpark_blocks(s, need + reserve);
+        if (need > en_kv_available(&s->kv) - reserve)
+            break;
+        waiting_pop(s);
+        if (!seq->nblocks) { /* new or preempted: it starts after the blocks found (an append
+                              * holding its blocks goes on from what they hold) */
+            for (int i = 0; i < nhit; i++)
+                en_kv_hold(&s->kv, hit[i]);
+            seq->nblocks = nhit;
+            seq->nreg = nhit;
+            seq->cached = nhit * s->cfg.block_tokens;
+            if (s->kv.caching && !seq->score) {
+                s->prefix_asked_tokens += seq->ntok - 1;
+                s->prefix_hit_tokens += seq->cached;
+            }
+        }
+        s->running[s->nrunning++] = seq;
+    }
+}
+
+static int in_step(const en_step *st, const en_seq *seq)
+{
+    for (int i = 0; i < st->nchunks; i++)
+        if (st->chunks[i].seq == seq)
+            return 1;
+    return 0;
+}
+
+/* Preempts running sequence i: its blocks go, it waits first in line to be computed again
+ * from position 0 with the tokens it has. */
+static void preempt(en_sched *s, int i)
+{
+    en_seq *seq = s->running[i];
+    memmove(&s->running[i], &s->running[i + 1], (size_t)(s->nrunning - i - 1) * sizeof *s->running);
+    s->nrunning--;
+    return_blocks(s, seq);
+    seq->cached = 0;
+    seq->chunk = 0;
+    seq->preemptions++;
+    s->preemptions++;
+    if (waiting_push_front(s, seq) != 0)
+        end_with(s, seq, PE_FINISH_ERROR, PE_ENOMEM);
+}
+
+/* The newest running sequence after index `after` that no step holds (in flight or the one
+ * being planned): the one to preempt; -1 when none. */
+static int victim(const en_sched *s, const en_step *st, int after)
+{
+    for (int i = s->nrunning - 1; i > after; i--)
+        if (!s->running[i]->busy && !in_step(st, s->running[i]))
+            return i;
+    return -1;
+}
+
+/* Takes blocks for running sequence i (seq) to cover positions up to `end`, from pos0.
+ * Returns the end it covers: `end`, or less for a prefill chunk cut to the blocks there are
+ * (pos0: none); -1 when seq itself was preempted. A decode preempts newer sequences (and
+ * then itself) until its block comes; a prefill chunk preempts only when not one block is
+ * left for it. */
+static int take_optimistic(en_sched *s, en_step *st, int *i, int pos0, int end)
+{
+    en_seq *seq = s->running[*i];
+    const int B = s->cfg.block_tokens;
+    int need = ceil_blocks(s, end) - seq->nblocks;
+    if (need > en_kv_available(&s->kv))
+        unpark_blocks(s, need);
+    const int decode = end - pos0 == 1;
+    while (need > en_kv_available(&s->kv) && (decode || en_kv_available(&s->kv) == 0)) {
+        int v = victim(s, st, *i);
+        if (v < 0) {
+            if (seq->busy) /* its other chunks are out: it waits for them */
+                return pos0;
+            preempt(s, *i);
+            (*i)--;
+            return -1;
+        }
+        preempt(s, v);
+    }
+    if (need > en_kv_available(&s->kv)) { /* a prefill chunk, cut */
+        need = en_kv_available(&s->kv);
+        end = (seq->nblocks + need) * B < end ? (seq->nblocks + need) * B : end;
+    }
+    if (grow((void **)&seq->blocks, &seq->blocks_cap, seq->nblocks + need, sizeof(int32_t)))
+        return -2;
+    for (int k = 0; k < need; k++)
+        seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
+    return end;
+}
+
+/* Registers seq's full blocks, computed now, in the prefix cache, in order from its first:
+ * a block is registered only after the one before it (a chain from position 0). */
+static void register_blocks(en_sched *s, en_seq *seq)
+{
+    const int B = s->cfg.block_tokens;
+    while (s->kv.caching && !seq->score && seq->nreg >= 0 && (seq->nreg + 1) * B <= seq->cached &&
+           seq->nreg < seq->nblocks) {
+        const int j = seq->nreg;
+        const int32_t b = seq->blocks[j], parent = j ? seq->blocks[j - 1] : -1;
+        if (!en_kv_register(&s->kv, b, parent, seq->tokens + (size_t)j * (size_t)B) &&
+            !s->kv.registered[b]) {
+            seq->nreg = -1; /* an equal block came first: this chain stays unregistered */
+            return;
+        }
+        seq->nreg++;
+    }
 }
 
 /* ---- building a step ------------------------------------------------------------------------ */
@@ -396,6 +595,15 @@ static int plan_chunks(en_sched *s, en_step *st)
             }
             if (n <= 0)
                 continue;
+            if (optimistic(s)) { /* blocks now, or preemptions, or a shorter chunk */
+                const int end = take_optimistic(s, st, &i, pos0, pos0 + n);
+                if (end == -2)
+                    return -1;
+                if (end <= pos0)
+                    continue;
+                n = end - pos0;
+                nl = nl < chunk_logits(seq, pos0, n) ? nl : chunk_logits(seq, pos0, n);
+            }
             if (grow((void **)&st->chunks, &st->chunks_cap, st->nchunks + 1, sizeof(en_chunk)))
                 return -1;
             en_chunk *c = &st->chunks[st->nchunks++];
@@ -411,8 +619,8 @@ static int plan_chunks(en_sched *s, en_step *st)
 static void take_blocks(en_sched *s, en_seq *seq, int positions)
 {
     int need = (positions + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
-    while (seq->nblocks < need) /* the promise guarantees them */
-        seq->blocks[seq->nblocks++] = s->free[--s->nfree];
+    while (seq->nblocks < need) /* the promise guarantees them (PE_KV_PREEMPT: taken) */
+        seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
 }
 
 static int ensure_step_room(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk)
@@ -591,8 +799,10 @@ void en_sched_complete(en_sched *s, en_step *st)
         seq->inflight -= c->n;
         if (st->status != PE_OK && seq->ending == PE_OK)
             seq->ending = st->status;
-        if (st->status == PE_OK)
+        if (st->status == PE_OK) {
             seq->cached += c->n;
+            register_blocks(s, seq);
+        }
         if (seq->busy > 0) /* more of its prompt is out: it goes on when that is back */
             continue;
         if (seq->cached == seq->ntok || seq->ending != PE_OK)

@@ -13,11 +13,25 @@
  * cached at each stage before the next chunk reads them): the prompt's chunks are PP's
  * micro-batches.
  *
- * KV memory: a sequence is admitted (first come, first served) only when the replica can
- * promise it every block it may need (prompt + max_tokens, capped by the context); blocks
- * are then taken from the free list as its positions grow, and all return when it ends. So
- * a running sequence never runs out of blocks and never touches another's. A sequence whose
- * promise does not fit waits (PE_KV_WAIT) or ends with PE_EAGAIN (PE_KV_REFUSE).
+ * KV memory, by cfg.kv_full:
+ *   - PE_KV_WAIT and PE_KV_REFUSE (promises): a sequence is admitted (first come, first
+ *     served) only when the replica can promise it every block it may need (prompt +
+ *     max_tokens, capped by the context); blocks are then taken as its positions grow, and
+ *     all return when it ends. So a running sequence never runs out of blocks. A sequence
+ *     whose promise does not fit waits (PE_KV_WAIT) or ends with PE_EAGAIN (PE_KV_REFUSE).
+ *   - PE_KV_PREEMPT (optimistic, as vLLM): a sequence is admitted when the blocks of its
+ *     known tokens are free (less a watermark of 1% of the pool while others run). Blocks
+ *     are taken as positions grow; when none is left, kept sequences parked with blocks let
+ *     them go first, then the newest running sequence not in a step is preempted: its blocks
+ *     are let go, and it goes back to the front of the queue with its tokens (prompt and
+ *     generated ones), to be computed again when it is admitted again (recompute; its next
+ *     draw is the one it would have had). A prefill chunk is cut to the blocks there are.
+ *     With cfg.prefix_caching, full blocks are registered by content (kv_blocks.h), and an
+ *     admitted sequence starts from the longest run of its first blocks found there (all
+ *     but its last token: that one gives the logits), held by reference: identical prompt
+ *     prefixes share their blocks, and a preempted or parked sequence finds its own again.
+ * In every mode a sequence only writes positions past the blocks it shares, and never
+ * touches another's.
  *
  * Kept sequences (pe_seq_params.keep): after its final event such a sequence is parked
  * with its tokens and its blocks (its promise shrinks to the blocks it holds), until an
@@ -32,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/kv_blocks.h"
 #include "kernels/sample.h"
 #include "pengine/pengine.h"
 
@@ -95,6 +110,10 @@ typedef struct en_seq {
                           * inflight */
     int chunk;           /* the prefill chunk of its prompt (prefill_chunks > 1), set when
                           * the prompt starts; 0: none yet */
+    int nreg;            /* PE_KV_PREEMPT: its first blocks registered in the prefix cache
+                          * (or found there); -1: an equal block was registered first, so
+                          * its chain is not */
+    int preemptions;     /* times it was preempted */
     pe_status ending;    /* end_all came while it was busy: it ends with this when back */
     int cancelled;
     struct en_seq *parked_next; /* the scheduler's list of kept sequences */
@@ -162,6 +181,7 @@ typedef struct en_sched_config {
     int context;          /* positions a sequence may hold */
     int vocab;            /* logits per row (a scored sequence's rows) */
     pe_kv_full kv_full;
+    int prefix_caching;   /* PE_KV_PREEMPT: share full blocks by content */
     int32_t eos[8];
     int neos;
 } en_sched_config;
@@ -173,9 +193,9 @@ typedef pe_status (*en_emit_fn)(void *ctx, en_seq *seq, const pe_token_event *ev
 
 typedef struct en_sched {
     en_sched_config cfg;
-    int32_t *free;        /* (nblocks) free block ids, a stack */
-    int nfree;
-    int promised;         /* blocks promised to running sequences (held or to take) */
+    en_kv_pool kv;        /* the blocks: free, held, cached */
+    int promised;         /* blocks promised to running sequences (held or to take); 0 under
+                           * PE_KV_PREEMPT, which promises nothing */
     en_seq **waiting;     /* FIFO ring (waiting_cap) */
     int waiting_head, nwaiting, waiting_cap;
     en_seq **running;     /* (max_seqs) in admission order */
@@ -183,6 +203,10 @@ typedef struct en_sched {
     en_seq *parked;       /* kept sequences between their final event and an append */
     en_emit_fn emit;
     void *emit_ctx;
+    /* counts, for the engine's figures */
+    long preemptions;     /* sequences preempted */
+    long prefix_hit_tokens; /* positions found in the prefix cache at admission */
+    long prefix_asked_tokens; /* positions looked up there (all but the last of each) */
 } en_sched;
 
 pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit, void *ctx);
@@ -192,8 +216,11 @@ void en_sched_free(en_sched *s);
 /* Blocks a sequence may need: its positions whose keys and values are stored, the prompt
  * and every generated token but the last, capped by the context (scoring: every token). */
 int en_sched_blocks_needed(const en_sched_config *cfg, const en_seq *seq);
-/* Blocks free and not promised: the room a new sequence sees. */
+/* Blocks free and not promised (PE_KV_PREEMPT: free or cached): the room a new sequence
+ * sees. */
 int en_sched_room(const en_sched *s);
+/* Blocks held by sequences (running or parked). */
+int en_sched_blocks_held(const en_sched *s);
 /* Blocks the waiting sequences will need, in all. */
 int en_sched_waiting_need(const en_sched *s);
 int en_sched_sequences(const en_sched *s);
@@ -215,7 +242,8 @@ void en_sched_cancel(en_sched *s, uint64_t id);
 /* Ends every sequence not in a step with `why` (its ERROR event); the ones in a step end
  * when it comes back. Parked sequences are freed (their final event is out). */
 void en_sched_end_all(en_sched *s, pe_status why);
-/* 1 when a step could be built now (something waits to run and is not busy). */
+/* 1 when a step could be built now (something waits to run and is not busy). Under
+ * PE_KV_PREEMPT a build may still find no blocks for it, and wait for a step to return. */
 int en_sched_has_work(const en_sched *s);
 
 /* Builds the next step into st (admitting waiting sequences first). Returns 0 when there
