@@ -123,6 +123,12 @@ void serve_http_stop(serve_server *s);
  * (malloc'ed). type and code from the status. */
 char *serve_error_json(unsigned status, const char *message);
 
+/* ---- the chat page (serve_page.c) -------------------------------------------------------- */
+
+/* The HTML of GET / (apps/serve_page.html, compiled in; static, not NUL-terminated): its
+ * bytes, *len of them. */
+const char *serve_page_html(size_t *len);
+
 /* ---- a request (serve_parse.c) ---------------------------------------------------------- */
 
 typedef struct serve_job {

@@ -1,7 +1,7 @@
 /* serve_http.c: the HTTP side of pengine serve, on libmicrohttpd (no parser of our own): a
  * thread per connection, so that a request may block on its sequence; the body gathered up
  * to --max-body; the route, the API key and the draining checked; every request answered
- * exactly once, errors as OpenAI's JSON. */
+ * exactly once, errors as OpenAI's JSON. GET / is the chat page (serve_page.c). */
 #include "serve.h"
 
 #include <netdb.h>
@@ -22,12 +22,13 @@ typedef struct serve_conn {
     int answered;              /* a response is queued */
 } serve_conn;
 
-enum route { R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT };
+enum route { R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT };
 
 static const struct {
     const char *path, *method;
     enum route r;
 } routes[] = {
+    {"/", "GET", R_PAGE},
     {"/health", "GET", R_HEALTH},
     {"/metrics", "GET", R_METRICS},
     {"/v1/models", "GET", R_MODELS},
@@ -56,6 +57,22 @@ char *serve_error_json(unsigned status, const char *message)
     return text;
 }
 
+/* Queues r (taken) with status, its type and one more header if hname. */
+static enum MHD_Result queue(serve_server *s, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r, const char *type, const char *hname,
+                             const char *hvalue)
+{
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (hname)
+        MHD_add_response_header(r, hname, hvalue);
+    if (atomic_load(&s->draining)) /* keep-alive clients: go, the server is stopping */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    serve_metrics_status(&s->metrics, status);
+    return ok;
+}
+
 /* Queues body (malloc'ed, taken) with status; a NULL body (out of memory) closes the
  * connection instead. */
 static enum MHD_Result respond(serve_server *s, struct MHD_Connection *c, unsigned status,
@@ -70,15 +87,7 @@ static enum MHD_Result respond(serve_server *s, struct MHD_Connection *c, unsign
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (hname)
-        MHD_add_response_header(r, hname, hvalue);
-    if (atomic_load(&s->draining)) /* keep-alive clients: go, the server is stopping */
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ok = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    serve_metrics_status(&s->metrics, status);
-    return ok;
+    return queue(s, c, status, r, type, hname, hvalue);
 }
 
 static enum MHD_Result fail(serve_server *s, struct MHD_Connection *c, unsigned status,
@@ -90,6 +99,21 @@ static enum MHD_Result fail(serve_server *s, struct MHD_Connection *c, unsigned 
 }
 
 /* ---- the routes ---------------------------------------------------------------------------- */
+
+/* The chat page, from the command's own bytes; its policy lets it load nothing from
+ * elsewhere (it has no need to). */
+static enum MHD_Result page(serve_server *s, struct MHD_Connection *c)
+{
+    size_t len;
+    const char *html = serve_page_html(&len);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)html, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    return queue(s, c, 200, r, "text/html; charset=utf-8", "Content-Security-Policy",
+                 "default-src 'none'; connect-src 'self'; script-src 'unsafe-inline'; "
+                 "style-src 'unsafe-inline'; img-src data:");
+}
 
 static enum MHD_Result models(serve_server *s, struct MHD_Connection *c)
 {
@@ -179,7 +203,8 @@ static enum MHD_Result route(serve_server *s, struct MHD_Connection *c, const ch
             found = i;
     if (found < 0)
         return fail(s, c, 404, "no such path; the server has /v1/completions, "
-                    "/v1/chat/completions, /v1/models, /health and /metrics");
+                    "/v1/chat/completions, /v1/models, /health, /metrics and the chat page "
+                    "at /");
     if (!strncmp(url, "/v1/", 4) && !authorized(s, c))
         return fail(s, c, 401, "a missing or wrong API key; send \"Authorization: Bearer KEY\" "
                     "with the server's --api-key");
@@ -192,6 +217,7 @@ static enum MHD_Result route(serve_server *s, struct MHD_Connection *c, const ch
     if (atomic_load(&s->draining))
         return fail(s, c, 503, "the server is shutting down");
     switch (routes[found].r) {
+    case R_PAGE: return page(s, c);
     case R_HEALTH:
         return respond(s, c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL,
                        NULL);

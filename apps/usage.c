@@ -142,7 +142,7 @@ void cli_usage(FILE *out)
 "  the conversation stays in the KV cache: each turn prefills only its own tokens;\n"
 "  /reset starts a new conversation, /exit or Ctrl-D ends, Ctrl-C stops a reply\n"
 "\n"
-"serve options (an OpenAI-compatible HTTP server; see docs/server.md):\n"
+"serve options (an OpenAI-compatible HTTP server with a chat page at /; see docs/server.md):\n"
 "  --model DIR           a decoder directory with its tokenizer (required)\n"
 "  --tokenizer FILE      a tokenizer.json instead of the model directory's\n"
 "  --chat-template NAME  chatml, llama3 or llama2 for /v1/chat/completions (default: the\n"

