@@ -74,7 +74,7 @@ void serve_metrics_status(serve_metrics *m, unsigned status);
 /* Counts x in h (its metrics' mu held). */
 void serve_hist_add(serve_hist *h, double x);
 /* The text of GET /metrics (malloc'ed; NULL when out of memory). */
-char *serve_metrics_text(serve_metrics *m, size_t kv_blocks_used);
+char *serve_metrics_text(serve_metrics *m, const pe_engine_info *info);
 
 /* ---- the server ------------------------------------------------------------------------ */
 

@@ -223,9 +223,10 @@ static enum MHD_Result route(serve_server *s, struct MHD_Connection *c, const ch
                        NULL);
     case R_METRICS: {
         pe_engine_info info;
-        size_t used = pe_engine_info_get(s->e, &info) == PE_OK ? info.kv_blocks_used : 0;
+        if (pe_engine_info_get(s->e, &info) != PE_OK)
+            memset(&info, 0, sizeof info);
         return respond(s, c, 200, "text/plain; version=0.0.4",
-                       serve_metrics_text(&s->metrics, used), NULL, NULL);
+                       serve_metrics_text(&s->metrics, &info), NULL, NULL);
     }
     case R_MODELS: return models(s, c);
     case R_COMPLETIONS: return completion(s, c, k, 0);

@@ -101,7 +101,7 @@ static void put_hist(text_buf *b, const char *name, const char *help, const serv
         name, h->n);
 }
 
-char *serve_metrics_text(serve_metrics *m, size_t kv_blocks_used)
+char *serve_metrics_text(serve_metrics *m, const pe_engine_info *info)
 {
     text_buf b = {malloc(4096), 0, 4096, 0};
     if (!b.p)
@@ -133,7 +133,16 @@ char *serve_metrics_text(serve_metrics *m, size_t kv_blocks_used)
                (double)c.kv_blocks);
     put_metric(&b, "pengine_kv_blocks_used", "gauge",
                "KV blocks held by sequences, summed over the replicas (0 when idle).",
-               (double)kv_blocks_used);
+               (double)info->kv_blocks_used);
+    put_metric(&b, "pengine_kv_preemptions_total", "counter",
+               "Sequences preempted when the KV blocks ran out (their blocks freed, computed "
+               "again later).", (double)info->kv_preemptions);
+    put_metric(&b, "pengine_prefix_cache_queries_total", "counter",
+               "Prompt positions looked up in the prefix cache (all but the last of each "
+               "sequence started).", (double)info->prefix_asked_tokens);
+    put_metric(&b, "pengine_prefix_cache_hits_total", "counter",
+               "Prompt positions found in the prefix cache, whose keys and values were not "
+               "computed again.", (double)info->prefix_hit_tokens);
     put_hist(&b, "pengine_time_to_first_token_seconds",
              "Seconds from a sequence's submit to its first token.", &c.ttft);
     put_hist(&b, "pengine_time_per_output_token_seconds",

@@ -318,5 +318,32 @@ try {
     console.error(grid.p.stderrText());
     process.exit(1);
 }
+// a KV pool far too small for 32 streams at their full length (16 blocks of 16 positions):
+// sequences are preempted and computed again, each prompt twice in flight finds its twin's
+// blocks in the prefix cache, and every client still gets its lone-run tokens
+const small = await startServer(['--kv-tokens', '256']);
+try {
+    const t = Date.now();
+    await concurrentClients(small.url, 32);
+    const m = await waitIdle(small.url);
+    check(m.pengine_kv_preemptions_total > 0,
+          `sequences preempted on a small pool (${m.pengine_kv_preemptions_total})`);
+    check(m.pengine_prefix_cache_hits_total > 0 &&
+          m.pengine_prefix_cache_hits_total <= m.pengine_prefix_cache_queries_total,
+          `prefix cache hits ${m.pengine_prefix_cache_hits_total} of ` +
+          `${m.pengine_prefix_cache_queries_total}`);
+    eq(m.pengine_kv_blocks_used, 0, 'no KV block held after the small pool\'s run');
+    const exited = once(small.p, 'exit');
+    small.p.kill('SIGTERM');
+    eq((await exited)[0], 0, 'the exit code after SIGTERM');
+    console.log(`ok: 32 concurrent clients on a 16-block pool: ` +
+                `${m.pengine_kv_preemptions_total} preemptions, ` +
+                `${m.pengine_prefix_cache_hits_total} prefix positions found (${Date.now() - t} ms)`);
+} catch (e) {
+    small.p.kill('SIGKILL');
+    console.error(e.message);
+    console.error(small.p.stderrText());
+    process.exit(1);
+}
 console.log(`test_serve: all ok in ${Date.now() - t0} ms`);
 writeFileSync(`${tmp}/done`, '');
