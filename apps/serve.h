@@ -172,6 +172,8 @@ void serve_pump_stop(serve_server *s);
  * engine refuses, 503 when it cannot take more, 500) with msg set. */
 unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, char *msg,
                          size_t msg_len);
+/* Watches the request's connection fd while serve_seq_next waits: a client gone cancels. */
+void serve_seq_watch(serve_seq *q, int fd);
 /* The sequence's next event, waiting for it. After the final event: that event again. */
 void serve_seq_next(serve_seq *q, serve_ev *ev);
 /* Asks the engine to end the sequence (its final event still comes). */

@@ -164,6 +164,12 @@ static enum MHD_Result completion(serve_server *s, struct MHD_Connection *c,
     serve_seq *q = NULL;
     st = serve_seq_start(s, &j, &q, msg, sizeof msg);
     enum MHD_Result ok;
+    if (!st) { /* a client that leaves before its answer cancels its sequence */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            serve_seq_watch(q, ci->connect_fd);
+    }
     if (st) {
         ok = fail(s, c, st, msg);
     } else if (j.stream) {

@@ -4,11 +4,18 @@
  * slowly does not stretch the time per output token.
  *
  * Every submitted sequence gets exactly one final event from the engine; a request is freed
- * only after it has taken that event, so the pump never touches a freed request. */
+ * only after it has taken that event, so the pump never touches a freed request.
+ *
+ * A connection thread waiting for an event looks at its client every 100 ms: a client that
+ * has gone (it closed or reset the connection) cancels the sequence at once, whether it
+ * waits in the queue, is in prefill or waits for a whole answer, not only at the next write
+ * of a stream. */
 #include "serve.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "llm_run.h"
@@ -25,6 +32,7 @@ struct serve_seq {
     uint64_t id;
     int submitted;
     int cancelled;
+    int client_fd;             /* the request's connection (-1: not watched) */
     /* the pump's, for the metrics */
     double t_submit, t_last;   /* ms */
     int ntok;
@@ -197,6 +205,7 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
         return 500;
     }
     q->srv = s;
+    q->client_fd = -1;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     pe_seq_params p;
@@ -238,6 +247,18 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     return 0;
 }
 
+void serve_seq_watch(serve_seq *q, int fd) { q->client_fd = fd; }
+
+/* 1 when the client at fd has closed or reset its connection (a byte it sent and we have
+ * not read yet, say a pipelined request, is not a close). Only the connection's own thread
+ * reads that socket, and it is here. */
+static int client_gone(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void serve_seq_next(serve_seq *q, serve_ev *ev)
 {
     pthread_mutex_lock(&q->mu);
@@ -246,8 +267,21 @@ void serve_seq_next(serve_seq *q, serve_ev *ev)
         pthread_mutex_unlock(&q->mu);
         return;
     }
-    while (q->n == 0)
-        pthread_cond_wait(&q->cv, &q->mu);
+    while (q->n == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000 * 1000;
+        if (until.tv_nsec >= 1000 * 1000 * 1000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000 * 1000 * 1000;
+        }
+        if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == 0 || q->n || q->cancelled ||
+            q->client_fd < 0 || !client_gone(q->client_fd))
+            continue;
+        pthread_mutex_unlock(&q->mu); /* the client left: nobody wants the rest */
+        serve_seq_cancel(q);
+        pthread_mutex_lock(&q->mu);
+    }
     *ev = q->q[q->head];
     q->head = (q->head + 1) % q->cap;
     q->n--;

@@ -203,6 +203,25 @@ async function disconnect(url) {
     const made = after.pengine_generation_tokens_total - before.pengine_generation_tokens_total;
     check(made >= 2 && made < 400,
           `the disconnected stream was not cancelled: ${made} of 500 tokens made`);
+    // a whole (not streamed) answer, left while it is generated: nothing is written to the
+    // client before the end, so only watching the connection can see it go
+    const mid = await metrics(url);
+    const gone = new AbortController();
+    const left = fetch(url + '/v1/completions', {
+        method: 'POST', headers: { 'Content-Type': 'application/json', ...auth },
+        body: JSON.stringify({ prompt: 'Go on again', max_tokens: 500, temperature: 0 }),
+        signal: gone.signal }).catch(() => 'aborted');
+    for (let i = 0; i < 400; i++) { // until it generates
+        const m = await metrics(url);
+        if (m.pengine_requests_running === 1 && m.pengine_requests_waiting === 0) break;
+        await new Promise((r) => setTimeout(r, 5));
+    }
+    gone.abort();
+    eq(await left, 'aborted', 'the whole answer left');
+    const end = await waitIdle(url);
+    const made2 = end.pengine_generation_tokens_total - mid.pengine_generation_tokens_total;
+    check(made2 >= 1 && made2 < 400,
+          `the client that left its whole answer was not cancelled: ${made2} of 500 tokens made`);
     await healthAndModels(url);
     const again = await (await post(url, '/v1/completions', { prompt: 'Go on', max_tokens: 3,
                                                               temperature: 0 })).json();
