@@ -6,17 +6,22 @@
  * Every submitted sequence gets exactly one final event from the engine; a request is freed
  * only after it has taken that event, so the pump never touches a freed request.
  *
- * A connection thread waiting for an event looks at its client every 100 ms: a client that
- * has gone (it closed or reset the connection) cancels the sequence at once, whether it
- * waits in the queue, is in prefill or waits for a whole answer, not only at the next write
- * of a stream. */
+ * A watched request's connection thread waits for its events in poll() on an eventfd the
+ * pump writes after queuing one (the queue itself stays under the request's mutex), 100 ms
+ * at a time, and between two looks at its client: a client that has gone (it closed or
+ * reset the connection) cancels the sequence at once, whether it waits in the queue, is in
+ * prefill or waits for a whole answer, not only at the next write of a stream. (A timed
+ * condition wait would do the same, but valgrind's helgrind misreads glibc's timed wait.) */
 #include "serve.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "llm_run.h"
 
@@ -33,6 +38,8 @@ struct serve_seq {
     int submitted;
     int cancelled;
     int client_fd;             /* the request's connection (-1: not watched) */
+    int wake_fd;               /* watched: an eventfd the pump writes after each event */
+    double t_checked;          /* watched: when the client was last looked at (ms) */
     /* the pump's, for the metrics */
     double t_submit, t_last;   /* ms */
     int ntok;
@@ -95,6 +102,11 @@ static void deliver(serve_server *s, const pe_token_event *ev)
     if (ev->finish != PE_FINISH_NONE)
         q->ended = 1;
     pthread_cond_signal(&q->cv);
+    if (q->wake_fd >= 0) {
+        uint64_t one = 1; /* a full counter (never, at 2^64 - 2) is a wake-up already */
+        ssize_t w = write(q->wake_fd, &one, sizeof one);
+        (void)w;
+    }
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -170,6 +182,8 @@ void serve_pump_stop(serve_server *s)
 
 static void seq_free(serve_seq *q)
 {
+    if (q->wake_fd >= 0)
+        close(q->wake_fd);
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
     free(q->q);
@@ -205,7 +219,7 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
         return 500;
     }
     q->srv = s;
-    q->client_fd = -1;
+    q->client_fd = q->wake_fd = -1;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     pe_seq_params p;
@@ -247,7 +261,16 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     return 0;
 }
 
-void serve_seq_watch(serve_seq *q, int fd) { q->client_fd = fd; }
+void serve_seq_watch(serve_seq *q, int fd)
+{
+    int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake < 0)
+        return; /* out of descriptors: not watched, the next write still notices */
+    pthread_mutex_lock(&q->mu);
+    q->client_fd = fd;
+    q->wake_fd = wake;
+    pthread_mutex_unlock(&q->mu);
+}
 
 /* 1 when the client at fd has closed or reset its connection (a byte it sent and we have
  * not read yet, say a pipelined request, is not a close). Only the connection's own thread
@@ -259,8 +282,22 @@ static int client_gone(int fd)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* A watched request's look at its client, at most every 100 ms (events may come faster
+ * than that for as long as it generates): a client gone cancels the sequence. Only the
+ * connection's thread calls it (client_fd and t_checked are its own once watched). */
+static void look_at_client(serve_seq *q)
+{
+    const double now = cli_now_ms();
+    if (q->client_fd < 0 || now - q->t_checked < 100.0)
+        return;
+    q->t_checked = now;
+    if (client_gone(q->client_fd))
+        serve_seq_cancel(q); /* nobody wants the rest */
+}
+
 void serve_seq_next(serve_seq *q, serve_ev *ev)
 {
+    look_at_client(q);
     pthread_mutex_lock(&q->mu);
     if (q->taken_final) {
         *ev = q->last;
@@ -268,18 +305,18 @@ void serve_seq_next(serve_seq *q, serve_ev *ev)
         return;
     }
     while (q->n == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 100 * 1000 * 1000;
-        if (until.tv_nsec >= 1000 * 1000 * 1000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000 * 1000 * 1000;
-        }
-        if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == 0 || q->n || q->cancelled ||
-            q->client_fd < 0 || !client_gone(q->client_fd))
+        if (q->wake_fd < 0) {
+            pthread_cond_wait(&q->cv, &q->mu);
             continue;
-        pthread_mutex_unlock(&q->mu); /* the client left: nobody wants the rest */
-        serve_seq_cancel(q);
+        }
+        pthread_mutex_unlock(&q->mu);
+        struct pollfd w = {q->wake_fd, POLLIN, 0};
+        if (poll(&w, 1, 100) > 0) {
+            uint64_t n;
+            ssize_t r = read(q->wake_fd, &n, sizeof n); /* the pump's wake-ups, taken */
+            (void)r;
+        }
+        look_at_client(q);
         pthread_mutex_lock(&q->mu);
     }
     *ev = q->q[q->head];

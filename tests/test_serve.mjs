@@ -344,13 +344,24 @@ const small = await startServer(['--kv-tokens', '256']);
 try {
     const t = Date.now();
     await concurrentClients(small.url, 32);
+    const m0 = await waitIdle(small.url);
+    check(m0.pengine_kv_preemptions_total > 0,
+          `sequences preempted on a small pool (${m0.pengine_kv_preemptions_total})`);
+    // the same long prompt twice, one after the other: the second finds the first's full
+    // blocks (its prompt less its last token, in whole blocks of 16) and answers the same
+    const long = 'A long shared system prompt that many requests begin with, '.repeat(3);
+    const ask = async () => (await (await post(small.url, '/v1/completions', {
+        prompt: long, max_tokens: 6, temperature: 0, return_token_ids: true })).json());
+    const first = await ask();
+    const mid = await waitIdle(small.url);
+    const second = await ask();
     const m = await waitIdle(small.url);
-    check(m.pengine_kv_preemptions_total > 0,
-          `sequences preempted on a small pool (${m.pengine_kv_preemptions_total})`);
-    check(m.pengine_prefix_cache_hits_total > 0 &&
-          m.pengine_prefix_cache_hits_total <= m.pengine_prefix_cache_queries_total,
-          `prefix cache hits ${m.pengine_prefix_cache_hits_total} of ` +
-          `${m.pengine_prefix_cache_queries_total}`);
+    const found = m.pengine_prefix_cache_hits_total - mid.pengine_prefix_cache_hits_total;
+    const want = Math.floor((first.usage.prompt_tokens - 1) / 16) * 16;
+    eq(found, want, `the second request's prefix positions found (of ${first.usage.prompt_tokens})`);
+    eq(second.choices[0].token_ids, first.choices[0].token_ids, 'the same answer from the cache');
+    check(m.pengine_prefix_cache_hits_total <= m.pengine_prefix_cache_queries_total,
+          'hits within the queries');
     eq(m.pengine_kv_blocks_used, 0, 'no KV block held after the small pool\'s run');
     const exited = once(small.p, 'exit');
     small.p.kill('SIGTERM');

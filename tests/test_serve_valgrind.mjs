@@ -1,0 +1,75 @@
+// test_serve_valgrind.mjs URL: the requests of a short pengine serve run under valgrind (see
+// test_serve_valgrind.sh): every path a request takes through the server's threads, small.
+const [url] = process.argv.slice(2);
+
+function check(ok, what) {
+    if (!ok) throw new Error(`FAIL: ${what}`);
+}
+const post = (path, body, signal) =>
+    fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                        body: JSON.stringify(body), signal });
+async function metrics() {
+    const m = {};
+    for (const line of (await (await fetch(url + '/metrics')).text()).split('\n'))
+        if (line && !line.startsWith('#')) {
+            const [k, v] = line.split(' ');
+            m[k] = Number(v);
+        }
+    return m;
+}
+// The chunks of a stream, until [DONE] or `leave` of them.
+async function stream(body, leave = Infinity) {
+    const res = await post('/v1/completions', { ...body, stream: true });
+    check(res.status === 200, `a stream answered ${res.status}`);
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let text = '', chunks = 0;
+    for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+        chunks = (text.match(/^data: /gm) || []).length;
+        if (chunks >= leave) {
+            await reader.cancel();
+            return chunks;
+        }
+    }
+    check(text.endsWith('data: [DONE]\n\n'), 'a stream ends with [DONE]');
+    return chunks;
+}
+
+try {
+    const whole = await (await post('/v1/completions', { prompt: 'Hello', max_tokens: 4,
+                                                          temperature: 0 })).json();
+    check(whole.usage.completion_tokens === 4, `a whole completion: ${JSON.stringify(whole)}`);
+    check(await stream({ prompt: 'Hello', max_tokens: 4, temperature: 0 }) >= 2,
+          'a stream: chunks and [DONE]');
+    const chat = await (await post('/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3, temperature: 0 })).json();
+    check(chat.choices[0].message.role === 'assistant', `a chat: ${JSON.stringify(chat)}`);
+    // 4 at once on a pool of 8 blocks: some are preempted
+    await Promise.all([0, 1, 2, 3].map((i) => stream({
+        prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));
+    // (each fits the pool of 8 blocks alone: 100 tokens and the prompt, 7 blocks)
+    await stream({ prompt: 'Go on', max_tokens: 100, temperature: 0 }, 2); // left mid-stream
+    const gone = new AbortController();
+    const left = post('/v1/completions', { prompt: 'Go on again', max_tokens: 100 },
+                      gone.signal).catch(() => 'aborted');
+    setTimeout(() => gone.abort(), 300);
+    check(await left === 'aborted', 'a whole answer left');
+    let m;
+    for (let i = 0; i < 600; i++) { // up to 60 s under valgrind
+        m = await metrics();
+        if (m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+    }
+    check(m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0,
+          `the server idle with no block held: ${JSON.stringify(m)}`);
+    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 4 * 24 + 100 + 100,
+          `the requests left were cancelled (${m.pengine_generation_tokens_total} tokens)`);
+    console.log(`ok: ${m.pengine_generation_tokens_total} tokens, ` +
+                `${m.pengine_kv_preemptions_total} preemptions`);
+} catch (e) {
+    console.error(e.message);
+    process.exit(1);
+}
