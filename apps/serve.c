@@ -49,6 +49,12 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         o->max_body = (size_t)x;
     } else if (!strcmp(f, "--model-name")) {
         o->model_name = v;
+    } else if (!strcmp(f, "--max-seqs")) { /* the engine clamps it to --max-step-tokens */
+        bad = cli_parse_long(f, v, 1, 1 << 16, &x, msg, len);
+        o->dev.max_seqs = (int)x;
+    } else if (!strcmp(f, "--max-step-tokens")) {
+        bad = cli_parse_long(f, v, 1, 1 << 20, &x, msg, len);
+        o->dev.max_step_tokens = (int)x;
     } else {
         bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
     }
@@ -61,7 +67,7 @@ static int parse(int argc, char **argv, serve_opts *o)
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--host", "--port", "--api-key",
         "--max-body", "--model-name", "--gpus", "--backend", "--dtype", "--threads",
-        "--kv-tokens", "--dp", "--pp", "--tp"};
+        "--kv-tokens", "--dp", "--pp", "--tp", "--max-seqs", "--max-step-tokens"};
     char msg[CLI_MSG_LEN];
     int rc = cli_parse_subcommand(argc, argv, "serve", with_value,
                                   sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,

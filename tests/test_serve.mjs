@@ -121,6 +121,11 @@ async function completionEqualsGenerate(url) {
     eq(c.finish_reason, 'length', 'finish_reason');
     eq(whole.usage, { prompt_tokens: ref.prompt_tokens, completion_tokens: 12,
                       total_tokens: ref.prompt_tokens + 12 }, 'usage');
+    // ignore_eos (an extension, as vLLM's): the same tokens here, where no eos comes
+    const noEos = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, return_token_ids: true, ignore_eos: true }))
+        .json()).choices[0];
+    eq([noEos.token_ids, noEos.finish_reason], [ref.tokens, 'length'], 'ignore_eos: true');
     const s = await readStream(await post(url, '/v1/completions', {
         prompt, max_tokens: 12, temperature: 0, stream: true, return_token_ids: true,
         stream_options: { include_usage: true } }));
@@ -224,6 +229,8 @@ async function badRequests(url) {
                  'temperature -1');
     await expect(await post(url, '/v1/completions', { prompt: 'x', stream: 'yes' }), 400,
                  'stream a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', ignore_eos: 1 }), 400,
+                 'ignore_eos a number');
     await expect(await post(url, '/v1/completions', { prompt: 'word '.repeat(600) }), 400,
                  'a prompt longer than the context');
     await expect(await post(url, '/v1/chat/completions', { messages: 'hi' }), 400,
