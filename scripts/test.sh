@@ -32,13 +32,13 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_S
   -DPE_BUILD_BENCH=OFF
 cmake --build build-tsan -j"$jobs"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|bench' -j"$jobs")
 
 step "AddressSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_SANITIZE=address \
   -DPE_BUILD_BENCH=OFF
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS="detect_leaks=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|bench' -j"$jobs")
 
 step "all passed"
