@@ -6,10 +6,13 @@
 //        [--prompt-min 16] [--prompt-max 256] [--out-min 8] [--out-max 128]
 //        [--json FILE] [--markdown] [--model TEXT]
 //
-// The workload (seeded, mulberry32): N completions, each a prompt of random token ids whose
-// length is log-uniform in [prompt-min, prompt-max], and an exact output length (max_tokens
-// with ignore_eos, greedy) drawn log-normal with median 3 x out-min and sigma 0.7, clamped to
-// [out-min, out-max]: a long tail. Every run generates the same tokens.
+// The workload (seeded, mulberry32): N completions, each a prompt of random token ids and an
+// exact output length (max_tokens with ignore_eos, greedy). Both lengths are log-normal with
+// sigma 0.8, clamped to their ranges, so each has a long tail: prompts of median
+// 2 x prompt-min in [prompt-min, prompt-max] (defaults: median 32, mean about 46), outputs of
+// median 4 x out-min in [out-min, out-max] (median 32, mean about 41). Decode is the bulk of
+// the work: on CPUs a prompt token costs about what a decoded one does, so long prompts
+// would turn the benchmark into one of prefill. Every run generates the same tokens.
 // Each request is streamed (server-sent events) with return_token_ids, so each token's
 // arrival is seen: TTFT = first token - send; TPOT = (last token - first token) / (tokens - 1).
 // Phases, in this order, all through the same server (its --max-seqs is B), after a warm-up
@@ -34,7 +37,7 @@ import os from 'node:os';
 
 // ---- flags ---------------------------------------------------------------------------------
 const DEFAULTS = {
-    url: null, vocab: 0, batch: 16, requests: 96, seed: 1, rates: '0.25,0.5,0.75,1',
+    url: null, vocab: 0, batch: 16, requests: 128, seed: 1, rates: '0.25,0.5,0.75,1',
     trials: 3, lone: 16, 'prompt-min': 16, 'prompt-max': 256, 'out-min': 8, 'out-max': 128, json: null,
     markdown: false, model: '',
 };
@@ -90,8 +93,8 @@ function makeWorkload(o) {
     const [pmin, pmax, omin, omax] = [o['prompt-min'], o['prompt-max'], o['out-min'], o['out-max']];
     const reqs = [];
     for (let i = 0; i < o.requests; i++) {
-        const plen = Math.round(pmin * Math.pow(pmax / pmin, rand()));
-        const out = Math.round(clamp(3 * omin * Math.exp(0.7 * normal(rand)), omin, omax));
+        const plen = Math.round(clamp(2 * pmin * Math.exp(0.8 * normal(rand)), pmin, pmax));
+        const out = Math.round(clamp(4 * omin * Math.exp(0.8 * normal(rand)), omin, omax));
         const prompt = Array.from({ length: plen }, () => 3 + Math.floor(rand() * (o.vocab - 3)));
         reqs.push({ prompt, maxTokens: out });
     }
