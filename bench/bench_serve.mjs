@@ -9,10 +9,11 @@
 // The workload (seeded, mulberry32): N completions, each a prompt of random token ids and an
 // exact output length (max_tokens with ignore_eos, greedy). Both lengths are log-normal with
 // sigma 0.8, clamped to their ranges, so each has a long tail: prompts of median
-// 2 x prompt-min in [prompt-min, prompt-max] (defaults: median 32, mean about 46), outputs of
-// median 4 x out-min in [out-min, out-max] (median 32, mean about 41). Decode is the bulk of
-// the work: on CPUs a prompt token costs about what a decoded one does, so long prompts
-// would turn the benchmark into one of prefill. Every run generates the same tokens.
+// 2 x prompt-min in [prompt-min, prompt-max] (defaults: median 32, mean about 48), outputs of
+// median 4 x out-min in [out-min, out-max] (median 32, mean about 41): about as many output
+// tokens as prompt tokens, since on CPUs a prompt token costs about what a decoded one does
+// and long prompts would make this a benchmark of prefill. Every run generates the same
+// tokens.
 // Each request is streamed (server-sent events) with return_token_ids, so each token's
 // arrival is seen: TTFT = first token - send; TPOT = (last token - first token) / (tokens - 1).
 // Phases, in this order, all through the same server (its --max-seqs is B), after a warm-up
