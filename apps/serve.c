@@ -79,6 +79,14 @@ static int parse(int argc, char **argv, serve_opts *o)
                   "one written by pengine gen llama --tokenizer FILE --out DIR");
         return CLI_USAGE;
     }
+    /* the engine's default step, pe_config.max_step_tokens = 0, is 512 tokens */
+    int step_tokens = o->dev.max_step_tokens ? o->dev.max_step_tokens : 512;
+    if (o->dev.max_seqs > step_tokens) { /* each running sequence decodes in every step */
+        cli_errorf("--max-seqs %d is more than the %d tokens of a step (--max-step-tokens); "
+                   "give --max-seqs at most %d or a larger --max-step-tokens", o->dev.max_seqs,
+                   step_tokens, step_tokens);
+        return CLI_USAGE;
+    }
     if (cli_decoder_grid(&o->dev, msg, sizeof msg)) {
         cli_error(msg);
         return CLI_USAGE;

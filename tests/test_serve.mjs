@@ -1,6 +1,6 @@
 // test_serve.mjs PENGINE MODEL_DIR TMP: pengine serve's HTTP API, driven with node's fetch
 // (see test_serve.sh). Every check that fails throws: the exit code is 1 with the reason.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 
@@ -285,6 +285,20 @@ async function sigterm(server) {
     try { await fetch(url + '/health'); } catch { refused = true; }
     check(refused, 'the server still answers after its exit');
 }
+
+// Flags out of range: exit 2 and one line naming the flag, before the model is opened.
+function badFlags() {
+    for (const [flags, says] of [[['--max-seqs', '0'], '--max-seqs 0 is out of range'],
+                                 [['--max-step-tokens', 'many'], "--max-step-tokens 'many'"],
+                                 [['--max-seqs', '100', '--max-step-tokens', '64'],
+                                  '--max-seqs 100 is more than the 64 tokens of a step']]) {
+        const r = spawnSync(pengine, ['serve', '--model', model, ...flags], { encoding: 'utf8' });
+        eq(r.status, 2, `serve ${flags.join(' ')}: the exit code`);
+        check(r.stderr.includes(says), `serve ${flags.join(' ')}: says ${r.stderr}`);
+    }
+    console.log('ok: --max-seqs and --max-step-tokens out of range');
+}
+badFlags();
 
 const server = await startServer();
 try {
