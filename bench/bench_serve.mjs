@@ -219,9 +219,11 @@ function summarize(name, reqs, rs, t0, t1) {
 }
 
 async function measure(name, reqs, run) {
-    const t0 = now();
+    const t0 = now(), cpu0 = process.cpuUsage();
     const rs = await run();
     const p = summarize(name, reqs, rs, t0, now());
+    const cpu = process.cpuUsage(cpu0);
+    p.client_cpu_s = (cpu.user + cpu.system) / 1e6; // this client's share of the cores
     printRow(p);
     return p;
 }
@@ -315,7 +317,10 @@ async function main() {
     }
     if (!phases.some((p) => p.phase === 'lone')) await lone();
     load.push(os.loadavg()[0]);
-    console.log(`\nthe machine's load average (1 min): ${load[0].toFixed(2)} at the start, ` +
+    const total = (k) => phases.reduce((a, p) => a + p[k], 0);
+    console.log(`\nthis client (node) used ${total('client_cpu_s').toFixed(1)} s of CPU in ` +
+                `${total('seconds').toFixed(1)} s of phases, on the server's cores`);
+    console.log(`the machine's load average (1 min): ${load[0].toFixed(2)} at the start, ` +
                 `${load[1].toFixed(2)} at the end, on ${os.cpus().length} cores (other work ` +
                 `than the server and this client makes the figures noisy)`);
     const res = {
