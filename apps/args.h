@@ -41,6 +41,8 @@ typedef struct cli_options {
     int verify;                /* 1 (default) = compare against a reference run (verify.h) */
     int topology;              /* --topology: print the machine and the core plan */
     size_t kv_tokens;          /* --kv-tokens: a decoder replica's KV pool, 0 = default */
+    int max_seqs;              /* serve --max-seqs: pe_config.max_seqs, 0 = the engine's */
+    int max_step_tokens;       /* serve --max-step-tokens: its namesake in pe_config, 0 = ditto */
     int prompt_len;            /* --prompt-len: the decoder demo's prompts (default 32) */
     int max_tokens;            /* --max-tokens: the decoder demo's generated tokens (32) */
     const char *mlp_only_flag;     /* the first flag given that only the MLP demos use */

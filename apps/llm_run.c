@@ -33,6 +33,8 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
     cfg.dtype = o->dtype;
     cfg.threads = o->threads;
     cfg.kv_tokens = o->kv_tokens;
+    cfg.max_seqs = o->max_seqs;
+    cfg.max_step_tokens = o->max_step_tokens;
     cfg.stage_layers = o->nsplit ? o->split : NULL; /* --split: blocks per stage */
     cfg.decode_groups = decode_groups;
     cfg.tp_embedding = o->tp_embedding;

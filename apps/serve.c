@@ -49,10 +49,30 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         o->max_body = (size_t)x;
     } else if (!strcmp(f, "--model-name")) {
         o->model_name = v;
+    } else if (!strcmp(f, "--max-seqs")) { /* at most --max-step-tokens: step_fits_seqs */
+        bad = cli_parse_long(f, v, 1, 1 << 16, &x, msg, len);
+        o->dev.max_seqs = (int)x;
+    } else if (!strcmp(f, "--max-step-tokens")) {
+        bad = cli_parse_long(f, v, 1, 1 << 20, &x, msg, len);
+        o->dev.max_step_tokens = (int)x;
     } else {
         bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
     }
     return bad ? CLI_USAGE : CLI_OK;
+}
+
+/* Each running sequence decodes in every step, so --max-seqs may not pass the step's tokens
+ * (the engine would lower it without a word). Returns 1, or 0 with the error printed. */
+static int step_fits_seqs(const serve_opts *o)
+{
+    /* the engine's default step, pe_config.max_step_tokens = 0, is 512 tokens */
+    int step_tokens = o->dev.max_step_tokens ? o->dev.max_step_tokens : 512;
+    if (o->dev.max_seqs <= step_tokens)
+        return 1;
+    cli_errorf("--max-seqs %d is more than the %d tokens of a step (--max-step-tokens); give "
+               "--max-seqs at most %d or a larger --max-step-tokens", o->dev.max_seqs,
+               step_tokens, step_tokens);
+    return 0;
 }
 
 /* Returns CLI_OK, -1 after --help, or the exit code of an error (printed). */
@@ -61,7 +81,7 @@ static int parse(int argc, char **argv, serve_opts *o)
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--host", "--port", "--api-key",
         "--max-body", "--model-name", "--gpus", "--backend", "--dtype", "--threads",
-        "--kv-tokens", "--dp", "--pp", "--tp"};
+        "--kv-tokens", "--dp", "--pp", "--tp", "--max-seqs", "--max-step-tokens"};
     char msg[CLI_MSG_LEN];
     int rc = cli_parse_subcommand(argc, argv, "serve", with_value,
                                   sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,
@@ -73,6 +93,8 @@ static int parse(int argc, char **argv, serve_opts *o)
                   "one written by pengine gen llama --tokenizer FILE --out DIR");
         return CLI_USAGE;
     }
+    if (!step_fits_seqs(o))
+        return CLI_USAGE;
     if (cli_decoder_grid(&o->dev, msg, sizeof msg)) {
         cli_error(msg);
         return CLI_USAGE;

@@ -136,6 +136,7 @@ typedef struct serve_job {
     int stream;                /* "stream": true */
     int include_usage;         /* "stream_options": {"include_usage": true} */
     int return_ids;            /* "return_token_ids": true (extension, as vLLM's) */
+    int ignore_eos;            /* "ignore_eos": true (extension, as vLLM's): eos ends nothing */
     int32_t *prompt;           /* (prompt_len) ids, with the tokenizer's BOS (malloc'ed) */
     size_t prompt_len;
     int max_tokens;

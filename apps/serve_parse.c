@@ -336,7 +336,8 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
     if (st) /* several choices per request are not supported */
         return st;
     if ((st = get_bool(o, "stream", &j->stream, msg, msg_len)) ||
-        (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)))
+        (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)) ||
+        (st = get_bool(o, "ignore_eos", &j->ignore_eos, msg, msg_len)))
         return st;
     const cJSON *so = field(o, "stream_options");
     if (so && !cJSON_IsObject(so))

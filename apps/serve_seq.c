@@ -230,6 +230,7 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     p.sampling = j->sampling;
     p.stop = j->nstop_ids ? j->stop_ids : NULL;
     p.nstop = j->nstop_ids;
+    p.ignore_eos = j->ignore_eos;
     p.user = q;
     q->t_submit = cli_now_ms();
     /* counted first: the pump must be awake for the events of the submit */

@@ -4,8 +4,9 @@
 #   2. the valgrind label: memcheck, helgrind and DRD on the threaded tests (small sizes);
 #   3. a ThreadSanitizer build of the same tests;
 #   4. an AddressSanitizer build running the file-format tests (and the rest).
-# The browser label (pengine serve's chat page in chromium) runs once, in step 1: the page is
-# the same bytes in every build, so the sanitizer builds leave it out.
+# The browser label (pengine serve's chat page in chromium) and the bench label (bench_serve's
+# smoke run) run once, in step 1: the page is the same bytes in every build, and the load
+# generator is node's, so the sanitizer builds leave them out.
 # Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,13 +39,13 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_S
   -DPE_BUILD_BENCH=OFF
 cmake --build build-tsan -j"$jobs"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda|browser' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|browser|bench' -j"$jobs")
 
 step "AddressSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON -DPE_SANITIZE=address \
   -DPE_BUILD_BENCH=OFF
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS="detect_leaks=1" \
-   ctest --output-on-failure -LE 'valgrind|install|cuda|browser' -j"$jobs")
+   ctest --output-on-failure -LE 'valgrind|install|cuda|browser|bench' -j"$jobs")
 
 step "all passed"

@@ -1,6 +1,6 @@
 // test_serve.mjs PENGINE MODEL_DIR TMP: pengine serve's HTTP API, driven with node's fetch
 // (see test_serve.sh). Every check that fails throws: the exit code is 1 with the reason.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 
@@ -125,6 +125,11 @@ async function completionEqualsGenerate(url) {
     eq(c.finish_reason, 'length', 'finish_reason');
     eq(whole.usage, { prompt_tokens: ref.prompt_tokens, completion_tokens: 12,
                       total_tokens: ref.prompt_tokens + 12 }, 'usage');
+    // ignore_eos (an extension, as vLLM's): the same tokens here, where no eos comes
+    const noEos = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, return_token_ids: true, ignore_eos: true }))
+        .json()).choices[0];
+    eq([noEos.token_ids, noEos.finish_reason], [ref.tokens, 'length'], 'ignore_eos: true');
     const s = await readStream(await post(url, '/v1/completions', {
         prompt, max_tokens: 12, temperature: 0, stream: true, return_token_ids: true,
         stream_options: { include_usage: true } }));
@@ -247,6 +252,8 @@ async function badRequests(url) {
                  'temperature -1');
     await expect(await post(url, '/v1/completions', { prompt: 'x', stream: 'yes' }), 400,
                  'stream a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', ignore_eos: 1 }), 400,
+                 'ignore_eos a number');
     await expect(await post(url, '/v1/completions', { prompt: 'word '.repeat(600) }), 400,
                  'a prompt longer than the context');
     await expect(await post(url, '/v1/chat/completions', { messages: 'hi' }), 400,
@@ -301,6 +308,20 @@ async function sigterm(server) {
     try { await fetch(url + '/health'); } catch { refused = true; }
     check(refused, 'the server still answers after its exit');
 }
+
+// Flags out of range: exit 2 and one line naming the flag, before the model is opened.
+function badFlags() {
+    for (const [flags, says] of [[['--max-seqs', '0'], '--max-seqs 0 is out of range'],
+                                 [['--max-step-tokens', 'many'], "--max-step-tokens 'many'"],
+                                 [['--max-seqs', '100', '--max-step-tokens', '64'],
+                                  '--max-seqs 100 is more than the 64 tokens of a step']]) {
+        const r = spawnSync(pengine, ['serve', '--model', model, ...flags], { encoding: 'utf8' });
+        eq(r.status, 2, `serve ${flags.join(' ')}: the exit code`);
+        check(r.stderr.includes(says), `serve ${flags.join(' ')}: says ${r.stderr}`);
+    }
+    console.log('ok: --max-seqs and --max-step-tokens out of range');
+}
+badFlags();
 
 const server = await startServer();
 try {
