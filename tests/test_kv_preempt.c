@@ -84,6 +84,7 @@ typedef struct model_seq {
     int32_t tokens[MAX_TOK]; /* the prompt, then the tokens received */
     int ntok, received;
     int turn_base;           /* tokens received before this turn (a kept sequence's append) */
+    int preempted;           /* times seen preempted */
     pe_finish finish;
     uint64_t seed;
     en_seq *seq;             /* the scheduler's, until its final event */
@@ -245,6 +246,9 @@ static void check_pool(driver *d)
     assert_int_equal(ncached, p->ncached);
     assert_int_equal(held + p->nfree + p->ncached, p->nblocks);
     assert_int_equal(en_sched_blocks_held(&d->s), held);
+    for (int id = 0; id < MAX_SEQ; id++)
+        if (d->seqs[id].used && !d->seqs[id].ended)
+            d->seqs[id].preempted = d->seqs[id].seq->preemptions;
 }
 
 /* The device runs step st: every position a chunk attends to holds its sequence's token,
@@ -416,6 +420,29 @@ static void test_the_victim_is_the_newest_running_sequence(void **state)
     en_sched_complete(&d->s, d->steps[0]);
     d_run(d, 0, 0);
     assert_all_complete(d, 4);
+    d_free(d);
+}
+
+/* With two steps in flight (PP), an older sequence that needs a block while the newer one,
+ * holding the rest, is in the other step waits for it to come back and then preempts it;
+ * it does not preempt itself. */
+static void test_an_older_sequence_waits_for_a_newer_one_in_flight_to_preempt_it(void **state)
+{
+    (void)state;
+    en_sched_config cfg = preempt_config(6);
+    cfg.groups = 2; /* one sequence a step: they alternate, one in flight while the other builds */
+    driver *d = d_new(&cfg);
+    int32_t a[5], b[11];
+    prompt_of(a, 5, 1);
+    prompt_of(b, 11, 2);
+    /* A holds 2 blocks (decodes 5..7 fit), B 3 (11 fits); 1 left, which B's decode at 12
+     * takes; A's at 8 then finds none while B is in the other step */
+    d_add(d, 1, a, 5, 12, 0);
+    d_add(d, 2, b, 11, 12, 0);
+    d_run(d, 0, 0);
+    assert_int_equal(d->seqs[1].preempted, 0);
+    assert_true(d->seqs[2].preempted >= 1);
+    assert_all_complete(d, 2);
     d_free(d);
 }
 
@@ -656,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_pool_finds_a_chain_evicts_its_tail_first_and_forgets_stale_children),
         cmocka_unit_test(test_the_newest_is_preempted_and_computed_again_with_its_tokens),
         cmocka_unit_test(test_the_victim_is_the_newest_running_sequence),
+        cmocka_unit_test(test_an_older_sequence_waits_for_a_newer_one_in_flight_to_preempt_it),
         cmocka_unit_test(test_a_random_load_on_a_small_pool_completes_every_sequence_exactly),
         cmocka_unit_test(test_a_preempted_sequence_cancelled_while_waiting_ends_once),
         cmocka_unit_test(test_identical_prefixes_share_their_blocks),

@@ -477,20 +477,25 @@ static void preempt(en_sched *s, int i)
 }
 
 /* The newest running sequence after index `after` that no step holds (in flight or the one
- * being planned): the one to preempt; -1 when none. */
-static int victim(const en_sched *s, const en_step *st, int after)
+ * being planned): the one to preempt; -1 when none. *newer_busy: whether a newer one is in
+ * a step in flight (it can be preempted once it is back). */
+static int victim(const en_sched *s, const en_step *st, int after, int *newer_busy)
 {
-    for (int i = s->nrunning - 1; i > after; i--)
+    *newer_busy = 0;
+    for (int i = s->nrunning - 1; i > after; i--) {
         if (!s->running[i]->busy && !in_step(st, s->running[i]))
             return i;
+        *newer_busy |= s->running[i]->busy > 0;
+    }
     return -1;
 }
 
 /* Takes blocks for running sequence i (seq) to cover positions up to `end`, from pos0.
  * Returns the end it covers: `end`, or less for a prefill chunk cut to the blocks there are
- * (pos0: none); -1 when seq itself was preempted. A decode preempts newer sequences (and
- * then itself) until its block comes; a prefill chunk preempts only when not one block is
- * left for it. */
+ * (pos0: none, it waits for a step in flight); -1 when seq itself was preempted. A decode
+ * preempts newer sequences until its block comes, and then itself when no newer one is left
+ * and none will come back; a prefill chunk preempts only when not one block is left for
+ * it. */
 static int take_optimistic(en_sched *s, en_step *st, int *i, int pos0, int end)
 {
     en_seq *seq = s->running[*i];
@@ -500,9 +505,10 @@ static int take_optimistic(en_sched *s, en_step *st, int *i, int pos0, int end)
         unpark_blocks(s, need);
     const int decode = end - pos0 == 1;
     while (need > en_kv_available(&s->kv) && (decode || en_kv_available(&s->kv) == 0)) {
-        int v = victim(s, st, *i);
+        int newer_busy;
+        int v = victim(s, st, *i, &newer_busy);
         if (v < 0) {
-            if (seq->busy) /* its other chunks are out: it waits for them */
+            if (seq->busy || newer_busy) /* a step in flight will give it a victim or blocks */
                 return pos0;
             preempt(s, *i);
             (*i)--;
@@ -660,8 +666,14 @@ static int ensure_step_room(en_step *st, int ntok, int nchunks, int nbt, int nlo
 int en_sched_build(en_sched *s, en_step *st)
 {
     admit(s);
+    const long preempted = s->preemptions;
     if (plan_chunks(s, st) != 0)
         return -1;
+    if (st->nchunks == 0 && s->preemptions != preempted) { /* a sequence preempted itself */
+        admit(s);
+        if (plan_chunks(s, st) != 0)
+            return -1;
+    }
     if (st->nchunks == 0)
         return 0;
     int ntok = 0, nbt = 0, nlogits = 0, topk = 0;
