@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,8 +25,7 @@
 
 typedef struct chat_opts {
     cli_options dev;           /* --model, --gpus, --pp, --tp, --backend, --dtype, ... */
-    const char *tokenizer;     /* --tokenizer FILE; NULL: the model directory's */
-    const char *template_name; /* --chat-template NAME; NULL: from tokenizer_config.json */
+    cli_chat_flags talk;       /* --model (into dev), --tokenizer, --chat-template */
     const char *system;        /* --system TEXT: the first turn's system message */
     int max_tokens;            /* --max-tokens: the longest reply (default 256) */
     pe_sampling sampling;
@@ -63,17 +61,9 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
     long x = 0;
     double d = 0;
     int bad = 0;
-    if (!strcmp(f, "--model")) {
-        o->dev.model_path = v;
-    } else if (!strcmp(f, "--tokenizer")) {
-        o->tokenizer = v;
-    } else if (!strcmp(f, "--chat-template")) {
-        if (!cli_chat_template_named(v)) {
-            snprintf(msg, len, "--chat-template '%s' is not a built-in template; give one of %s",
-                     v, cli_chat_template_names());
-            bad = 1;
-        }
-        o->template_name = v;
+    const int talk = cli_apply_chat_flag(&o->talk, f, v, msg, len);
+    if (talk >= 0) {
+        bad = talk;
     } else if (!strcmp(f, "--system")) {
         o->system = v;
     } else if (!strcmp(f, "--max-tokens")) {
@@ -132,24 +122,11 @@ static int parse(int argc, char **argv, chat_opts *o)
 
 /* ---- setup ----------------------------------------------------------------------------- */
 
-/* The template: --chat-template, else the one tokenizer_config.json names (beside
- * --tokenizer, else in the model directory). */
+/* The template (cli_chat_template_pick), or the usage error saying how to name one. */
 static int pick_template(const chat_opts *o, const cli_chat_template **t)
 {
-    if (o->template_name) {
-        *t = cli_chat_template_named(o->template_name);
-        return CLI_OK;
-    }
-    char dir[4096], msg[CLI_MSG_LEN];
-    const char *from = o->tokenizer ? o->tokenizer : o->dev.model_path;
-    struct stat sb;
-    const char *slash = strrchr(from, '/');
-    if (stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a tokenizer.json: its directory */
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - from) + (slash == from) : 1,
-                 slash ? from : ".");
-    else
-        snprintf(dir, sizeof dir, "%s", from);
-    *t = cli_chat_template_detect(dir, msg, sizeof msg);
+    char msg[CLI_MSG_LEN];
+    *t = cli_chat_template_pick(&o->talk, msg, sizeof msg);
     if (*t)
         return CLI_OK;
     cli_error(msg);
@@ -162,7 +139,7 @@ static int chat_open(chat *c, const chat_opts *o)
     memset(c, 0, sizeof *c);
     c->o = o;
     c->tty = isatty(STDIN_FILENO);
-    int rc = gen_load_tokenizer(o->tokenizer, o->dev.model_path, NULL, &c->tk);
+    int rc = gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &c->tk);
     if (rc == CLI_OK)
         rc = pick_template(o, &c->t);
     if (rc == CLI_OK) {
@@ -409,6 +386,7 @@ static int chat_loop(chat *c)
 int cli_chat(int argc, char **argv)
 {
     chat_opts o = {.max_tokens = 256};
+    o.talk.model_path = &o.dev.model_path;
     cli_default_options(&o.dev);
     o.sampling.top_p = 1.0f; /* greedy, as pe_seq_params_init */
     int rc = parse(argc, argv, &o);

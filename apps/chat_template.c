@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const cli_chat_template templates[] = {
     {"chatml", "<|im_end|>", "<|im_start|>system\n", "<|im_end|>\n", "<|im_start|>user\n",
@@ -151,4 +152,40 @@ char *cli_chat_turn_text(const cli_chat_template *t, int first, int closed, cons
     const char *parts[] = {close_reply, between, sys[0], sys[1], sys[2], t->user_open, user,
                            t->user_close, NULL};
     return concat(parts);
+}
+
+int cli_apply_chat_flag(cli_chat_flags *c, const char *f, const char *v, char *msg, size_t len)
+{
+    if (!strcmp(f, "--model")) {
+        *c->model_path = v;
+    } else if (!strcmp(f, "--tokenizer")) {
+        c->tokenizer = v;
+    } else if (!strcmp(f, "--chat-template")) {
+        c->template_name = v;
+        if (!cli_chat_template_named(v)) {
+            snprintf(msg, len, "--chat-template '%s' is not a built-in template; give one of %s",
+                     v, cli_chat_template_names());
+            return 1;
+        }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+const cli_chat_template *cli_chat_template_pick(const cli_chat_flags *c, char *msg,
+                                                size_t len)
+{
+    if (c->template_name)
+        return cli_chat_template_named(c->template_name);
+    char dir[4096];
+    const char *from = c->tokenizer ? c->tokenizer : *c->model_path;
+    const char *slash = strrchr(from, '/');
+    struct stat sb;
+    if (stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a tokenizer.json: its directory */
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - from) + (slash == from) : 1,
+                 slash ? from : ".");
+    else
+        snprintf(dir, sizeof dir, "%s", from);
+    return cli_chat_template_detect(dir, msg, len);
 }

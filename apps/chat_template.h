@@ -26,6 +26,21 @@ const cli_chat_template *cli_chat_template_named(const char *name);
 /* "chatml, llama3, llama2": the names, for messages. */
 const char *cli_chat_template_names(void);
 
+/* The flags of the commands that talk (chat, serve): what they talk with. */
+typedef struct cli_chat_flags {
+    const char **model_path;   /* --model DIR: where it goes (the device options') */
+    const char *tokenizer;     /* --tokenizer FILE; NULL: the model directory's */
+    const char *template_name; /* --chat-template NAME, a built-in one; NULL: the model's */
+} cli_chat_flags;
+
+/* Takes flag f with value v when it is one of cli_chat_flags'. Returns -1 when it is not,
+ * 0 when taken, 1 when its value is bad (msg says why). */
+int cli_apply_chat_flag(cli_chat_flags *c, const char *f, const char *v, char *msg, size_t len);
+/* The template: --chat-template, else the one tokenizer_config.json names beside
+ * --tokenizer, else in the model directory. NULL with msg saying why when there is none. */
+const cli_chat_template *cli_chat_template_pick(const cli_chat_flags *c, char *msg,
+                                                size_t len);
+
 /* The template of a model from the chat_template of the tokenizer_config.json in dir (the
  * directory of the model or of its tokenizer.json). Returns NULL and writes why (a missing
  * file or field, or a template that is none of the built-in ones) into msg. */

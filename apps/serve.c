@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "generate.h"
 
@@ -22,17 +21,9 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
     serve_opts *o = ctx;
     long x = 0;
     int bad = 0;
-    if (!strcmp(f, "--model")) {
-        o->dev.model_path = v;
-    } else if (!strcmp(f, "--tokenizer")) {
-        o->tokenizer = v;
-    } else if (!strcmp(f, "--chat-template")) {
-        if (!cli_chat_template_named(v)) {
-            snprintf(msg, len, "--chat-template '%s' is not a built-in template; give one of %s",
-                     v, cli_chat_template_names());
-            bad = 1;
-        }
-        o->template_name = v;
+    const int talk = cli_apply_chat_flag(&o->talk, f, v, msg, len);
+    if (talk >= 0) {
+        bad = talk;
     } else if (!strcmp(f, "--host")) {
         o->host = v;
     } else if (!strcmp(f, "--port")) {
@@ -109,23 +100,10 @@ static int parse(int argc, char **argv, serve_opts *o)
  * /v1/chat/completions then says how to name one. */
 static void pick_template(serve_server *s)
 {
-    const serve_opts *o = s->o;
-    if (o->template_name) {
-        s->chat = cli_chat_template_named(o->template_name);
-    } else {
-        char dir[4096], msg[CLI_MSG_LEN];
-        const char *from = o->tokenizer ? o->tokenizer : o->dev.model_path;
-        const char *slash = strrchr(from, '/');
-        struct stat sb;
-        if (stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a tokenizer.json: its folder */
-            snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - from) + (slash == from) : 1,
-                     slash ? from : ".");
-        else
-            snprintf(dir, sizeof dir, "%s", from);
-        s->chat = cli_chat_template_detect(dir, msg, sizeof msg);
-        if (!s->chat)
-            fprintf(stderr, "pengine serve: /v1/chat/completions is off: %s\n", msg);
-    }
+    char msg[CLI_MSG_LEN];
+    s->chat = cli_chat_template_pick(&s->o->talk, msg, sizeof msg);
+    if (!s->chat)
+        fprintf(stderr, "pengine serve: /v1/chat/completions is off: %s\n", msg);
     if (s->chat && (s->chat_end_id = pe_tokenizer_token_id(s->tk, s->chat->end_token)) < 0) {
         fprintf(stderr, "pengine serve: /v1/chat/completions is off: the tokenizer has no %s "
                 "token, which ends every reply of the %s template\n", s->chat->end_token,
@@ -156,7 +134,7 @@ static int open_server(serve_server *s, const serve_opts *o)
     s->o = o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle, NULL);
-    int rc = gen_load_tokenizer(o->tokenizer, o->dev.model_path, NULL, &s->tk);
+    int rc = gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &s->tk);
     if (rc == CLI_OK)
         rc = cli_llm_open(&o->dev, &s->e);
     if (rc != CLI_OK)
@@ -228,6 +206,7 @@ static int serve_until_signal(serve_server *s, const sigset_t *sigs)
 int cli_serve(int argc, char **argv)
 {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20};
+    o.talk.model_path = &o.dev.model_path;
     cli_default_options(&o.dev);
     int rc = parse(argc, argv, &o);
     if (rc != CLI_OK)

