@@ -9,7 +9,9 @@
  *   - greedy, on one device and on tp 2, pp 2 (stream, 2 micro-batches) and dp 2;
  *   - sampled (temperature, top-k, a seed each), on one device: a recomputed sequence draws
  *     as it would have;
- * and pe_engine_info must count preemptions and prefix hits, with no block held at the end.
+ * and pe_engine_info must count preemptions and prefix hits, with no block held at the end;
+ * PE_KV_PREEMPT with prefix caching is pe_config_init's, and a kv_full that names no mode is
+ * refused with the modes there are.
  */
 #include <stdint.h>
 #include <math.h>
@@ -187,11 +189,32 @@ static void a_recomputed_sequence_draws_as_it_would_have(void **state)
     pe_engine_destroy(e);
 }
 
+/* A kv_full that names no mode is refused at create, with the modes there are. */
+static void an_unknown_kv_full_is_refused_with_the_modes(void **state)
+{
+    (void)state;
+    static const int devs[1] = {0};
+    pe_config cfg;
+    pe_config_init(&cfg);
+    assert_int_equal(cfg.kv_full, PE_KV_PREEMPT); /* the default */
+    assert_int_equal(cfg.prefix_caching, 1);
+    cfg.backend = PE_BACKEND_HOST;
+    cfg.ndevices = 1;
+    cfg.devices = devs;
+    cfg.kv_full = (pe_kv_full)7;
+    pe_engine *e = NULL;
+    assert_int_equal(pe_engine_create(&cfg, &e), PE_EINVAL);
+    assert_null(e);
+    assert_non_null(strstr(pe_last_error(), "unknown kv_full 7"));
+    assert_non_null(strstr(pe_last_error(), "PE_KV_PREEMPT, PE_KV_WAIT or PE_KV_REFUSE"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_small_pool_preempts_shares_prefixes_and_keeps_every_greedy_token),
         cmocka_unit_test(a_recomputed_sequence_draws_as_it_would_have),
+        cmocka_unit_test(an_unknown_kv_full_is_refused_with_the_modes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
