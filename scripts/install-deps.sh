@@ -6,7 +6,8 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
           libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev
-          libblis-pthread-dev tmux libmicrohttpd-dev chromium)
+          libblis-pthread-dev tmux libmicrohttpd-dev chromium libopenmpi-dev openmpi-bin)
+# libopenmpi-dev, openmpi-bin: the grid across processes (PE_WITH_MPI; mpirun in the tests).
 # tmux: tests/test_chat.sh drives pengine chat in a terminal.
 # libmicrohttpd-dev: pengine serve's HTTP (apps/serve_http.c), linked into the command only.
 # chromium: tests/test_serve_page.sh opens pengine serve's chat page in it (headless, driven

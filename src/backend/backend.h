@@ -29,6 +29,11 @@
 
 typedef struct be_device be_device; /* one device, as owned by one worker (opaque) */
 typedef struct be_comm be_comm;     /* one rank of a communicator (opaque) */
+/* The processes of an MPI job a communicator spans (comm_create_procs): this process is
+ * `me` of nprocs, each holding the same number of consecutive ranks. */
+typedef struct be_procs {
+    int nprocs, me;
+} be_procs;
 
 typedef struct be_device_desc {
     int id;
@@ -196,6 +201,14 @@ typedef struct be_ops {
     /* ---- communicators (ncclCommInitAll-like) ----
      * One call makes n ranks, rank r on devs[r]; out[r] is rank r's handle. Any thread. */
     pe_status (*comm_create)(be_device *const *devs, int n, be_comm **out, pe_err *err);
+    /* The same over the processes of an MPI job (ncclCommInitRank after an MPI_Bcast of
+     * the id): rank r of n lives on process r / (n / procs->nprocs) (process-major);
+     * devs[r] is its device where this process holds it, NULL elsewhere, and out[r] its
+     * handle (NULL elsewhere). Every process calls it, and every later comm_split and
+     * comm_destroy of what it made, in the same order. NULL where the backend or the
+     * build cannot span processes. */
+    pe_status (*comm_create_procs)(be_device *const *devs, int n, const be_procs *procs,
+                                   be_comm **out, pe_err *err);
     /* Aborts the communicator that comm belongs to: every rank blocked in it wakes with
      * PE_ECOMM, and every later call on any of its ranks returns PE_ECOMM. Any thread. */
     void (*comm_abort)(be_comm *comm);
@@ -207,7 +220,8 @@ typedef struct be_ops {
      * communicator of n ranks; the ranks of one color (>= 0) form a new communicator,
      * ranked in parent-rank order, and out[r] is rank r's handle in it. One call for every
      * rank, from any thread (like comm_create). Aborting or destroying the parent leaves
-     * the new communicators as they are. */
+     * the new communicators as they are. Over processes, parents[r] is NULL where another
+     * process holds rank r (colors hold every rank's), and so is out[r]. */
     pe_status (*comm_split)(be_comm *const *parents, int n, const int *colors, be_comm **out,
                             pe_err *err);
     /* Frees every communicator that one of comms[0..n) belongs to, each once, and sets
