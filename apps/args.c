@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpi_job.h"
+
 static int fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int fail(char *msg, size_t len, const char *fmt, ...)
@@ -376,8 +378,11 @@ int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, c
 
 int cli_decoder_grid(cli_options *o, char *msg, size_t msg_len)
 {
+    const int procs = cli_mpi_procs(); /* each process of an MPI job lists its own devices */
     if (o->ndevices == 0) { /* device 0, or as many as the grid asks for */
         long world = (long)(o->dp ? o->dp : 1) * (o->pp ? o->pp : 1) * (o->tp ? o->tp : 1);
+        if (procs > 1 && world % procs == 0)
+            world /= procs;
         if (world > CLI_MAX_DEVICES)
             return fail(msg, msg_len, "the grid needs %ld devices, more than %d; give smaller "
                         "--dp/--pp/--tp", world, CLI_MAX_DEVICES);
@@ -386,7 +391,7 @@ int cli_decoder_grid(cli_options *o, char *msg, size_t msg_len)
             o->devices[i] = 0;
     }
     if (!o->dp && !o->pp && !o->tp) { /* a replica per device */
-        o->dp = o->ndevices;
+        o->dp = o->ndevices * procs;
         o->pp = o->tp = 1;
         return 0;
     }
@@ -394,6 +399,8 @@ int cli_decoder_grid(cli_options *o, char *msg, size_t msg_len)
     if (!o->pp) o->pp = 1;
     if (!o->tp) o->tp = 1;
     long world = (long)o->dp * o->pp * o->tp;
+    if (procs > 1) /* the engine checks the job's devices and names the fix */
+        return 0;
     if (world != o->ndevices)
         return fail(msg, msg_len,
                     "grid dp=%d x pp=%d x tp=%d needs %ld devices but --gpus lists %d; list "

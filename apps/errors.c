@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "mpi_job.h"
 
 void cli_error(const char *msg)
 {
@@ -12,7 +13,10 @@ void cli_error(const char *msg)
     for (char *p = line; *p; p++) /* the message must stay one line */
         if (*p == '\n' || *p == '\r')
             *p = ' ';
-    fprintf(stderr, "pengine: error: %s\n", line);
+    if (cli_mpi_procs() > 1) /* every process of the job may say it */
+        fprintf(stderr, "pengine[process %d]: error: %s\n", cli_mpi_me(), line);
+    else
+        fprintf(stderr, "pengine: error: %s\n", line);
 }
 
 void cli_errorf(const char *fmt, ...)

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "mpi_job.h"
+
 double cli_now_ms(void)
 {
     struct timespec ts;
@@ -43,6 +45,7 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
     cfg.schedule = o->schedule_set ? o->schedule : pp > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
     cfg.microbatches = o->microbatches > 0 ? o->microbatches : pp;
     cfg.trace_capacity = trace_events;
+    cfg.mpi = cli_mpi_procs() > 1;
     pe_engine *e = NULL;
     pe_status s = pe_engine_create(&cfg, &e);
     if (s == PE_OK)
@@ -51,6 +54,13 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
         cli_error(pe_last_error());
         pe_engine_destroy(e);
         return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
+    }
+    if (cli_mpi_me() != 0) { /* process 0 runs the command; this one runs its workers */
+        s = pe_engine_follow(e);
+        if (s != PE_OK)
+            cli_error(pe_engine_last_error(e));
+        pe_engine_destroy(e);
+        return s == PE_OK ? CLI_FOLLOWED : CLI_RUNTIME;
     }
     *out = e;
     return CLI_OK;

@@ -13,6 +13,7 @@
 #include "gen.h"
 #include "generate.h"
 #include "llm_model.h"
+#include "mpi_job.h"
 #include "report.h"
 #include "serve.h"
 #include "tokenize.h"
@@ -111,7 +112,38 @@ static int run_serve(int argc, char **argv)
 #endif
 }
 
+/* Under mpirun: the commands that run one engine (every process creates it, process 0
+ * runs the command, the others follow), and how the command ends on each. */
+static int run_job(int argc, char **argv)
+{
+    const char *cmd = argc >= 2 ? argv[1] : "";
+    int rc;
+    if (strcmp(cmd, "generate") == 0)
+        rc = cli_generate(argc - 1, argv + 1);
+    else if (strcmp(cmd, "serve") == 0)
+        rc = run_serve(argc - 1, argv + 1);
+    else if (strcmp(cmd, "chat") == 0)
+        rc = cli_chat(argc - 1, argv + 1);
+    else {
+        cli_errorf("under mpirun (%d processes) pengine runs generate, serve and chat; the "
+                   "comparisons against one device run in one process", cli_mpi_procs());
+        rc = CLI_USAGE;
+    }
+    return rc == CLI_FOLLOWED ? CLI_OK : rc;
+}
+
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    if (cli_mpi_start(&argc, &argv) != CLI_OK)
+        return CLI_USAGE;
+    int rc = cli_mpi_procs() > 1 ? run_job(argc, argv) : run_command(argc, argv);
+    cli_mpi_end();
+    return rc;
+}
+
+static int run_command(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "gen") == 0)
         return cli_gen(argc - 1, argv + 1);

@@ -117,6 +117,12 @@ typedef struct pe_config {
                               * that every stage works on another group); 1 = naive: one step
                               * at a time through the stages; at most 64 */
     pe_tp_embedding tp_embedding; /* TP: the token table vocab-parallel (default) or whole */
+    int mpi;                 /* 1: the grid spans the processes of MPI_COMM_WORLD, one per node
+                              * (pe_mpi_init; docs/multinode.md): every process creates and
+                              * loads the engine with the same config, devices lists its own
+                              * (the same count on each), world ranks are process-major; process
+                              * 0 takes the requests and the others call pe_engine_follow.
+                              * 0 (pe_config_init): this process alone */
 } pe_config;
 
 /* Fills cfg with the defaults: auto backend, 0 devices, m = 1, naive, binding on. */
@@ -183,8 +189,26 @@ typedef struct pe_engine_info {
     long prefix_hit_tokens;    /* prompt positions found in the prefix cache at admission */
     long prefix_asked_tokens;  /* ... of the positions looked up there (all but the last of
                                 * each admitted sequence) */
+    int processes, process;    /* pe_config.mpi: the job's processes and this one (1 and 0
+                                * in one process); world rank r lives on process
+                                * r / (world / processes) */
 } pe_engine_info;
 pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
+
+/* ---- across processes (MPI) ------------------------------------------------------------ */
+
+/* Starts MPI with MPI_THREAD_MULTIPLE when this process was launched by mpirun or Slurm
+ * (and pengine was built with MPI); *nprocs gets the job's processes and *me this one's
+ * index (1 and 0 when not launched so). An embedder that starts MPI itself needs
+ * MPI_THREAD_MULTIPLE. PE_EINVAL with a message when the MPI library cannot give it. */
+pe_status pe_mpi_init(int *argc, char ***argv, int *nprocs, int *me);
+/* Ends MPI if pe_mpi_init started it (after every engine is destroyed). */
+void pe_mpi_finalize(void);
+/* On a process other than 0 of a pe_config.mpi engine (after pe_engine_load): runs this
+ * process's workers' part of every step process 0 sends, until process 0 destroys its
+ * engine (PE_OK) or the job fails (the failure, with its message in
+ * pe_engine_last_error); then destroy the engine. PE_EINVAL on process 0 or in one process. */
+pe_status pe_engine_follow(pe_engine *e);
 
 /* ---- requests -------------------------------------------------------------------------- */
 

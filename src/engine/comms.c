@@ -7,6 +7,8 @@
  *   DP group (p, t): the same rank of every replica (color p * tp + t), over which replica
  *                    0 broadcasts its weights at load time.
  * Stages talk over the world communicator: stage p sends to world rank (d, p + 1, t).
+ * Over the processes of an MPI job, every process makes them all (comm_create_procs), with
+ * NULL for the ranks of the others, which it skips.
  * The gpipe clock of replica d is a host barrier of its pp * tp workers (rt_barrier): it
  * orders threads, not devices, so it needs no communicator.
  */
@@ -40,9 +42,11 @@ pe_status en_comms_create(pe_engine *e, pe_err *err)
                       : pe_fail(err, PE_ENOMEM, "out of host memory for communicators");
     be_comm **world = s == PE_OK ? comms_row(e, EN_WORLD) : NULL;
     for (int r = 0; s == PE_OK && r < e->world; r++)
-        devs[r] = e->workers[r].dev;
+        devs[r] = e->workers[r].dev; /* NULL where another process holds the rank */
+    const be_procs procs = {e->procs.n, e->procs.me};
     if (s == PE_OK)
-        s = e->ops->comm_create(devs, e->world, world, err);
+        s = e->procs.n > 1 ? e->ops->comm_create_procs(devs, e->world, &procs, world, err)
+                           : e->ops->comm_create(devs, e->world, world, err);
     if (s == PE_OK && e->tp > 1) {
         for (int r = 0; r < e->world; r++)
             colors[r] = r / e->tp; /* d * pp + p */

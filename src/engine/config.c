@@ -1,4 +1,5 @@
 /* config.c: configuration defaults and validation; the grid world = dp x pp x tp. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -26,13 +27,29 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
     if (dp < 0 || pp < 0 || tp < 0)
         return pe_fail(err, PE_EINVAL, "grid dp=%d pp=%d tp=%d: sizes must be >= 1", dp, pp,
                        tp);
+    const int nprocs = e->procs.n, devices = cfg->ndevices * nprocs; /* every process's */
     if (dp == 0 && pp == 0 && tp == 0)
-        dp = cfg->ndevices;
+        dp = devices;
     dp = dp ? dp : 1;
     pp = pp ? pp : 1;
     tp = tp ? tp : 1;
     long world = (long)dp * pp * tp;
-    if (world != cfg->ndevices)
+    if (nprocs > 1 && world != devices) {
+        char np[96] = "", per[96] = "";
+        if (world % cfg->ndevices == 0)
+            snprintf(np, sizeof np, "start %ld processes (mpirun -np %ld), ",
+                     world / cfg->ndevices, world / cfg->ndevices);
+        if (world % nprocs == 0)
+            snprintf(per, sizeof per, "give each of the %d processes %ld devices, ", nprocs,
+                     world / nprocs);
+        return pe_fail(err, PE_EINVAL,
+                       "grid dp=%d x pp=%d x tp=%d needs %ld devices but %d processes x %d "
+                       "device%s each (--gpus) give %d; %s%sor change --dp/--pp/--tp so that "
+                       "their product is %d",
+                       dp, pp, tp, world, nprocs, cfg->ndevices, cfg->ndevices == 1 ? "" : "s",
+                       devices, np, per, devices);
+    }
+    if (world != devices)
         return pe_fail(err, PE_EINVAL,
                        "grid dp=%d x pp=%d x tp=%d needs %ld devices but %d %s listed; list "
                        "%ld device ids or change --dp/--pp/--tp so their product is %d",

@@ -5,7 +5,8 @@
  *
  * Runs on the worker's own thread; touches only its own device. The step belongs to the
  * replica: the worker reads its inputs and writes its results, then hands it back through
- * the replica's inbox, after which it touches it no more.
+ * the replica's inbox (on another process of an MPI job: to process 0, procs.h), after
+ * which it touches it no more.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,15 @@ static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh,
 
 static uint64_t now_ns(void) { return rt_now_ns(); }
 
+/* The step back where it came from: its replica's inbox, or process 0 (procs.h). */
+static void step_home(en_worker *w, en_step *st)
+{
+    if (w->e->procs.me != 0)
+        en_procs_step_back(w, st);
+    else
+        rt_queue_push(w->e->replicas[w->d].inbox, st);
+}
+
 /* The trace's view of a forward: its worker and its step, for the collectives' spans. */
 typedef struct step_span {
     en_worker *w;
@@ -328,7 +338,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
         if (writes_results(w))
             st->status = atomic_load(&e->failed);
     }
-    rt_queue_push(e->replicas[w->d].inbox, st);
+    step_home(w, st);
     return s;
 }
 
@@ -336,5 +346,5 @@ void en_decoder_step_dropped(en_worker *w, en_step *st, pe_status why)
 {
     if (writes_results(w))
         st->status = why;
-    rt_queue_push(w->e->replicas[w->d].inbox, st);
+    step_home(w, st);
 }

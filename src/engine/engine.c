@@ -35,11 +35,13 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
     int first = atomic_load(&e->failed) == PE_OK;
     if (first) {
         snprintf(e->fail_err.msg, sizeof e->fail_err.msg, "%s", msg);
+        e->last_err = e->fail_err; /* what ended the requests: pe_engine_last_error says it */
         atomic_store(&e->failed, s == PE_OK ? PE_EINTERNAL : s);
     }
     pthread_mutex_unlock(&e->err_mu);
     if (!first)
         return;
+    en_procs_fail(e, msg); /* the other processes' ranks may be waiting for ours */
     /* Wake everyone: peers blocked in a collective or recv, idle workers, and the decoder
      * replicas (which end their sequences with the failure). */
     en_comms_abort(e);
@@ -63,6 +65,7 @@ void pe_engine_destroy(pe_engine *e)
     if (e->router_started)
         pthread_join(e->router, NULL);
     en_replicas_stop(e); /* their sequences end; their steps come back first */
+    en_procs_stop(e);    /* process 0: the other processes' followers return */
     /* Stage by stage: a stage's queue closes once the stages before it are gone, so the
      * micro-batches they passed on are all run. */
     for (int p = 0; e->workers && p < e->pp; p++) {
@@ -73,6 +76,7 @@ void pe_engine_destroy(pe_engine *e)
             if (e->workers[r].p == p && e->workers[r].thread)
                 rt_worker_join(e->workers[r].thread, NULL);
     }
+    en_procs_destroy(e); /* its thread, which hands remote parts to inboxes, is joined */
     en_replicas_free(e); /* no worker is left to touch an inbox */
     en_comms_destroy(e);
     void *item;
@@ -137,20 +141,22 @@ static pe_status plan_binding(pe_engine *e, pe_err *err)
     pe_status s = rt_topology_load(&e->topo, err);
     if (s != PE_OK)
         return s;
-    const char **near = calloc((size_t)e->world, sizeof *near);
-    be_device_desc *desc = calloc((size_t)e->world, sizeof *desc);
-    rt_binding *plan = calloc((size_t)e->world, sizeof *plan);
+    const int n = e->procs.local, first = e->procs.first; /* this process's workers */
+    const char **near = calloc((size_t)n, sizeof *near);
+    be_device_desc *desc = calloc((size_t)n, sizeof *desc);
+    rt_binding *plan = calloc((size_t)n, sizeof *plan);
     if (!near || !desc || !plan)
         s = pe_fail(err, PE_ENOMEM, "out of host memory planning thread binding");
-    for (int r = 0; s == PE_OK && r < e->world; r++) {
-        if (e->ops->device_describe(e->devices[r], &desc[r], NULL) != PE_OK)
-            desc[r].cpulist[0] = '\0';
-        near[r] = desc[r].cpulist;
+    for (int i = 0; s == PE_OK && i < n; i++) {
+        if (e->ops->device_describe(e->devices[first + i], &desc[i], NULL) != PE_OK)
+            desc[i].cpulist[0] = '\0';
+        near[i] = desc[i].cpulist;
     }
     if (s == PE_OK)
-        s = rt_topology_plan_cores(e->topo, e->world, near, e->cfg.threads, plan, err);
-    for (int r = 0; s == PE_OK && r < e->world; r++)
-        e->workers[r].bind = plan[r];
+        s = rt_topology_plan_share(e->topo, n, near, e->cfg.threads, e->procs.node_rank,
+                                   e->procs.node_procs, plan, err);
+    for (int i = 0; s == PE_OK && i < n; i++)
+        e->workers[first + i].bind = plan[i];
     free(near);
     free(desc);
     free(plan);
@@ -159,7 +165,8 @@ static pe_status plan_binding(pe_engine *e, pe_err *err)
 
 static pe_status start_workers(pe_engine *e, pe_err *err)
 {
-    for (int r = 0; r < e->world; r++) {
+    const int n = e->procs.local, first = e->procs.first; /* this process's workers */
+    for (int r = first; r < first + n; r++) {
         en_worker *w = &e->workers[r];
         rt_worker_desc desc = {
             .index = r,
@@ -176,14 +183,14 @@ static pe_status start_workers(pe_engine *e, pe_err *err)
         pe_status s = rt_worker_start(&desc, &w->thread, err);
         if (s != PE_OK) {
             pthread_mutex_lock(&e->mu);
-            e->setup_done += e->world - r; /* those never start */
+            e->setup_done += first + n - r; /* those never start */
             pthread_mutex_unlock(&e->mu);
             en_fail(e, s, err->msg);
             return s;
         }
     }
     pthread_mutex_lock(&e->mu);
-    while (e->setup_done < e->world)
+    while (e->setup_done < n)
         pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
     pe_status f = atomic_load(&e->failed);
@@ -226,7 +233,9 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     RT_IGNORE_WORD(e->outstanding);
     e->t0_ns = rt_now_ns();
     e->cfg = *cfg;
-    pe_status s = en_config_resolve(e, cfg, &err);
+    pe_status s = en_procs_init(e, &err);
+    if (s == PE_OK)
+        s = en_config_resolve(e, cfg, &err);
     if (s == PE_OK) {
         if (en_events_init(&e->events) == PE_OK)
             e->events_ready = 1;
@@ -240,6 +249,13 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     if (s == PE_OK && cfg->ndevices > 1)
         be_comm_path_describe(e->ops->kind, cfg->devices, cfg->ndevices, e->collectives,
                               sizeof e->collectives);
+    if (s == PE_OK && e->procs.n > 1 && !e->ops->comm_create_procs)
+        s = pe_fail(&err, PE_EINVAL, "the %s backend does not span MPI processes yet%s; use "
+                    "--backend host across processes",
+                    e->ops->kind == PE_BACKEND_CUDA ? "CUDA" : "host",
+                    e->ops->kind == PE_BACKEND_CUDA ? " (ncclCommInitRank is not written)" : "");
+    if (e->procs.ctl) /* a process that got here fails with the others, or all go on */
+        s = en_procs_agree(e, s, &err);
     if (s == PE_OK) {
         e->devices = malloc((size_t)e->world * sizeof(int));
         e->workers = calloc((size_t)e->world, sizeof(en_worker));
@@ -247,9 +263,11 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
         if (!e->devices || !e->workers || !e->replica_load)
             s = pe_fail(&err, PE_ENOMEM, "out of host memory for %d workers", e->world);
     }
+    if (s == PE_OK)
+        s = en_procs_layout(e, &err);
     if (s == PE_OK) {
-        memcpy(e->devices, cfg->devices, (size_t)e->world * sizeof(int));
         e->cfg.devices = e->devices;
+        e->cfg.ndevices = e->world;
         e->cfg.stage_layers = NULL; /* copied into stage_split */
         for (int d = 0; d < e->dp; d++) {
             atomic_init(&e->replica_load[d], 0);
@@ -274,8 +292,12 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
         s = plan_binding(e, &err);
     if (s == PE_OK)
         s = start_workers(e, &err);
+    if (e->procs.ctl)
+        s = en_procs_agree(e, s, &err);
     if (s == PE_OK)
         s = en_comms_create(e, &err);
+    if (e->procs.ctl)
+        s = en_procs_agree(e, s, &err);
     if (s == PE_OK) {
         if (pthread_create(&e->router, NULL, en_router_main, e) != 0)
             s = pe_fail(&err, PE_ENOMEM, "cannot start the router thread");
@@ -317,7 +339,8 @@ static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *e
     e->load_done = 0;
     pthread_mutex_unlock(&e->mu);
     int pushed = 0;
-    for (int r = 0; r < e->world; r++) {
+    const int n = e->procs.local, first = e->procs.first; /* this process's workers */
+    for (int r = first; r < first + n; r++) {
         tasks[r].kind = EN_TASK_LOAD;
         if (rt_queue_push(e->workers[r].inq, &tasks[r]) == PE_OK)
             pushed++;
@@ -328,7 +351,7 @@ static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *e
     pthread_mutex_unlock(&e->mu);
     free(tasks);
     pe_status f = atomic_load(&e->failed);
-    if (f != PE_OK || pushed < e->world) {
+    if (f != PE_OK || pushed < n) {
         pthread_mutex_lock(&e->err_mu);
         pe_fail(err, f != PE_OK ? f : PE_ECLOSED, "loading %s failed: %s", model_path,
                 e->fail_err.msg);
@@ -340,6 +363,9 @@ static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *e
 
 static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
 {
+    if (e->procs.ctl)
+        return pe_fail(err, PE_EINVAL, "%s is an MLP: across MPI processes pengine runs "
+                       "decoders (a model directory); run the MLP in one process", path);
     pe_status s = md_mlp_load(path, &e->model, err);
     if (s != PE_OK)
         return s;
@@ -411,6 +437,9 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
 static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
 {
     pe_status s = md_decoder_open(dir, &e->dec, err);
+    const int opened = s == PE_OK;
+    if (e->procs.ctl && (s = en_procs_agree(e, s, err)) != PE_OK && opened)
+        md_decoder_close(&e->dec); /* opened here, but not by another process */
     if (s != PE_OK)
         return s;
     e->decoder = 1;
@@ -430,8 +459,12 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
     md_decoder_info(&e->dec, &e->info);
     e->loaded = 1;
     s = load_on_workers(e, dir, err);
-    if (s == PE_OK)
+    if (e->procs.ctl && (s = en_procs_agree(e, s, err)) == PE_OK)
+        s = en_procs_share_loaded(e, err);
+    if (s == PE_OK && e->procs.me == 0) /* the schedulers run where the requests enter */
         s = en_replicas_start(e, err);
+    if (s == PE_OK)
+        s = en_procs_start(e, err);
     if (s != PE_OK) /* loaded but unable to serve: every later call says why */
         en_fail(e, s, err->msg);
     return s;
@@ -478,6 +511,8 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     out->microbatches = e->m;
     out->schedule = e->schedule;
     out->dtype = e->cfg.dtype;
+    out->processes = e->procs.n;
+    out->process = e->procs.me;
     if (e->loaded)
         memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
     for (int r = 0; e->loaded && e->decoder && r < e->world && r < 64; r++) {
@@ -504,4 +539,22 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     for (int r = 0; r < e->world && r < 64; r++)
         out->threads[r] = e->workers[r].threads;
     return PE_OK;
+}
+
+pe_status pe_engine_follow(pe_engine *e)
+{
+    pe_err err = {{0}};
+    if (!e) {
+        pe_set_last_error("pe_engine_follow: engine is NULL");
+        return PE_EINVAL;
+    }
+    if (!e->procs.ctl || e->procs.me == 0 || !e->decoder) {
+        pe_fail(&err, PE_EINVAL, "pe_engine_follow: %s",
+                !e->procs.ctl    ? "this engine is one process (pe_config.mpi is 0)"
+                : e->procs.me == 0 ? "process 0 takes the requests; the others follow"
+                                   : "load a decoder first (pe_engine_load on every process)");
+        return en_error(e, PE_EINVAL, &err);
+    }
+    pe_status s = en_procs_follow(e, &err);
+    return s == PE_OK ? PE_OK : en_error(e, s, &err);
 }

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "engine/events.h"
+#include "engine/procs.h"
 #include "engine/schedule.h"
 #include "engine/scheduler.h"
 #include "model/blocks.h"
@@ -149,7 +150,8 @@ typedef struct en_kept {
 
 struct pe_engine {
     pe_config cfg;
-    int *devices; /* (world) copy of cfg.devices */
+    en_procs procs; /* the MPI job's processes (procs.h); one process: n 1, local = world */
+    int *devices; /* (world) copy of cfg.devices; over processes, every process's */
     int stage_split[EN_MAX_STAGES];
     int has_split;
     const be_ops *ops;
@@ -160,7 +162,8 @@ struct pe_engine {
     const en_schedule *sched; /* how a request travels (schedule.h) */
     rt_topology *topo;
 
-    en_worker *workers; /* (world), rank = (d * pp + p) * tp + t */
+    en_worker *workers; /* (world), rank = (d * pp + p) * tp + t; over processes, those of
+                         * others have no thread, device or memory (en_procs_holds) */
     be_comm **comms;       /* (3, world) by rank: the TP groups' handles, the DP groups',
                             * the world's (comms.c); NULL entries where a group is not
                             * made; NULL when world is 1 */

@@ -92,10 +92,17 @@ static void dispatch(en_replica *r, en_flight *f)
     for (int k = 0; k < e->pp * e->tp; k++) { /* stage by stage: each worker's queue is FIFO */
         en_worker *w = &e->workers[en_rank(e, r->d, k / e->tp, k % e->tp)];
         f->tasks[k] = (en_task){.kind = EN_TASK_STEP, .step = f->step};
-        if (rt_queue_push(w->inq, &f->tasks[k]) == PE_OK) {
+        pe_status s = !en_procs_holds(&e->procs, w->rank) /* a worker of another process */
+                          ? (atomic_load(&e->failed) != PE_OK
+                                 ? PE_ECLOSED
+                                 : en_procs_send_step(e, w, f->step))
+                          : rt_queue_push(w->inq, &f->tasks[k]);
+        if (s == PE_OK) {
             f->parts++;
             continue;
         }
+        if (s != PE_ECLOSED) /* the step could not reach another process */
+            en_fail(e, s, "process 0 could not send a step to another process (MPI_Send)");
         pe_status failed = atomic_load(&e->failed);
         f->dispatch_status = failed != PE_OK ? failed : PE_ECLOSED;
     }

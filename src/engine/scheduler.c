@@ -629,7 +629,7 @@ static void take_blocks(en_sched *s, en_seq *seq, int positions)
         seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
 }
 
-static int ensure_step_room(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk)
+int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk)
 {
     en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits);
     if (L.words > st->meta_cap) {
@@ -693,7 +693,7 @@ int en_sched_build(en_sched *s, en_step *st)
         if (c->sample && seq->logprobs > topk)
             topk = seq->logprobs;
     }
-    if (ensure_step_room(st, ntok, st->nchunks, nbt, nlogits, topk) != 0)
+    if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, topk) != 0)
         return -1;
     en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits);
     int32_t *m = st->meta;

@@ -166,6 +166,9 @@ typedef struct en_meta_layout {
 en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits);
 
 void en_step_free(en_step *st);
+/* Room in st for a step of that shape (meta_words set; chunks not touched); -1 when out of
+ * memory. */
+int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk);
 
 typedef struct en_sched_config {
     int block_tokens;     /* positions per KV block */

@@ -30,6 +30,9 @@ static pe_status need_decoder(pe_engine *e, const char *call, pe_err *err)
         return pe_fail(err, PE_EINVAL, "%s: the loaded model is an MLP, which runs rows "
                        "(pe_submit, pe_infer); sequences need a decoder (a Hugging Face "
                        "directory)", call);
+    if (e->procs.me != 0)
+        return pe_fail(err, PE_EINVAL, "%s: this is process %d of an MPI job; requests enter "
+                       "at process 0, and the others call pe_engine_follow", call, e->procs.me);
     if (atomic_load(&e->stopping))
         return pe_fail(err, PE_ECLOSED, "%s: the engine is shutting down", call);
     pe_status f = atomic_load(&e->failed);

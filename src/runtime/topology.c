@@ -143,20 +143,53 @@ pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
     return rt_topology_plan_cores(t, n, near, 0, out, err);
 }
 
-/* Workers with the same candidate set (all of the machine for host devices) split its
- * cores: evenly while there are at least as many cores as workers, round-robin beyond;
- * or, for host devices with threads > 0, `threads` consecutive cores each, wrapping. */
 pe_status rt_topology_plan_cores(const rt_topology *t, int n, const char *const *near,
                                  int threads, rt_binding *out, pe_err *err)
+{
+    return rt_topology_plan_share(t, n, near, threads, 0, 1, out, err);
+}
+
+/* The PUs this process plans on: those the calling thread may run on (mpirun, Slurm or
+ * taskset bound it); when that is the whole machine, share `share` of `shares` of its
+ * cores (the processes of one node split them). */
+static void plan_set(const rt_topology *t, int share, int shares, hwloc_bitmap_t all)
+{
+    hwloc_const_bitmap_t machine = hwloc_get_root_obj(t->topo)->cpuset;
+    if (get_cpubind(t, all) != 0 ||
+        (hwloc_bitmap_and(all, all, machine), hwloc_bitmap_iszero(all)))
+        hwloc_bitmap_copy(all, machine); /* unknown: the whole machine */
+    if (shares <= 1 || !hwloc_bitmap_isequal(all, machine))
+        return;
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+    if (!mine)
+        return;
+    int ncores = count_cores(t, all);
+    int first = (int)((long)share * ncores / shares), last = (int)((long)(share + 1) * ncores / shares);
+    if (first == last) /* more processes than cores: one each, round-robin */
+        first = share % ncores, last = first + 1;
+    take_cores(t, all, first, last, mine);
+    if (!hwloc_bitmap_iszero(mine))
+        hwloc_bitmap_copy(all, mine);
+    hwloc_bitmap_free(mine);
+}
+
+/* Workers with the same candidate set (all of the planned PUs for host devices, plan_set)
+ * split its cores: evenly while there are at least as many cores as workers, round-robin
+ * beyond; or, for host devices with threads > 0, `threads` consecutive cores each, wrapping. */
+pe_status rt_topology_plan_share(const rt_topology *t, int n, const char *const *near,
+                                 int threads, int share, int shares, rt_binding *out,
+                                 pe_err *err)
 {
     if (n < 1 || !out)
         return pe_fail(err, PE_EINVAL, "plan for %d workers: need at least one worker", n);
     pe_status st = PE_OK;
     hwloc_bitmap_t *cand = calloc((size_t)n, sizeof *cand); /* (n) candidate PUs */
     hwloc_bitmap_t *mine = calloc((size_t)n, sizeof *mine); /* (n) planned PUs */
-    hwloc_const_bitmap_t all = hwloc_get_root_obj(t->topo)->cpuset;
+    hwloc_bitmap_t all = hwloc_bitmap_alloc(); /* the PUs this process plans on */
     hwloc_bitmap_t one = hwloc_bitmap_alloc(); /* one core's PUs */
-    if (!cand || !mine || !one) {
+    if (all)
+        plan_set(t, share, shares, all);
+    if (!cand || !mine || !one || !all) {
         st = pe_fail(err, PE_ENOMEM, "out of memory planning %d workers", n);
         goto done;
     }
@@ -234,6 +267,7 @@ done:
     free(cand);
     free(mine);
     hwloc_bitmap_free(one);
+    hwloc_bitmap_free(all);
     return st;
 }
 

@@ -36,6 +36,13 @@ pe_status rt_topology_plan(const rt_topology *t, int n, const char *const *near,
  * run out (then shared); all of them when threads >= the cores. GPU workers as before. */
 pe_status rt_topology_plan_cores(const rt_topology *t, int n, const char *const *near,
                                  int threads, rt_binding *out, pe_err *err);
+/* As rt_topology_plan_cores inside share `share` of `shares` of the cores this process may
+ * use, unless mpirun, Slurm or taskset bound it to some already: the processes of an MPI
+ * job on one node (node-local rank, their number) then do not bind to the same cores.
+ * plan_cores is share 0 of 1: every core the calling thread may run on. */
+pe_status rt_topology_plan_share(const rt_topology *t, int n, const char *const *near,
+                                 int threads, int share, int shares, rt_binding *out,
+                                 pe_err *err);
 
 /* Binds the calling thread to b's cores (no-op for an empty cpulist). */
 pe_status rt_topology_bind_self(const rt_topology *t, const rt_binding *b, pe_err *err);

@@ -1,0 +1,71 @@
+/* ctl.h: the control channel between the processes of an MPI job (procs.h), private to
+ * src/engine/mpi/.
+ *
+ * One MPI communicator of its own (a dup of MPI_COMM_WORLD), so that the engine's messages
+ * never meet the backend's. A message's tag is its kind; its body is bytes, packed field
+ * after field (the processes run one binary on one architecture).
+ */
+#ifndef PE_ENGINE_MPI_CTL_H
+#define PE_ENGINE_MPI_CTL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/engine_internal.h"
+
+typedef enum ctl_tag {
+    CTL_STEP = 1, /* 0 -> k: a step for one of k's workers (ctl_step.c) */
+    CTL_RESULT,   /* k -> 0: that worker is back with it, and the writer's results */
+    CTL_FAIL,     /* any -> any: the job failed (status, message) */
+    CTL_STOP,     /* 0 -> k: process 0 destroys its engine; k's follower returns */
+    CTL_BEAT      /* 0 -> k, k -> 0: still here (every CTL_BEAT_NS; ctl_main) */
+} ctl_tag;
+
+#define CTL_BEAT_NS 500000000ull    /* a process says it is alive this often */
+#define CTL_SILENCE_NS 3000000000ull /* ... and is taken for lost after this long silent */
+#define CTL_MAX_OUT 64               /* steps at one worker at once (decode_groups <= 64) */
+
+/* Process 0: the steps out at one worker of another process, oldest first (it runs them in
+ * order, so its results come back in that order). */
+typedef struct ctl_out {
+    uint64_t ids[CTL_MAX_OUT];
+    int head, n;
+    int lost; /* its process is lost: nothing more goes out to it */
+} ctl_out;
+
+struct en_ctl {
+    MPI_Comm comm;
+    pthread_t thread;
+    int started;
+    atomic_int quit;      /* the control thread ends (destroy) */
+    atomic_int told;      /* this process's first failure was sent, or came from another */
+    pthread_mutex_t mu;   /* follow's wait */
+    pthread_cond_t cv;
+    int stopped;          /* process 0 said stop (under mu) */
+    char fail_body[sizeof(int32_t) + PE_ERR_LEN]; /* the failure sent (kept until destroy) */
+    MPI_Request *fail_reqs; /* (n) its sends, freed by MPI once done */
+    atomic_int stopping;  /* process 0 is stopping the job: silence is no loss any more */
+    uint64_t *heard;      /* (n) when each process was last heard from (ctl_main's) */
+    pthread_mutex_t out_mu;
+    ctl_out *out;         /* (world) process 0: steps out at each worker of another process */
+};
+
+/* One round of a polled wait idle since *idle_since (0: from now, which it sets): yields
+ * for 2 ms, then sleeps 20 us a round, and 1 ms once idle for 200 ms. */
+void ctl_backoff(uint64_t *idle_since);
+
+/* ---- ctl_step.c ---- */
+/* Process 0: the step for remote worker w, sent to its process. */
+pe_status ctl_send_step(pe_engine *e, const en_worker *w, const en_step *st);
+/* Process k: a CTL_STEP body -> a step on its worker's queue (or straight back, failed). */
+void ctl_take_step(pe_engine *e, const void *body, size_t n);
+/* Process k: worker w's part of st back to process 0; frees st. */
+void ctl_send_result(en_worker *w, en_step *st);
+/* Process 0: a CTL_RESULT body -> the step's results, and the part back at its replica. */
+void ctl_take_result(pe_engine *e, const void *body, size_t n);
+/* Process 0, process q lost: every step out at its workers back at its replica, failed
+ * (after en_fail, whose status the step's writer part carries). */
+void ctl_drop_process(pe_engine *e, int q);
+
+#endif

@@ -1,0 +1,437 @@
+/* procs_mpi.c: the engine across the processes of an MPI job (procs.h): start-up
+ * agreement, the control thread, failure and stop.
+ *
+ * Every phase that can fail on one process and not another (create, load) ends with
+ * en_procs_agree, an MPI_Allgather of the outcomes, so that every process takes the same
+ * branch before the next collective call. After load, one control thread per process
+ * receives what the others send (ctl.h); the engine's threads send directly (MPI is
+ * initialized with MPI_THREAD_MULTIPLE).
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/mpi/ctl.h"
+#include "engine/procs.h"
+#include "runtime/clock.h"
+
+static int started_mpi; /* pe_mpi_init called MPI_Init_thread (main thread only) */
+static atomic_int lost_process; /* a process of the job was lost: MPI cannot finalize */
+
+/* Whether a launcher started this process as part of a job (OpenMPI, PMIx, Slurm's PMI). */
+static int launched_by_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+pe_status pe_mpi_init(int *argc, char ***argv, int *nprocs, int *me)
+{
+    *nprocs = 1;
+    *me = 0;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited && !launched_by_mpi())
+        return PE_OK;
+    int provided = 0;
+    if (inited)
+        MPI_Query_thread(&provided);
+    else if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        pe_set_last_error("MPI_Init_thread failed; is this process started by mpirun?");
+        return PE_EINVAL;
+    } else {
+        started_mpi = 1;
+    }
+    if (provided < MPI_THREAD_MULTIPLE) {
+        pe_set_last_error("the MPI library gives no MPI_THREAD_MULTIPLE (every worker thread "
+                          "calls MPI); use an MPI built with thread support (Debian's "
+                          "OpenMPI has it)");
+        return PE_EINVAL;
+    }
+    MPI_Comm_size(MPI_COMM_WORLD, nprocs);
+    MPI_Comm_rank(MPI_COMM_WORLD, me);
+    return PE_OK;
+}
+
+void pe_mpi_finalize(void)
+{
+    if (started_mpi && !atomic_load(&lost_process)) /* else MPI_Finalize waits for it */
+        MPI_Finalize();
+    started_mpi = 0;
+}
+
+void ctl_backoff(uint64_t *idle_since)
+{
+    const uint64_t now = rt_now_ns();
+    if (*idle_since == 0)
+        *idle_since = now;
+    const uint64_t idle = now - *idle_since;
+    if (idle < 2000000) { /* steps come back to back while the engine works: yield */
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, idle < 200000000 ? 20000 : 1000000}; /* then 20 us, then 1 ms */
+    nanosleep(&ts, NULL);
+}
+
+pe_status en_procs_init(pe_engine *e, pe_err *err)
+{
+    en_procs *p = &e->procs;
+    p->n = 1;
+    p->me = 0;
+    if (!e->cfg.mpi)
+        return PE_OK;
+    if (e->cfg.mpi != 1)
+        return pe_fail(err, PE_EINVAL, "pe_config.mpi=%d: use 1 (the grid spans the processes "
+                       "of MPI_COMM_WORLD) or 0 (this process alone)", e->cfg.mpi);
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+        return pe_fail(err, PE_EINVAL, "pe_config.mpi is set but MPI is not initialized: "
+                       "call pe_mpi_init first and launch with mpirun (docs/multinode.md)");
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+        return pe_fail(err, PE_EINVAL, "pe_config.mpi needs MPI initialized with "
+                       "MPI_THREAD_MULTIPLE (pe_mpi_init does it): every worker thread calls "
+                       "MPI");
+    MPI_Comm_size(MPI_COMM_WORLD, &p->n);
+    MPI_Comm_rank(MPI_COMM_WORLD, &p->me);
+    en_ctl *c = calloc(1, sizeof *c);
+    if (c)
+        c->fail_reqs = calloc((size_t)p->n, sizeof *c->fail_reqs);
+    if (!c || !c->fail_reqs) {
+        free(c);
+        return pe_fail(err, PE_ENOMEM, "out of host memory for the control channel");
+    }
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
+        free(c->fail_reqs);
+        free(c);
+        return pe_fail(err, PE_ECOMM, "MPI_Comm_dup of MPI_COMM_WORLD failed");
+    }
+    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    for (int q = 0; q < p->n; q++)
+        c->fail_reqs[q] = MPI_REQUEST_NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pthread_mutex_init(&c->out_mu, NULL);
+    atomic_init(&c->quit, 0);
+    atomic_init(&c->told, 0);
+    atomic_init(&c->stopping, 0);
+    p->ctl = c;
+    return PE_OK;
+}
+
+pe_status en_procs_layout(pe_engine *e, pe_err *err)
+{
+    en_procs *p = &e->procs;
+    p->local = e->world / p->n;
+    p->first = p->me * p->local;
+    p->node_rank = 0;
+    p->node_procs = 1;
+    if (!p->ctl) {
+        memcpy(e->devices, e->cfg.devices, (size_t)e->world * sizeof *e->devices);
+        return PE_OK;
+    }
+    MPI_Comm node;
+    if (MPI_Comm_split_type(p->ctl->comm, MPI_COMM_TYPE_SHARED, p->me, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return pe_fail(err, PE_ECOMM, "MPI_Comm_split_type (the processes of this node) failed");
+    MPI_Comm_rank(node, &p->node_rank);
+    MPI_Comm_size(node, &p->node_procs);
+    MPI_Comm_free(&node);
+    if (MPI_Allgather(e->cfg.devices, p->local, MPI_INT, e->devices, p->local, MPI_INT,
+                      p->ctl->comm) != MPI_SUCCESS)
+        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' device ids failed");
+    return PE_OK;
+}
+
+pe_status en_procs_agree(pe_engine *e, pe_status s, pe_err *err)
+{
+    en_procs *p = &e->procs;
+    if (!p->ctl)
+        return s;
+    int *all = malloc((size_t)p->n * sizeof *all);
+    int mine = (int)s, first = -1;
+    if (!all || MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, p->ctl->comm) != MPI_SUCCESS) {
+        free(all);
+        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' outcomes failed");
+    }
+    for (int q = 0; q < p->n && first < 0; q++)
+        if (all[q] != PE_OK)
+            first = q;
+    pe_status agreed = first < 0 ? PE_OK : (pe_status)all[first];
+    free(all);
+    if (first < 0)
+        return PE_OK;
+    char msg[PE_ERR_LEN];
+    memcpy(msg, err->msg, sizeof msg);
+    if (MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, p->ctl->comm) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "(its message was lost: MPI_Bcast failed)");
+    msg[sizeof msg - 1] = '\0';
+    if (first != p->me)
+        pe_fail(err, agreed, "process %d of %d: %s", first, p->n, msg);
+    return agreed;
+}
+
+/* What pe_engine_info reports of a worker of another process. */
+typedef struct loaded_worker {
+    uint64_t weight_bytes, kv_nblocks;
+    pe_k_kv_shape kv_shape;
+    int32_t kv_dtype, threads;
+} loaded_worker;
+
+pe_status en_procs_share_loaded(pe_engine *e, pe_err *err)
+{
+    en_procs *p = &e->procs;
+    if (!p->ctl)
+        return PE_OK;
+    loaded_worker *all = calloc((size_t)e->world, sizeof *all);
+    if (!all)
+        return pe_fail(err, PE_ENOMEM, "out of host memory sharing the workers' sizes");
+    for (int i = 0; i < p->local; i++) {
+        const en_worker *w = &e->workers[p->first + i];
+        all[p->first + i] = (loaded_worker){w->weights.arena_bytes, w->kv.nblocks, w->kv.shape,
+                                            (int32_t)w->kv.dtype, w->threads};
+    }
+    const int bytes = (int)(p->local * sizeof *all);
+    pe_status s = PE_OK;
+    if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, bytes, MPI_BYTE,
+                      p->ctl->comm) != MPI_SUCCESS)
+        s = pe_fail(err, PE_ECOMM, "MPI_Allgather of the workers' sizes failed");
+    for (int r = 0; s == PE_OK && r < e->world; r++) {
+        en_worker *w = &e->workers[r];
+        if (en_procs_holds(p, r))
+            continue;
+        w->weights.arena_bytes = all[r].weight_bytes; /* no arena here: nothing to free */
+        w->kv.nblocks = all[r].kv_nblocks;
+        w->kv.shape = all[r].kv_shape;
+        w->kv.dtype = (pe_dtype)all[r].kv_dtype;
+        w->threads = all[r].threads;
+    }
+    free(all);
+    return s;
+}
+
+/* One message: a step, a result, a failure or the stop. */
+static void handle(pe_engine *e, int tag, int from, const char *body, size_t n)
+{
+    en_ctl *c = e->procs.ctl;
+    switch (tag) {
+    case CTL_STEP:
+        ctl_take_step(e, body, n);
+        break;
+    case CTL_RESULT:
+        ctl_take_result(e, body, n);
+        break;
+    case CTL_FAIL: {
+        int32_t s = PE_ECOMM;
+        char msg[PE_ERR_LEN + 64];
+        if (n >= sizeof s)
+            memcpy(&s, body, sizeof s);
+        size_t len = n > sizeof s ? n - sizeof s : 0;
+        int head = snprintf(msg, sizeof msg, "process %d: ", from);
+        if (len > sizeof msg - 1 - (size_t)head)
+            len = sizeof msg - 1 - (size_t)head;
+        memcpy(msg + head, body + sizeof s, len);
+        msg[(size_t)head + len] = '\0';
+        atomic_store(&c->told, 1); /* not sent on: every process got it from its source */
+        en_fail(e, (pe_status)s, msg);
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        break;
+    }
+    case CTL_STOP:
+        pthread_mutex_lock(&c->mu);
+        c->stopped = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        break;
+    default:
+        en_fail(e, PE_ECOMM, "an unknown control message came (a mixed build?)");
+    }
+}
+
+/* Process 0 beats to every other process, and they to it. */
+static void beat(pe_engine *e)
+{
+    en_ctl *c = e->procs.ctl;
+    for (int q = 0; q < e->procs.n; q++) {
+        if (q == e->procs.me || (e->procs.me != 0 && q != 0))
+            continue;
+        MPI_Request req;
+        if (MPI_Isend(NULL, 0, MPI_BYTE, q, CTL_BEAT, c->comm, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+}
+
+/* A process silent for CTL_SILENCE_NS is lost: the job fails with a message naming it,
+ * and process 0 hands back the steps out at it. heard[q] 0: given up on already. */
+static void watch(pe_engine *e, uint64_t now)
+{
+    en_ctl *c = e->procs.ctl;
+    for (int q = 0; q < e->procs.n && !atomic_load(&c->stopping); q++) {
+        if (q == e->procs.me || (e->procs.me != 0 && q != 0) || !c->heard[q] ||
+            now - c->heard[q] < CTL_SILENCE_NS)
+            continue;
+        c->heard[q] = 0;
+        atomic_store(&lost_process, 1);
+        char msg[PE_ERR_LEN];
+        snprintf(msg, sizeof msg, "process %d of %d has sent nothing for %.0f s: it died or its "
+                 "node is unreachable, so the job stops (every open request ends with this "
+                 "error)", q, e->procs.n, (double)CTL_SILENCE_NS * 1e-9);
+        en_fail(e, PE_ECOMM, msg);
+        if (e->procs.me == 0)
+            ctl_drop_process(e, q);
+    }
+}
+
+static void *ctl_main(void *arg)
+{
+    pe_engine *e = arg;
+    en_ctl *c = e->procs.ctl;
+    char *buf = NULL;
+    size_t cap = 0;
+    uint64_t idle = 0, next_beat = 0;
+    for (int q = 0; q < e->procs.n; q++)
+        c->heard[q] = rt_now_ns();
+    while (!atomic_load(&c->quit)) {
+        const uint64_t now = rt_now_ns();
+        if (now >= next_beat) {
+            beat(e);
+            watch(e, now);
+            next_beat = now + CTL_BEAT_NS;
+        }
+        int flag = 0, count = 0;
+        MPI_Message m;
+        MPI_Status st;
+        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, &m, &st) != MPI_SUCCESS) {
+            en_fail(e, PE_ECOMM, "MPI_Improbe on the control channel failed");
+            break;
+        }
+        if (!flag) {
+            ctl_backoff(&idle);
+            continue;
+        }
+        idle = 0; /* busy again */
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        if ((size_t)count > cap) {
+            char *b = realloc(buf, (size_t)count);
+            if (!b) {
+                en_fail(e, PE_ENOMEM, "out of host memory for a control message");
+                break;
+            }
+            buf = b;
+            cap = (size_t)count;
+        }
+        if (MPI_Mrecv(buf, count, MPI_BYTE, &m, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            en_fail(e, PE_ECOMM, "MPI_Mrecv on the control channel failed");
+            break;
+        }
+        if (c->heard[st.MPI_SOURCE]) /* not given up on */
+            c->heard[st.MPI_SOURCE] = rt_now_ns();
+        if (st.MPI_TAG == CTL_BEAT)
+            continue;
+        handle(e, st.MPI_TAG, st.MPI_SOURCE, buf, (size_t)count);
+        if (st.MPI_TAG == CTL_STOP)
+            break;
+    }
+    free(buf);
+    return NULL;
+}
+
+pe_status en_procs_start(pe_engine *e, pe_err *err)
+{
+    en_ctl *c = e->procs.ctl;
+    if (!c)
+        return PE_OK;
+    c->heard = calloc((size_t)e->procs.n, sizeof *c->heard);
+    c->out = calloc((size_t)e->world, sizeof *c->out);
+    if (!c->heard || !c->out)
+        return pe_fail(err, PE_ENOMEM, "out of host memory for the control thread");
+    if (pthread_create(&c->thread, NULL, ctl_main, e) != 0)
+        return pe_fail(err, PE_ENOMEM, "cannot start the control thread");
+    c->started = 1;
+    return PE_OK;
+}
+
+pe_status en_procs_send_step(pe_engine *e, const en_worker *w, const en_step *st)
+{
+    return ctl_send_step(e, w, st);
+}
+
+void en_procs_step_back(en_worker *w, en_step *st) { ctl_send_result(w, st); }
+
+void en_procs_fail(pe_engine *e, const char *msg)
+{
+    en_ctl *c = e->procs.ctl;
+    if (!c || !c->started || atomic_exchange(&c->told, 1))
+        return;
+    int32_t s = (int32_t)atomic_load(&e->failed);
+    size_t len = strlen(msg) < PE_ERR_LEN ? strlen(msg) : PE_ERR_LEN;
+    memcpy(c->fail_body, &s, sizeof s);
+    memcpy(c->fail_body + sizeof s, msg, len);
+    for (int q = 0; q < e->procs.n; q++) /* not waited for: a peer may be gone */
+        if (q != e->procs.me)
+            MPI_Isend(c->fail_body, (int)(sizeof s + len), MPI_BYTE, q, CTL_FAIL, c->comm,
+                      &c->fail_reqs[q]);
+    pthread_mutex_lock(&c->mu); /* a follower returns with it */
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void en_procs_stop(pe_engine *e)
+{
+    en_ctl *c = e->procs.ctl;
+    if (!c || !c->started || e->procs.me != 0)
+        return;
+    atomic_store(&c->stopping, 1); /* the others go quiet now */
+    for (int q = 1; q < e->procs.n; q++)
+        MPI_Send(NULL, 0, MPI_BYTE, q, CTL_STOP, c->comm);
+}
+
+pe_status en_procs_follow(pe_engine *e, pe_err *err)
+{
+    en_ctl *c = e->procs.ctl;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopped && atomic_load(&e->failed) == PE_OK)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    pe_status f = atomic_load(&e->failed);
+    if (f != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(err, f, "%s", e->fail_err.msg);
+        pthread_mutex_unlock(&e->err_mu);
+    }
+    return f;
+}
+
+void en_procs_destroy(pe_engine *e)
+{
+    en_ctl *c = e->procs.ctl;
+    if (!c)
+        return;
+    atomic_store(&c->quit, 1);
+    if (c->started)
+        pthread_join(c->thread, NULL);
+    /* The failure's sends are buffered at once when their peers live; one to a peer that
+     * is gone may never end: then MPI keeps fail_body, and so must we. */
+    int done = 0;
+    const uint64_t t0 = rt_now_ns();
+    for (uint64_t idle = 0; !done && rt_now_ns() - t0 < 1000000000; ctl_backoff(&idle))
+        MPI_Testall(e->procs.n, c->fail_reqs, &done, MPI_STATUSES_IGNORE);
+    for (int q = 0; !done && q < e->procs.n; q++)
+        if (c->fail_reqs[q] != MPI_REQUEST_NULL)
+            MPI_Request_free(&c->fail_reqs[q]);
+    MPI_Comm_free(&c->comm);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->out_mu);
+    free(c->fail_reqs);
+    free(c->heard);
+    free(c->out);
+    if (done)
+        free(c);
+    e->procs.ctl = NULL;
+}
