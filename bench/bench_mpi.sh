@@ -8,5 +8,6 @@ bin=${PE_BENCH_MPI:-$here/build/bench/bench_mpi}
 [[ -x $bin ]] || { echo "bench_mpi: $bin not built (needs MPI: libopenmpi-dev)" >&2; exit 2; }
 # --bind-to none: the one-process runs get every core; the two processes split them
 # (pengine plans each inside its share of the node, procs.h).
-exec mpirun --oversubscribe --allow-run-as-root --bind-to none --mca btl self,vader,tcp -np 2 \
+exec mpirun --oversubscribe --allow-run-as-root --bind-to none --mca pml ob1 \
+  --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none -np 2 \
   -x OPENBLAS_NUM_THREADS=1 "$bin" "$@"

@@ -5,6 +5,9 @@
  * buffers; barrier Z (not abortable: peers may still read this rank's buffers). A rank's
  * slot is rewritten only after it passed barrier Z, when every peer is done with it.
  *
+ * A net world (ranks in several processes) has its own collectives (hb_net.h), with the
+ * same sums (hb_sum_rows).
+ *
  * Sums add the ranks' values in rank order 0, 1, ..., n-1 in float, for each element, so
  * the result has the same bits on every rank and does not depend on timing.
  *
@@ -32,6 +35,7 @@
 #endif
 
 #include "backend/host/hb_comm.h"
+#include "backend/host/hb_net.h"
 
 #define HB_CHUNK 1024 /* elements: the stack accumulator of a 3-or-more-way sum */
 #define HB_ALIGN_ELEMS 16 /* slices start on 64-byte boundaries */
@@ -122,6 +126,36 @@ static void reduce_fixed(float *dst, const hb_slot *slots, int n, size_t off, si
     }
 }
 
+void hb_sum_rows(float *dst, const float *const *rows, int n, size_t len)
+{
+    if (len == 0)
+        return;
+    if (n == 1) {
+        if (dst != rows[0])
+            memcpy(dst, rows[0], len * sizeof *dst);
+        return;
+    }
+    if (n == 2) { /* add2_stream's sums are add2's: the same bits */
+#if defined(__SSE__)
+        if (len >= HB_STREAM_MIN && !hb_overlap(dst, len, rows[0], len) &&
+            !hb_overlap(dst, len, rows[1], len)) {
+            add2_stream(dst, rows[0], rows[1], len);
+            return;
+        }
+#endif
+        add2(dst, rows[0], rows[1], len);
+        return;
+    }
+    float tmp[HB_CHUNK];
+    for (size_t b = 0; b < len; b += HB_CHUNK) {
+        size_t m = len - b < HB_CHUNK ? len - b : HB_CHUNK;
+        add2(tmp, rows[0] + b, rows[1] + b, m);
+        for (int q = 2; q < n - 1; q++)
+            add2(tmp, tmp, rows[q] + b, m);
+        add2(dst + b, tmp, rows[n - 1] + b, m);
+    }
+}
+
 /* Elements [lo, hi) of count that rank r owns when count is cut into n slices. */
 static void slice(size_t count, int n, int r, size_t *lo, size_t *hi)
 {
@@ -204,6 +238,8 @@ static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *w
 
 pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count)
 {
+    if (c->w->net)
+        return hb_net_allreduce_sum(c, send, recv, count);
     hb_op op = HB_OP_ALLREDUCE;
     int ok = need(c, op, send, count, "send") && need(c, op, recv, count, "recv");
     if (ok && send != recv && hb_overlap(send, count, recv, count)) {
@@ -246,6 +282,8 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
 
 pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 {
+    if (c->w->net)
+        return hb_net_allgather(c, send, recv, count);
     hb_op op = HB_OP_ALLGATHER;
     size_t total = count * (size_t)c->w->n;
     const float *mine = recv ? recv + (size_t)c->rank * count : NULL; /* in-place position */
@@ -271,6 +309,8 @@ pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 
 pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count)
 {
+    if (c->w->net)
+        return hb_net_reduce_scatter(c, send, recv, count);
     hb_op op = HB_OP_REDUCE_SCATTER;
     size_t total = count * (size_t)c->w->n;
     const float *mine = send ? send + (size_t)c->rank * count : NULL; /* in-place position */
@@ -292,6 +332,8 @@ pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t c
 
 pe_status hb_broadcast(be_comm *c, float *buf, size_t count, int root)
 {
+    if (c->w->net)
+        return hb_net_broadcast(c, buf, count, root);
     hb_op op = HB_OP_BROADCAST;
     int ok = need(c, op, buf, count, "buf");
     if (ok && (root < 0 || root >= c->w->n)) {
@@ -310,6 +352,8 @@ pe_status hb_broadcast(be_comm *c, float *buf, size_t count, int root)
 
 pe_status hb_barrier(be_comm *c)
 {
+    if (c->w->net)
+        return hb_net_barrier(c);
     pe_status s = coll_begin(c, HB_OP_BARRIER, 0, 0, NULL, NULL, 0);
     if (s != PE_OK)
         return s;

@@ -1,10 +1,15 @@
-/* hb_comm.h: a host communicator: n ranks that are threads of one process.
+/* hb_comm.h: a host communicator: n ranks that are threads of one process, or (a "net"
+ * world, hb_net.h) n ranks spread over MPI processes.
  *
  * One comm_create makes an hb_world shared by all n ranks (like ncclCommInitAll); rank r's
  * handle is &world->ranks[r]. Collectives work on the callers' own buffers: each rank
  * publishes its arguments in its slot, the barrier makes them visible, and every rank
  * reads its peers' buffers directly, so data is copied once (hb_coll.c). Point-to-point
  * messages go through one channel per (sender, receiver) pair (hb_p2p.c).
+ *
+ * A net world holds here only the ranks [lo, lo + nl) of this process (nl == n, lo == 0 in
+ * a single-process world): slots, channels, rank handles and the barrier are over those
+ * local ranks, indexed by rank - lo; w->net (src/backend/host/mpi/) does the rest.
  */
 #ifndef PE_BACKEND_HOST_HB_COMM_H
 #define PE_BACKEND_HOST_HB_COMM_H
@@ -61,14 +66,27 @@ struct be_comm {
 };
 
 struct hb_world {
-    int n;
-    rt_barrier bar;
-    hb_slot *slots; /* (n) */
-    hb_chan *chans; /* (n senders, n receivers): chans[from * n + to] */
-    be_comm *ranks; /* (n) */
+    int n;            /* ranks in all processes */
+    int lo, nl;       /* this process's ranks: [lo, lo + nl) */
+    rt_barrier bar;   /* over the nl local ranks */
+    hb_slot *slots;   /* (nl) */
+    hb_chan *chans;   /* (nl senders, nl receivers): chans[(from - lo) * nl + to - lo] */
+    be_comm *ranks;   /* (nl): rank r's handle is ranks[r - lo] */
+    struct hb_net *net; /* NULL: every rank is in this process (hb_net.h) */
 };
 
 /* Whether [a, a + an) and [b, b + bn) (in floats) share memory. */
 int hb_overlap(const float *a, size_t an, const float *b, size_t bn);
+
+/* A world of n ranks whose ranks [lo, lo + nl) are this process's, on devs (nl), without
+ * handles handed out yet (w->ranks) and without w->net. */
+pe_status hb_world_new(be_device *const *devs, int nl, int n, int lo, hb_world **out,
+                       pe_err *err);
+/* Frees a world nobody uses (its net part too), dropping messages still posted. */
+void hb_world_destroy(hb_world *w);
+
+/* dst(len) = sum over q in 0..n-1 of rows[q](len), added in rank order in float: the bits
+ * of an all-reduce, same as hb_coll.c's. dst may be one of the rows. */
+void hb_sum_rows(float *dst, const float *const *rows, int n, size_t len);
 
 #endif

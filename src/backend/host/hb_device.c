@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend/host/hb_internal.h"
+#include "backend/host/hb_net.h"
 
 pe_status hb_fail(be_device *dev, pe_status s, const char *fmt, ...)
 {
@@ -54,6 +55,7 @@ void hb_pending_release(hb_pending *p)
     pthread_mutex_unlock(&p->mu);
     if (!last)
         return;
+    hb_net_pending_free(p);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -217,10 +219,11 @@ static pe_status hb_copy_d2d_2d(be_device *dev, void *dst, size_t dst_pitch, con
 static pe_status hb_synchronize(be_device *dev)
 {
     hb_pending *p = dev->pend;
+    size_t net_failed = hb_net_sync(p); /* sends to other processes */
     pthread_mutex_lock(&p->mu);
     while (p->outstanding > 0)
         pthread_cond_wait(&p->cv, &p->mu);
-    size_t failed = p->failed;
+    size_t failed = p->failed + net_failed;
     p->failed = 0;
     pthread_mutex_unlock(&p->mu);
     if (failed)
@@ -272,6 +275,9 @@ static const be_ops hb_ops = {
     .topk = hb_topk,
     .sample = hb_sample,
     .comm_create = hb_comm_create,
+#if defined(PE_HAVE_MPI)
+    .comm_create_procs = hb_net_create_procs,
+#endif
     .comm_abort = hb_comm_abort,
     .comm_abort_all = hb_comm_abort_all,
     .comm_split = hb_comm_split,

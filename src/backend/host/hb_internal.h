@@ -31,6 +31,7 @@ typedef struct hb_pending {
     size_t outstanding;  /* posted, not yet consumed (under mu) */
     size_t failed;       /* dropped by an abort or a mismatched recv since the last sync */
     int refs;            /* under mu */
+    void *net;           /* sends to other processes in flight (hb_net.h), under mu */
 } hb_pending;
 
 pe_status hb_pending_create(hb_pending **out);
@@ -166,7 +167,7 @@ pe_status hb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t 
 pe_status hb_sample(be_device *dev, const float *x, size_t rows, size_t n,
                     const pe_k_sampling *params, int32_t *tokens, float *logit);
 
-/* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c) ---- */
+/* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c; over processes: hb_net.h) ---- */
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 void hb_comm_abort(be_comm *comm);
 void hb_comm_abort_all(be_comm *const *comms, int n);

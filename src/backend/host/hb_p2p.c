@@ -6,10 +6,14 @@
  * then marks it consumed. The sender's synchronize waits until each of its sends was
  * consumed, so the sender keeps its buffer unchanged until then. Two ranks that both
  * send before they receive do not deadlock.
+ *
+ * In a net world, a peer in another process is reached through MPI (hb_net.h); the
+ * channels connect the ranks of this process (indexed by rank - lo).
  */
 #include <string.h>
 
 #include "backend/host/hb_comm.h"
+#include "backend/host/hb_net.h"
 
 static pe_status check_peer(be_comm *c, int peer, const char *op, const float *buf,
                             size_t count)
@@ -28,12 +32,20 @@ static pe_status check_peer(be_comm *c, int peer, const char *op, const float *b
     return PE_OK;
 }
 
+/* The channel from rank `from` to rank `to`, both of this process. */
+static hb_chan *chan_of(hb_world *w, int from, int to)
+{
+    return &w->chans[(size_t)(from - w->lo) * (size_t)w->nl + (size_t)(to - w->lo)];
+}
+
 pe_status hb_send(be_comm *c, const float *buf, size_t count, int peer)
 {
     pe_status s = check_peer(c, peer, "send", buf, count);
     if (s != PE_OK)
         return s;
-    hb_chan *ch = &c->w->chans[(size_t)c->rank * (size_t)c->w->n + (size_t)peer];
+    if (hb_net_remote(c, peer))
+        return hb_net_send(c, buf, count, peer);
+    hb_chan *ch = chan_of(c->w, c->rank, peer);
     /* Count it before a receiver can see it, so that consumed never runs ahead. */
     hb_pending_post(ch->pend);
     void *slot = NULL;
@@ -57,7 +69,9 @@ pe_status hb_recv(be_comm *c, float *buf, size_t count, int peer)
     pe_status s = check_peer(c, peer, "recv", buf, count);
     if (s != PE_OK)
         return s;
-    hb_chan *ch = &c->w->chans[(size_t)peer * (size_t)c->w->n + (size_t)c->rank];
+    if (hb_net_remote(c, peer))
+        return hb_net_recv(c, buf, count, peer);
+    hb_chan *ch = chan_of(c->w, peer, c->rank);
     void *slot = NULL;
     if (rt_chan_recv_begin(&ch->ch, &slot) != PE_OK) /* an abort now leaves a taken one to us */
         return hb_fail(c->dev, PE_ECOMM,

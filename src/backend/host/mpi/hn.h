@@ -1,0 +1,99 @@
+/* hn.h: net worlds, the inside: host communicators whose ranks live in several MPI
+ * processes (the hook is hb_net.h).
+ *
+ * Layout. A world's ranks are process-major: process p (0..P-1 among the world's
+ * processes) holds ranks [lo[p], lo[p + 1]); their counts may differ. Inside a process the
+ * ranks meet as in a single-process world (slots, the barrier over the local ranks,
+ * channels). Between processes only leaders talk: the lowest local rank of the world in
+ * each process does the MPI calls of a collective, one message per process pair, while
+ * the other local ranks wait at the local barrier.
+ *
+ * MPI. One MPI_Comm_dup of MPI_COMM_WORLD (hn_ctx) made by comm_create_procs is shared by
+ * every world split from it and freed with the last of them. Each world has an id, the
+ * same on every process: the root is 0 and every split takes the next ids of the shared
+ * counter, one per group (also for groups without a rank here), which stays in step
+ * because every process makes the same splits in the same order. A message's tag is
+ *     ((id * N + from) * N + to) * 2 + kind
+ * with N the root world's size (so worlds never share a tag), kind 0 for point to point
+ * (from, to: the ranks) and 1 for a collective (from, to: the two leaders); MPI keeps
+ * messages of one (source, tag) in order, which is all the matching needed.
+ *
+ * Waiting. Every MPI wait is a loop of MPI_Test that also watches the world's abort flag
+ * (the local barrier's), so comm_abort wakes a rank blocked on another process.
+ */
+#ifndef PE_BACKEND_HOST_MPI_HN_H
+#define PE_BACKEND_HOST_MPI_HN_H
+
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend/host/hb_net.h"
+
+/* What every world split from one comm_create_procs shares. */
+typedef struct hn_ctx {
+    MPI_Comm comm;     /* MPI_Comm_dup(MPI_COMM_WORLD), MPI_ERRORS_RETURN */
+    int nprocs;        /* processes of the root world = of MPI_COMM_WORLD */
+    int maxn;          /* ranks of the root world: N of the tags */
+    int tag_ub;        /* MPI_TAG_UB */
+    int next_id;       /* the next world id; touched only by splits (one thread at a time) */
+    _Atomic int refs;  /* net worlds using comm */
+} hn_ctx;
+
+/* The header of a collective's message (64 bytes, so the payload after it stays aligned):
+ * what the sending process's ranks called, checked by the receiver. */
+typedef struct hn_wire {
+    int32_t op, root, bad, from; /* bad: a rank of the sender failed its checks */
+    uint64_t count;
+    char pad[40];
+} hn_wire;
+
+struct hb_net {
+    hn_ctx *ctx;
+    int id;             /* the same on every process */
+    int nprocs, me;     /* processes of this world; me is this process's index */
+    int *lo;            /* (nprocs + 1): process p holds ranks [lo[p], lo[p + 1]) */
+    int *mpi;           /* (nprocs): process p's rank in ctx->comm */
+    int *proc;          /* (n): the process index of each rank */
+    /* The leader's exchange (written by the leader between the local barriers of a
+     * collective, read by every local rank after the second one): */
+    char *out, *in;     /* outgoing and incoming blocks, each a hn_wire then floats */
+    size_t out_cap, in_cap; /* bytes */
+    char **sp, **rp;    /* (nprocs) the block sent to / received from process p, or NULL */
+    size_t *sb, *rb;    /* (nprocs) their bytes */
+    size_t *got;        /* (nprocs) the bytes received from p */
+    hn_wire *hin;       /* (nprocs) where headers land when the blocks could not be had */
+    hn_wire hdr;        /* this process's header, sent alone when its ranks failed */
+    const float **base; /* (nprocs) process p's payload, this collective */
+    const float **rows; /* (nl, n) each local rank's row pointers */
+    MPI_Request *reqs;  /* (2 * nprocs) */
+    MPI_Status *sts;    /* (nprocs) */
+    int *from;          /* (nprocs) the process of each receive posted */
+    pe_status st;       /* the leader's result */
+    pe_err msg;         /* and its message when st != PE_OK ("" for an abort) */
+};
+
+/* ---- tags, errors and waits (hn_wait.c) ---- */
+/* The tag of a message of world net from `from` to `to` (kind 0: p2p, 1: collective). */
+int hn_tag(const hb_net *net, int from, int to, int kind);
+/* PE_OK when MPI_TAG_UB holds every tag of a world id of ctx; else PE_ECOMM saying so. */
+pe_status hn_tags_fit(const hn_ctx *ctx, int id, pe_err *err);
+/* Writes "what: MPI_Error_string(rc)" into err; returns PE_ECOMM. */
+pe_status hn_mpi_fail(pe_err *err, int rc, const char *what);
+/* Waits for reqs[0..nrecv) (receives) and reqs[nrecv..k) (sends), watching w's abort.
+ * On abort: receives are cancelled, sends freed; returns PE_ECOMM with no message (the
+ * caller words it, as hb_p2p.c does). An MPI error: PE_ECOMM with its words in err.
+ * sts (nrecv) gets the receives' statuses. */
+pe_status hn_wait(hb_world *w, MPI_Request *reqs, int nrecv, int k, MPI_Status *sts,
+                  pe_err *err);
+/* Abandons the requests of reqs (as hn_wait's) still active: receives cancelled (and
+ * completed, as MPI asks), sends freed (MPI finishes or drops them on its own). */
+void hn_cancel(MPI_Request *reqs, int nrecv, int k);
+/* One round of backing off in a wait loop that has run `spins` times. */
+void hn_backoff(unsigned long spins);
+/* Registers an MPI send of rank c, finished when synchronize(c's device) sees it done. */
+pe_status hn_pending_add(be_comm *c, MPI_Request req);
+/* Drops w's sends still in flight from its ranks' devices (each a failed send). */
+void hn_pending_forget(hb_world *w);
+
+#endif
