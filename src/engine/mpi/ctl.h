@@ -37,7 +37,7 @@ typedef struct ctl_out {
 struct en_ctl {
     MPI_Comm comm;
     pthread_t thread;
-    int started;
+    atomic_int started;   /* the control thread runs (read by any thread: en_procs_fail) */
     atomic_int quit;      /* the control thread ends (destroy) */
     atomic_int told;      /* this process's first failure was sent, or came from another */
     pthread_mutex_t mu;   /* follow's wait */

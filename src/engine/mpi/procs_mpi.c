@@ -118,6 +118,7 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
     atomic_init(&c->quit, 0);
     atomic_init(&c->told, 0);
     atomic_init(&c->stopping, 0);
+    atomic_init(&c->started, 0);
     p->ctl = c;
     return PE_OK;
 }
@@ -350,9 +351,11 @@ pe_status en_procs_start(pe_engine *e, pe_err *err)
     c->out = calloc((size_t)e->world, sizeof *c->out);
     if (!c->heard || !c->out)
         return pe_fail(err, PE_ENOMEM, "out of host memory for the control thread");
-    if (pthread_create(&c->thread, NULL, ctl_main, e) != 0)
+    atomic_store(&c->started, 1); /* before the thread, which reads it (en_procs_fail) */
+    if (pthread_create(&c->thread, NULL, ctl_main, e) != 0) {
+        atomic_store(&c->started, 0);
         return pe_fail(err, PE_ENOMEM, "cannot start the control thread");
-    c->started = 1;
+    }
     return PE_OK;
 }
 
@@ -366,7 +369,7 @@ void en_procs_step_back(en_worker *w, en_step *st) { ctl_send_result(w, st); }
 void en_procs_fail(pe_engine *e, const char *msg)
 {
     en_ctl *c = e->procs.ctl;
-    if (!c || !c->started || atomic_exchange(&c->told, 1))
+    if (!c || !atomic_load(&c->started) || atomic_exchange(&c->told, 1))
         return;
     int32_t s = (int32_t)atomic_load(&e->failed);
     size_t len = strlen(msg) < PE_ERR_LEN ? strlen(msg) : PE_ERR_LEN;
@@ -384,7 +387,7 @@ void en_procs_fail(pe_engine *e, const char *msg)
 void en_procs_stop(pe_engine *e)
 {
     en_ctl *c = e->procs.ctl;
-    if (!c || !c->started || e->procs.me != 0)
+    if (!c || !atomic_load(&c->started) || e->procs.me != 0)
         return;
     atomic_store(&c->stopping, 1); /* the others go quiet now */
     for (int q = 1; q < e->procs.n; q++)
@@ -413,7 +416,7 @@ void en_procs_destroy(pe_engine *e)
     if (!c)
         return;
     atomic_store(&c->quit, 1);
-    if (c->started)
+    if (atomic_load(&c->started))
         pthread_join(c->thread, NULL);
     /* The failure's sends are buffered at once when their peers live; one to a peer that
      * is gone may never end: then MPI keeps fail_body, and so must we. */
