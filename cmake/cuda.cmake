@@ -92,6 +92,10 @@ function(pe_add_cuda_fake_engine_test name source)
   set(src ${PROJECT_SOURCE_DIR}/src)
   file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
        ${src}/backend/cuda/*.c)
+  if(PE_MPI) # the host backend's MPI part, as in pe_backend (PE_HAVE_MPI comes with the layers)
+    file(GLOB mpi_c CONFIGURE_DEPENDS ${src}/backend/host/mpi/*.c)
+    list(APPEND backend_c ${mpi_c})
+  endif()
   add_executable(${name} ${source} cuda_fake_runtime.c cuda_fake_libs.c cuda_fake_nccl.c
     test_util.c ${backend_c})
   # the layers above and below the backend as built; the backend compiled here, on fakes
@@ -127,6 +131,10 @@ function(pe_add_cuda_emu_test)
     OBJECT_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu.hpp;${src}/backend/cuda/cb_grid.cuh;${src}/backend/cuda/cb_decoder.cu;${src}/backend/cuda/cb_attention.cu;${src}/backend/cuda/cb_sample.cu")
   file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
        ${src}/backend/cuda/*.c)
+  if(PE_MPI) # the host backend's MPI part, as in pe_backend (PE_HAVE_MPI comes with the layers)
+    file(GLOB mpi_c CONFIGURE_DEPENDS ${src}/backend/host/mpi/*.c)
+    list(APPEND backend_c ${mpi_c})
+  endif()
   add_executable(test_cuda_emu test_cuda.c cuda_fake_runtime.c cuda_fake_libs.c
     cuda_fake_nccl.c test_util.c ${backend_c} ${emu_sources})
   target_link_libraries(test_cuda_emu PRIVATE pe_common pe_runtime pe_model pe_engine
