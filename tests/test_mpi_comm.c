@@ -8,8 +8,9 @@
  * reduce_scatter, broadcast from several roots, barrier (it waits for the slowest rank),
  * send/recv in order inside and across processes with everyone sending first, a count
  * mismatch named in the error, comm_split into groups inside one process (plain worlds)
- * and across processes (uneven ranks per process, and none here), and comm_abort waking a
- * rank blocked on another process within a second.
+ * and across processes (uneven ranks per process, and none here), comm_abort waking a
+ * rank blocked on another process within a second, and a collective whose count differs
+ * between processes failing on every rank instead of hanging.
  *
  * A failed check prints what and where, and ends the whole job (MPI_Abort, exit code 1):
  * the other processes would otherwise wait in a collective forever.
@@ -333,14 +334,34 @@ static void check_split(int r, be_device *dev, uint64_t salt)
 
 /* ---- abort ------------------------------------------------------------------------------- */
 
-/* Rank 0 waits for a message from rank n-1 (another process) that never comes; the main
- * thread of its process aborts the communicator; the recv returns PE_ECOMM within 1 s. The
- * same for a barrier that the other processes never join. */
-static int abort_case(int what) { return what == 0 ? G.n > 1 : P > 1; }
+/* Three communicators made (a split of the world) to be broken:
+ *   0: rank 0 waits for a message from rank n-1 (another process) that never comes; the
+ *      main thread of its process aborts the communicator; the recv returns PE_ECOMM
+ *      within 1 s;
+ *   1: the same for a barrier that only process 0 joins;
+ *   2: the processes call allreduce_sum with different counts: every rank fails with
+ *      PE_ECOMM (no one waits forever), and the communicator is aborted after it. */
+#define BROKEN 3
 
-static void check_abort(int r, be_device *dev)
+static int abort_case(int what) { return what == 0 ? G.n > 1 : what == 1 ? P > 1 : 0; }
+
+static void check_cross_mismatch(be_comm *c, be_device *dev, int r)
 {
-    for (int what = 0; what < 2; what++) {
+    float x[16] = {0};
+    pe_status s = ops->allreduce_sum(c, x, x, 10 + (size_t)ME);
+    const char *msg = ops->last_error(dev);
+    CHECK(s == PE_ECOMM && (strstr(msg, "count=") || strstr(msg, "different collectives")),
+          "allreduce_sum with counts differing between processes, rank %d: %s: %s", r,
+          pe_status_str(s), msg);
+    s = ops->barrier(c);
+    CHECK(s == PE_ECOMM && strstr(ops->last_error(dev), "aborted"),
+          "after a failed collective across processes, barrier on rank %d: %s: %s", r,
+          pe_status_str(s), ops->last_error(dev));
+}
+
+static void check_broken(int r, be_device *dev)
+{
+    for (int what = 0; what < BROKEN; what++) {
         local_wait();
         if (r == lo()) {
             pe_err err = {{0}};
@@ -352,7 +373,7 @@ static void check_abort(int r, be_device *dev)
         local_wait();
         be_comm *c = G.split[r];
         int blocked = what == 0 ? r == 0 : ME == 0; /* barrier: all of process 0 */
-        if (blocked && abort_case(what)) {
+        if (what < 2 && blocked && abort_case(what)) {
             if (r == 0)
                 atomic_store(&G.blocked, 1);
             float x[4];
@@ -363,6 +384,8 @@ static void check_abort(int r, be_device *dev)
                   what == 0 ? "recv" : "barrier", r, pe_status_str(s), msg);
             CHECK(late < 1.0, "woken %.3f s after the abort", late);
         }
+        if (what == 2 && P > 1)
+            check_cross_mismatch(c, dev, r);
         local_wait(); /* the main thread has aborted by now, where it had to */
         local_wait();
         if (r == lo())
@@ -371,10 +394,10 @@ static void check_abort(int r, be_device *dev)
     }
 }
 
-/* The main thread's part of check_abort. */
+/* The main thread's part of check_broken. */
 static void abort_when_blocked(void)
 {
-    for (int what = 0; what < 2; what++) {
+    for (int what = 0; what < BROKEN; what++) {
         local_wait();
         local_wait();
         if (ME == 0 && abort_case(what)) {
@@ -429,7 +452,7 @@ static void *rank_main(void *arg)
         G.colors[q] = q == 0 ? 5 : 3;
     check_split(r, dev, 300);
 
-    check_abort(r, dev);
+    check_broken(r, dev);
 
     local_wait();
     if (r == lo())

@@ -8,15 +8,19 @@
  * each process does the MPI calls of a collective, one message per process pair, while
  * the other local ranks wait at the local barrier.
  *
- * MPI. One MPI_Comm_dup of MPI_COMM_WORLD (hn_ctx) made by comm_create_procs is shared by
- * every world split from it and freed with the last of them. Each world has an id, the
- * same on every process: the root is 0 and every split takes the next ids of the shared
- * counter, one per group (also for groups without a rank here), which stays in step
- * because every process makes the same splits in the same order. A message's tag is
- *     ((id * N + from) * N + to) * 2 + kind
- * with N the root world's size (so worlds never share a tag), kind 0 for point to point
- * (from, to: the ranks) and 1 for a collective (from, to: the two leaders); MPI keeps
- * messages of one (source, tag) in order, which is all the matching needed.
+ * MPI. One MPI_Comm_dup of MPI_COMM_WORLD (hn_ctx), made by the first comm_create_procs,
+ * carries every net world of the process, and is never freed: a freed communicator's
+ * context id is reused by the next MPI_Comm_dup, and messages of an aborted or failed
+ * exchange still on their way would land in the new one (seen with OpenMPI 4.1: a later
+ * communicator's point-to-point messages then arrived out of order). Each world owns a
+ * range of tags, [base, base + 2 n^2), the same on every process: a process-wide counter
+ * hands out the ranges in creation order, also for the groups of a split that have no
+ * rank here, so it stays in step because every process makes the same comm_create_procs
+ * and splits in the same order. A message's tag is
+ *     base + (from * n + to) * 2 + kind
+ * kind 0 for point to point (from, to: the ranks) and 1 for a collective (from, to: the
+ * two leaders); ranges of dead worlds are never reused, so nothing stale can match. MPI
+ * keeps messages of one (source, tag) in order, which is all the matching needed.
  *
  * Waiting. Every MPI wait is a loop of MPI_Test that also watches the world's abort flag
  * (the local barrier's), so comm_abort wakes a rank blocked on another process.
@@ -25,19 +29,18 @@
 #define PE_BACKEND_HOST_MPI_HN_H
 
 #include <mpi.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "backend/host/hb_net.h"
 
-/* What every world split from one comm_create_procs shares. */
+/* What every net world of the process shares (made once, never freed). */
 typedef struct hn_ctx {
     MPI_Comm comm;     /* MPI_Comm_dup(MPI_COMM_WORLD), MPI_ERRORS_RETURN */
-    int nprocs;        /* processes of the root world = of MPI_COMM_WORLD */
-    int maxn;          /* ranks of the root world: N of the tags */
+    int nprocs;        /* processes of MPI_COMM_WORLD */
     int tag_ub;        /* MPI_TAG_UB */
-    int next_id;       /* the next world id; touched only by splits (one thread at a time) */
-    _Atomic int refs;  /* net worlds using comm */
+    pthread_mutex_t mu;
+    int64_t next_tag;  /* the first tag of the next world's range (under mu) */
 } hn_ctx;
 
 /* The header of a collective's message (64 bytes, so the payload after it stays aligned):
@@ -50,7 +53,7 @@ typedef struct hn_wire {
 
 struct hb_net {
     hn_ctx *ctx;
-    int id;             /* the same on every process */
+    int tag0;           /* its tags: [tag0, tag0 + 2 n^2), the same on every process */
     int nprocs, me;     /* processes of this world; me is this process's index */
     int *lo;            /* (nprocs + 1): process p holds ranks [lo[p], lo[p + 1]) */
     int *mpi;           /* (nprocs): process p's rank in ctx->comm */
@@ -74,10 +77,13 @@ struct hb_net {
 };
 
 /* ---- tags, errors and waits (hn_wait.c) ---- */
-/* The tag of a message of world net from `from` to `to` (kind 0: p2p, 1: collective). */
-int hn_tag(const hb_net *net, int from, int to, int kind);
-/* PE_OK when MPI_TAG_UB holds every tag of a world id of ctx; else PE_ECOMM saying so. */
-pe_status hn_tags_fit(const hn_ctx *ctx, int id, pe_err *err);
+/* The tag of a message of a world of n ranks from `from` to `to` (kind 0: p2p, 1:
+ * collective). */
+int hn_tag(const hb_net *net, int n, int from, int to, int kind);
+/* Takes the next range of tags for a world of n ranks: its first tag in *tag0, or
+ * PE_ECOMM (message in err, when not NULL) once MPI_TAG_UB is passed. The range is taken
+ * even then, so the counter stays in step with the other processes. */
+pe_status hn_tags_take(hn_ctx *ctx, int n, int *tag0, pe_err *err);
 /* Writes "what: MPI_Error_string(rc)" into err; returns PE_ECOMM. */
 pe_status hn_mpi_fail(pe_err *err, int rc, const char *what);
 /* Waits for reqs[0..nrecv) (receives) and reqs[nrecv..k) (sends), watching w's abort.

@@ -20,7 +20,9 @@
  * single-process communicator, the same on every rank.
  *
  * A process whose ranks fail their checks still sends its header (bad = 1), so the other
- * processes fail the collective too instead of waiting for it.
+ * processes fail the collective too instead of waiting for it. A collective that fails
+ * leaves the world aborted (unlike a single-process world): its messages may still be in
+ * flight.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -74,7 +76,7 @@ static pe_status exchange(hb_world *w, pe_err *err)
     int P = net->nprocs, me = net->me, k = 0, rc = MPI_SUCCESS;
     for (int p = 0; p < P && rc == MPI_SUCCESS; p++)
         if (p != me && net->rp[p]) {
-            int tag = hn_tag(net, net->lo[p], net->lo[me], 1);
+            int tag = hn_tag(net, w->n, net->lo[p], net->lo[me], 1);
             rc = MPI_Irecv(net->rp[p], (int)net->rb[p], MPI_BYTE, net->mpi[p], tag,
                            net->ctx->comm, &net->reqs[k]);
             net->from[k] = p;
@@ -83,7 +85,7 @@ static pe_status exchange(hb_world *w, pe_err *err)
     int nrecv = k;
     for (int p = 0; p < P && rc == MPI_SUCCESS; p++)
         if (p != me && net->sp[p]) {
-            int tag = hn_tag(net, net->lo[me], net->lo[p], 1);
+            int tag = hn_tag(net, w->n, net->lo[me], net->lo[p], 1);
             rc = MPI_Isend(net->sp[p], (int)net->sb[p], MPI_BYTE, net->mpi[p], tag,
                            net->ctx->comm, &net->reqs[k]);
             k += rc == MPI_SUCCESS;
@@ -241,6 +243,12 @@ static pe_status leader(hb_world *w, hb_op op, size_t count, int root, int bad, 
     pe_status x = exchange(w, err);
     if (s != PE_OK) /* our own failure says more than theirs */
         return s;
+    if (x != PE_OK && err->msg[0]) { /* an MPI error, not an abort */
+        pe_err why = *err;
+        return pe_fail(err, x, "exchanging blocks with the other processes: %s (a block "
+                       "bigger than expected means that the processes' ranks called different "
+                       "collectives or counts)", why.msg);
+    }
     return x != PE_OK ? x : check_headers(w, &net->hdr, err);
 }
 
@@ -284,6 +292,11 @@ static pe_status net_coll(be_comm *c, hb_op op, size_t count, int root, const fl
     if (c->rank == w->lo) {
         net->msg.msg[0] = '\0';
         net->st = leader(w, op, count, root, local != PE_OK, &net->msg);
+        /* Messages of a failed exchange may still be on their way (receives cancelled,
+         * blocks of another size): a later collective could match them, so the world is
+         * done. B waits without abort, so every local rank still gets past it. */
+        if (net->st != PE_OK || local != PE_OK)
+            hb_comm_abort(c);
     }
     rt_barrier_wait(&w->bar, 0); /* B */
     if (local != PE_OK)
@@ -305,11 +318,13 @@ static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *w
     return 1;
 }
 
-/* Whether a block of `elems` floats of one rank times the ranks fits one MPI message. */
+/* Whether the largest block of op fits one MPI message (an int of bytes): a process
+ * sends at most n rows of count (reduce_scatter: n * n slices, broadcast: one). */
 static int fits(be_comm *c, hb_op op, size_t count)
 {
     size_t n = (size_t)c->w->n;
-    if (count > ((size_t)INT_MAX - HDR) / sizeof(float) / n / n) {
+    size_t rows = op == HB_OP_REDUCE_SCATTER ? n * n : op == HB_OP_BROADCAST ? 1 : n;
+    if (count > ((size_t)INT_MAX - HDR) / sizeof(float) / rows) {
         hb_fail(c->dev, PE_EINVAL, "%s on rank %d: %zu elements over %zu ranks exceed one MPI "
                 "message (2 GiB) between processes", op_name(op), c->rank, count, n);
         return 0;

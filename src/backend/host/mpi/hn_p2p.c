@@ -37,7 +37,7 @@ pe_status hb_net_send(be_comm *c, const float *buf, size_t count, int peer)
     hb_net *net = c->w->net;
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Isend(buf, (int)count, MPI_FLOAT, net->mpi[net->proc[peer]],
-                       hn_tag(net, c->rank, peer, 0), net->ctx->comm, &req);
+                       hn_tag(net, c->w->n, c->rank, peer, 0), net->ctx->comm, &req);
     if (rc != MPI_SUCCESS) {
         pe_err err = {{0}};
         hn_mpi_fail(&err, rc, "MPI_Isend");
@@ -68,7 +68,7 @@ pe_status hb_net_recv(be_comm *c, float *buf, size_t count, int peer)
     if (too_big(c, "recv", count))
         return PE_EINVAL;
     hb_net *net = c->w->net;
-    int src = net->mpi[net->proc[peer]], tag = hn_tag(net, peer, c->rank, 0);
+    int src = net->mpi[net->proc[peer]], tag = hn_tag(net, c->w->n, peer, c->rank, 0);
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
     for (unsigned long spins = 0;; spins++) {

@@ -8,21 +8,25 @@
 
 /* ---- tags ------------------------------------------------------------------------------ */
 
-int hn_tag(const hb_net *net, int from, int to, int kind)
+int hn_tag(const hb_net *net, int n, int from, int to, int kind)
 {
-    int64_t N = net->ctx->maxn;
-    return (int)(((net->id * N + from) * N + to) * 2 + kind);
+    return net->tag0 + (from * n + to) * 2 + kind; /* below MPI_TAG_UB: hn_tags_take */
 }
 
-pe_status hn_tags_fit(const hn_ctx *ctx, int id, pe_err *err)
+pe_status hn_tags_take(hn_ctx *ctx, int n, int *tag0, pe_err *err)
 {
-    int64_t N = ctx->maxn, top = ((int64_t)id + 1) * N * N * 2 - 1;
-    if (top > ctx->tag_ub)
+    int64_t span = 2 * (int64_t)n * n;
+    pthread_mutex_lock(&ctx->mu);
+    int64_t first = ctx->next_tag;
+    ctx->next_tag += span;
+    pthread_mutex_unlock(&ctx->mu);
+    if (first + span - 1 > ctx->tag_ub)
         return pe_fail(err, PE_ECOMM,
-                       "comm over processes: communicator %d of up to %d ranks needs MPI tags "
-                       "up to %lld, but this MPI's MPI_TAG_UB is %d; make fewer communicators "
-                       "or ranks",
-                       id, ctx->maxn, (long long)top, ctx->tag_ub);
+                       "comm over processes: a communicator of %d ranks needs MPI tags %lld.."
+                       "%lld, beyond this MPI's MPI_TAG_UB (%d); the process has made too many "
+                       "communicators across processes",
+                       n, (long long)first, (long long)(first + span - 1), ctx->tag_ub);
+    *tag0 = (int)first;
     return PE_OK;
 }
 
@@ -101,6 +105,30 @@ typedef struct hn_sends {
     size_t n, cap;
 } hn_sends;
 
+/* Tests every send of s once: drops the finished ones, and (when drop_aborted) frees
+ * those of aborted worlds. Returns how many failed. Under the pending's mu. */
+static size_t sweep(hn_sends *s, int drop_aborted)
+{
+    size_t failed = 0, k = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        struct hn_send e = s->v[i];
+        int done = 0;
+        if (MPI_Test(&e.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            done = 1;
+            failed++;
+        } else if (!done && drop_aborted && rt_barrier_aborted(&e.w->bar)) {
+            done = 1;
+            failed++;
+        }
+        if (done && e.req != MPI_REQUEST_NULL)
+            MPI_Request_free(&e.req);
+        if (!done)
+            s->v[k++] = e;
+    }
+    s->n = k;
+    return failed;
+}
+
 pe_status hn_pending_add(be_comm *c, MPI_Request req)
 {
     hb_pending *p = c->pend;
@@ -108,6 +136,8 @@ pe_status hn_pending_add(be_comm *c, MPI_Request req)
     hn_sends *s = p->net;
     if (!s)
         s = p->net = calloc(1, sizeof *s);
+    if (s && s->n == s->cap) /* a sender that seldom synchronizes: reap the finished ones */
+        p->failed += sweep(s, 0);
     if (s && s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 16;
         struct hn_send *v = realloc(s->v, cap * sizeof *v);
@@ -128,31 +158,6 @@ pe_status hn_pending_add(be_comm *c, MPI_Request req)
         return hb_fail(c->dev, PE_ECOMM, "send on rank %d: %s", c->rank,
                        err.msg[0] ? err.msg : "the communicator was aborted");
     return PE_OK;
-}
-
-/* Tests every send of s once: drops the finished ones, and (when drop_aborted) frees
- * those of aborted worlds. Returns how many failed. Under the pending's mu. */
-static size_t sweep(hn_sends *s, int drop_aborted)
-{
-    size_t failed = 0, k = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        struct hn_send e = s->v[i];
-        int done = 0;
-        if (MPI_Test(&e.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            done = 1;
-            failed++;
-        } else if (!done && drop_aborted &&
-                   rt_barrier_aborted(&e.w->bar)) {
-            done = 1;
-            failed++;
-        }
-        if (done && e.req != MPI_REQUEST_NULL)
-            MPI_Request_free(&e.req);
-        if (!done)
-            s->v[k++] = e;
-    }
-    s->n = k;
-    return failed;
 }
 
 size_t hb_net_sync(hb_pending *p)

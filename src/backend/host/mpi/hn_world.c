@@ -1,17 +1,12 @@
-/* hn_world.c: net worlds' life cycle: comm_create_procs (the root world and the shared
- * MPI communicator), comm_split over processes, free. */
+/* hn_world.c: net worlds' life cycle: comm_create_procs (the root world, and the first
+ * time the process's MPI communicator), comm_split over processes, free. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/host/mpi/hn.h"
 
-static void ctx_release(hn_ctx *ctx)
-{
-    if (atomic_fetch_sub(&ctx->refs, 1) != 1)
-        return;
-    MPI_Comm_free(&ctx->comm);
-    free(ctx);
-}
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static hn_ctx *ctx_of_process; /* made by the first comm_create_procs, never freed (hn.h) */
 
 static void net_arrays_free(hb_net *net)
 {
@@ -40,7 +35,6 @@ void hb_net_free(hb_world *w)
     free(net->out);
     free(net->in);
     net_arrays_free(net);
-    ctx_release(net->ctx);
     free(net);
     w->net = NULL;
 }
@@ -51,19 +45,17 @@ int hb_net_remote(const be_comm *c, int peer)
     return w->net && (peer < w->lo || peer >= w->lo + w->nl);
 }
 
-/* A net world of n ranks with world id `id`: rank r lives on MPI process mpi_of[r]
- * (process-major), this process is me_mpi and holds nl of them, on devs (nl). */
-static pe_status net_new(hn_ctx *ctx, int id, int n, const int *mpi_of, int me_mpi,
+/* A net world of n ranks with the tags from tag0 on: rank r lives on MPI process
+ * mpi_of[r] (process-major), this process is me_mpi and holds nl of them, on devs (nl). */
+static pe_status net_new(hn_ctx *ctx, int tag0, int n, const int *mpi_of, int me_mpi,
                          be_device *const *devs, int nl, hb_world **out, pe_err *err)
 {
-    pe_status s = hn_tags_fit(ctx, id, err);
-    if (s != PE_OK)
-        return s;
+    pe_status s = PE_OK;
     hb_net *net = calloc(1, sizeof *net);
     if (!net)
         return pe_fail(err, PE_ENOMEM, "comm over processes: out of memory");
     net->ctx = ctx;
-    net->id = id;
+    net->tag0 = tag0;
     net->lo = malloc(((size_t)n + 1) * sizeof *net->lo);
     net->mpi = malloc((size_t)n * sizeof *net->mpi);
     net->proc = malloc((size_t)n * sizeof *net->proc);
@@ -117,7 +109,6 @@ static pe_status net_new(hn_ctx *ctx, int id, int n, const int *mpi_of, int me_m
     s = hb_world_new(devs, nl, n, net->lo[net->me], &w, err);
     if (s != PE_OK)
         goto fail;
-    atomic_fetch_add(&ctx->refs, 1);
     w->net = net;
     *out = w;
     return PE_OK;
@@ -148,27 +139,34 @@ static pe_status mpi_check(const be_procs *procs, pe_err *err)
     return PE_OK;
 }
 
-/* The shared MPI communicator of a root world of n ranks over nprocs processes. */
-static pe_status ctx_new(int n, int nprocs, hn_ctx **out, pe_err *err)
+/* The process's MPI communicator for net worlds: made by the first call (every process
+ * makes its first comm_create_procs together: MPI_Comm_dup is collective), then reused. */
+static pe_status ctx_get(int nprocs, hn_ctx **out, pe_err *err)
 {
-    hn_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx)
-        return pe_fail(err, PE_ENOMEM, "comm_create_procs: out of memory");
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctx->comm);
-    if (rc != MPI_SUCCESS) {
-        free(ctx);
-        return hn_mpi_fail(err, rc, "comm_create_procs: MPI_Comm_dup(MPI_COMM_WORLD)");
+    pthread_mutex_lock(&ctx_mu);
+    hn_ctx *ctx = ctx_of_process;
+    pe_status s = PE_OK;
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        int rc = ctx ? MPI_Comm_dup(MPI_COMM_WORLD, &ctx->comm) : MPI_SUCCESS;
+        if (!ctx || rc != MPI_SUCCESS || pthread_mutex_init(&ctx->mu, NULL) != 0) {
+            s = !ctx || rc == MPI_SUCCESS
+                    ? pe_fail(err, PE_ENOMEM, "comm_create_procs: out of memory")
+                    : hn_mpi_fail(err, rc, "comm_create_procs: MPI_Comm_dup(MPI_COMM_WORLD)");
+            free(ctx);
+            ctx = NULL;
+        } else {
+            MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN);
+            int *ub = NULL, flag = 0;
+            MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+            ctx->tag_ub = flag && ub ? *ub : 32767; /* the least the standard allows */
+            ctx->nprocs = nprocs;
+            ctx_of_process = ctx;
+        }
     }
-    MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN);
-    int *ub = NULL, flag = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-    ctx->tag_ub = flag && ub ? *ub : 32767; /* the least the standard allows */
-    ctx->nprocs = nprocs;
-    ctx->maxn = n;
-    ctx->next_id = 1; /* 0 is the root's */
-    atomic_init(&ctx->refs, 1); /* ours until the root world holds it */
+    pthread_mutex_unlock(&ctx_mu);
     *out = ctx;
-    return PE_OK;
+    return s;
 }
 
 pe_status hb_net_create_procs(be_device *const *devs, int n, const be_procs *procs,
@@ -200,12 +198,13 @@ pe_status hb_net_create_procs(be_device *const *devs, int n, const be_procs *pro
         mpi_of[r] = r / per;
     hn_ctx *ctx = NULL;
     hb_world *w = NULL;
-    s = ctx_new(n, P, &ctx, err);
+    int tag0 = 0;
+    s = ctx_get(P, &ctx, err);
     if (s == PE_OK)
-        s = net_new(ctx, 0, n, mpi_of, me, devs + lo, per, &w, err);
+        s = hn_tags_take(ctx, n, &tag0, err);
+    if (s == PE_OK)
+        s = net_new(ctx, tag0, n, mpi_of, me, devs + lo, per, &w, err);
     free(mpi_of);
-    if (ctx)
-        ctx_release(ctx); /* the world holds it now, or nobody does */
     if (s != PE_OK)
         return s;
     for (int i = 0; i < per; i++)
@@ -233,17 +232,19 @@ static pe_status split_check(be_comm *const *parents, int n, hb_world **wout, pe
     if (w->net->nprocs != w->net->ctx->nprocs)
         return pe_fail(err, PE_EINVAL,
                        "comm_split: the communicator spans %d of the %d processes; splitting "
-                       "one that spans only some is not supported (the communicator ids of "
-                       "the other processes would go out of step)",
+                       "one that spans only some is not supported (the tag counters of the "
+                       "other processes would go out of step)",
                        w->net->nprocs, w->net->ctx->nprocs);
     *wout = w;
     return PE_OK;
 }
 
-/* Makes group gi (ranks with group[r] == gi, sub[r] their new ranks) of parent world w
- * with world id `id`: nothing when no rank is here, a plain world when all are. */
-static pe_status split_group(hb_world *w, int gi, int id, const int *group, const int *sub,
-                             int *mpi_of, be_device **devs, be_comm **out, pe_err *err)
+/* Makes group gi (ranks with group[r] == gi, sub[r] their new ranks) of parent world w,
+ * whose tag range starts at tag0 (took: whether it could be taken): nothing when no rank
+ * is here, a plain world when all are. */
+static pe_status split_group(hb_world *w, int gi, int tag0, pe_status took, const int *group,
+                             const int *sub, int *mpi_of, be_device **devs, be_comm **out,
+                             pe_err *err)
 {
     hb_net *net = w->net;
     int k = 0, here = 0;
@@ -258,11 +259,10 @@ static pe_status split_group(hb_world *w, int gi, int id, const int *group, cons
         return PE_OK;
     hb_world *g = NULL;
     pe_status s;
-    if (here == k) {
+    if (here == k)
         s = hb_world_new(devs, k, k, 0, &g, err);
-    } else {
-        s = net_new(net->ctx, id, k, mpi_of, net->mpi[net->me], devs, here, &g, err);
-    }
+    else if ((s = took) == PE_OK)
+        s = net_new(net->ctx, tag0, k, mpi_of, net->mpi[net->me], devs, here, &g, err);
     if (s != PE_OK)
         return s;
     for (int r = 0; r < w->n; r++)
@@ -286,12 +286,25 @@ pe_status hb_net_split(be_comm *const *parents, int n, const int *colors, be_com
     int ngroups = s == PE_OK ? be_split_plan(colors, n, group, sub, err) : 0;
     if (ngroups < 0)
         s = PE_EINVAL;
-    /* One id per group on every process, whatever happens here: the counters stay in step. */
-    hn_ctx *ctx = w->net->ctx;
-    int base = ctx->next_id;
-    ctx->next_id += ngroups > 0 ? ngroups : 0;
+    /* A tag range for every group on every process, whatever happens here: the counters
+     * stay in step (groups inside one process do not use theirs). */
+    int *size = calloc((size_t)n, sizeof *size), *tag0 = calloc((size_t)n, sizeof *tag0);
+    pe_status *took = calloc((size_t)n, sizeof *took);
+    if (s == PE_OK && (!size || !tag0 || !took))
+        s = pe_fail(err, PE_ENOMEM, "comm_split: out of memory for %d ranks", n);
+    for (int r = 0; s == PE_OK && r < n; r++)
+        size[group[r]]++;
+    pe_err tag_err = {{0}}; /* why a range could not be had */
     for (int gi = 0; s == PE_OK && gi < ngroups; gi++)
-        s = split_group(w, gi, base + gi, group, sub, mpi_of, devs, out, err);
+        took[gi] = hn_tags_take(w->net->ctx, size[gi], &tag0[gi], &tag_err);
+    for (int gi = 0; s == PE_OK && gi < ngroups; gi++) {
+        s = split_group(w, gi, tag0[gi], took[gi], group, sub, mpi_of, devs, out, err);
+        if (s != PE_OK && took[gi] != PE_OK && err)
+            *err = tag_err;
+    }
+    free(size);
+    free(tag0);
+    free(took);
     if (s != PE_OK)
         hb_comm_destroy(out, n);
     free(group);
