@@ -300,6 +300,25 @@ static void check_count_mismatch(be_comm *c, be_device *dev)
 /* Splits the world by G.colors (rank 0 of this process calls it for all), checks every
  * collective and point to point in each group (and the world in between), destroys. A
  * group inside one process must be a plain single-process world. */
+enum {
+    SPLIT_BY_PROCESS, /* (a) one group per process: plain worlds */
+    SPLIT_ACROSS,     /* (b) local rank i of every process: across processes */
+    SPLIT_UNEVEN      /* (c) rank 0 alone, the rest uneven (none here on 0) */
+};
+
+/* The next split's colors, written by the process's lowest rank once every local rank is
+ * done with the last ones (check_split's first barrier publishes them). */
+static void set_colors(int r, int how)
+{
+    local_wait();
+    if (r != lo())
+        return;
+    for (int q = 0; q < G.n; q++)
+        G.colors[q] = how == SPLIT_BY_PROCESS ? q / G.L
+                      : how == SPLIT_ACROSS   ? q % G.L
+                                              : (q == 0 ? 5 : 3);
+}
+
 static void check_split(int r, be_device *dev, uint64_t salt)
 {
     local_wait();
@@ -442,14 +461,11 @@ static void *rank_main(void *arg)
     check_p2p(c, dev);
     check_count_mismatch(c, dev);
 
-    for (int q = 0; q < G.n; q++) /* (a) one group per process: plain worlds */
-        G.colors[q] = q / G.L;
+    set_colors(r, SPLIT_BY_PROCESS);
     check_split(r, dev, 100);
-    for (int q = 0; q < G.n; q++) /* (b) local rank i of every process: across processes */
-        G.colors[q] = q % G.L;
+    set_colors(r, SPLIT_ACROSS);
     check_split(r, dev, 200);
-    for (int q = 0; q < G.n; q++) /* (c) rank 0 alone, the rest uneven (none here on 0) */
-        G.colors[q] = q == 0 ? 5 : 3;
+    set_colors(r, SPLIT_UNEVEN);
     check_split(r, dev, 300);
 
     check_broken(r, dev);
@@ -475,8 +491,8 @@ static void run(int L)
               "pthread_create");
     local_wait(); /* opened */
     local_wait(); /* created */
-    for (int i = 0; i < 3; i++) /* the three splits: four waits each */
-        for (int w = 0; w < 4; w++)
+    for (int i = 0; i < 3; i++) /* the three splits: set_colors's wait, check_split's four */
+        for (int w = 0; w < 5; w++)
             local_wait();
     abort_when_blocked();
     local_wait();

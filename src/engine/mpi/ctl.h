@@ -2,8 +2,12 @@
  * src/engine/mpi/.
  *
  * One MPI communicator of its own (a dup of MPI_COMM_WORLD), so that the engine's messages
- * never meet the backend's. A message's tag is its kind; its body is bytes, packed field
- * after field (the processes run one binary on one architecture).
+ * never meet the backend's. A message's tag is its kind and its engine's generation (the
+ * engines a process made before it with pe_config.mpi, the same count on every process):
+ * a message left over from an earlier engine (a beat, a failure sent to a process that had
+ * stopped listening) is dropped, even if MPI hands this engine the same context id. The
+ * body is bytes, packed field after field (the processes run one binary on one
+ * architecture).
  */
 #ifndef PE_ENGINE_MPI_CTL_H
 #define PE_ENGINE_MPI_CTL_H
@@ -22,6 +26,8 @@ typedef enum ctl_tag {
     CTL_BEAT      /* 0 -> k, k -> 0: still here (every CTL_BEAT_NS; ctl_main) */
 } ctl_tag;
 
+#define CTL_KINDS 8 /* tag = generation * CTL_KINDS + kind */
+
 #define CTL_BEAT_NS 500000000ull    /* a process says it is alive this often */
 #define CTL_SILENCE_NS 3000000000ull /* ... and is taken for lost after this long silent */
 #define CTL_MAX_OUT 64               /* steps at one worker at once (decode_groups <= 64) */
@@ -36,6 +42,7 @@ typedef struct ctl_out {
 
 struct en_ctl {
     MPI_Comm comm;
+    int generation;       /* this engine's, in every tag (ctl_tag_of) */
     pthread_t thread;
     atomic_int started;   /* the control thread runs (read by any thread: en_procs_fail) */
     atomic_int quit;      /* the control thread ends (destroy) */
@@ -50,6 +57,12 @@ struct en_ctl {
     pthread_mutex_t out_mu;
     ctl_out *out;         /* (world) process 0: steps out at each worker of another process */
 };
+
+/* The tag of a message of this kind from this engine. */
+static inline int ctl_tag_of(const en_ctl *c, ctl_tag kind)
+{
+    return c->generation * CTL_KINDS + (int)kind;
+}
 
 /* One round of a polled wait idle since *idle_since (0: from now, which it sets): yields
  * for 2 ms, then sleeps 20 us a round, and 1 ms once idle for 200 ms. */

@@ -159,7 +159,8 @@ pe_status ctl_send_step(pe_engine *e, const en_worker *w, const en_step *st)
         free(body);
         return PE_ECOMM;
     }
-    int rc = MPI_Send(body, (int)n, MPI_BYTE, w->rank / e->procs.local, CTL_STEP, c->comm);
+    int rc = MPI_Send(body, (int)n, MPI_BYTE, w->rank / e->procs.local, ctl_tag_of(c, CTL_STEP),
+                      c->comm);
     free(body);
     if (rc != MPI_SUCCESS)
         out_unpush(c, w->rank);
@@ -271,7 +272,8 @@ void ctl_send_result(en_worker *w, en_step *st)
             put(&k, rs->scored, (size_t)rs->nscored * V * sizeof(float));
         }
         put(&k, msg, (size_t)h.msg_len);
-        if (MPI_Send(body, (int)(k.p - body), MPI_BYTE, 0, CTL_RESULT, e->procs.ctl->comm) !=
+        en_ctl *c = e->procs.ctl;
+        if (MPI_Send(body, (int)(k.p - body), MPI_BYTE, 0, ctl_tag_of(c, CTL_RESULT), c->comm) !=
             MPI_SUCCESS)
             en_fail(e, PE_ECOMM, "cannot send a step's results to process 0 (MPI_Send)");
         free(body);

@@ -19,6 +19,7 @@
 
 static int started_mpi; /* pe_mpi_init called MPI_Init_thread (main thread only) */
 static atomic_int lost_process; /* a process of the job was lost: MPI cannot finalize */
+static int generations; /* engines made with pe_config.mpi so far (their creators' thread) */
 
 /* Whether a launcher started this process as part of a job (OpenMPI, PMIx, Slurm's PMI). */
 static int launched_by_mpi(void)
@@ -110,6 +111,10 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
         return pe_fail(err, PE_ECOMM, "MPI_Comm_dup of MPI_COMM_WORLD failed");
     }
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    int *ub = NULL, has_ub = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
+    const int most = has_ub && ub ? *ub / CTL_KINDS : 4096; /* MPI promises 32767 */
+    c->generation = generations++ % most;
     for (int q = 0; q < p->n; q++)
         c->fail_reqs[q] = MPI_REQUEST_NULL;
     pthread_mutex_init(&c->mu, NULL);
@@ -262,7 +267,8 @@ static void beat(pe_engine *e)
         if (q == e->procs.me || (e->procs.me != 0 && q != 0))
             continue;
         MPI_Request req;
-        if (MPI_Isend(NULL, 0, MPI_BYTE, q, CTL_BEAT, c->comm, &req) == MPI_SUCCESS)
+        if (MPI_Isend(NULL, 0, MPI_BYTE, q, ctl_tag_of(c, CTL_BEAT), c->comm, &req) ==
+            MPI_SUCCESS)
             MPI_Request_free(&req);
     }
 }
@@ -330,12 +336,15 @@ static void *ctl_main(void *arg)
             en_fail(e, PE_ECOMM, "MPI_Mrecv on the control channel failed");
             break;
         }
+        if (st.MPI_TAG / CTL_KINDS != c->generation)
+            continue; /* left over from an earlier engine */
+        const int kind = st.MPI_TAG % CTL_KINDS;
         if (c->heard[st.MPI_SOURCE]) /* not given up on */
             c->heard[st.MPI_SOURCE] = rt_now_ns();
-        if (st.MPI_TAG == CTL_BEAT)
+        if (kind == CTL_BEAT)
             continue;
-        handle(e, st.MPI_TAG, st.MPI_SOURCE, buf, (size_t)count);
-        if (st.MPI_TAG == CTL_STOP)
+        handle(e, kind, st.MPI_SOURCE, buf, (size_t)count);
+        if (kind == CTL_STOP)
             break;
     }
     free(buf);
@@ -377,7 +386,8 @@ void en_procs_fail(pe_engine *e, const char *msg)
     memcpy(c->fail_body + sizeof s, msg, len);
     for (int q = 0; q < e->procs.n; q++) /* not waited for: a peer may be gone */
         if (q != e->procs.me)
-            MPI_Isend(c->fail_body, (int)(sizeof s + len), MPI_BYTE, q, CTL_FAIL, c->comm,
+            MPI_Isend(c->fail_body, (int)(sizeof s + len), MPI_BYTE, q, ctl_tag_of(c, CTL_FAIL),
+                      c->comm,
                       &c->fail_reqs[q]);
     pthread_mutex_lock(&c->mu); /* a follower returns with it */
     pthread_cond_broadcast(&c->cv);
@@ -391,7 +401,7 @@ void en_procs_stop(pe_engine *e)
         return;
     atomic_store(&c->stopping, 1); /* the others go quiet now */
     for (int q = 1; q < e->procs.n; q++)
-        MPI_Send(NULL, 0, MPI_BYTE, q, CTL_STOP, c->comm);
+        MPI_Send(NULL, 0, MPI_BYTE, q, ctl_tag_of(c, CTL_STOP), c->comm);
 }
 
 pe_status en_procs_follow(pe_engine *e, pe_err *err)
