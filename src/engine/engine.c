@@ -51,6 +51,17 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
     en_replicas_wake(e);
 }
 
+pe_status en_failure(pe_engine *e, pe_err *err)
+{
+    pe_status f = atomic_load(&e->failed);
+    if (f != PE_OK) {
+        pthread_mutex_lock(&e->err_mu);
+        pe_fail(err, f, "%s", e->fail_err.msg);
+        pthread_mutex_unlock(&e->err_mu);
+    }
+    return f;
+}
+
 void en_inject_failure(pe_engine *e, int rank, long at_task)
 {
     e->workers[rank].fail_at_task = at_task;
@@ -193,13 +204,7 @@ static pe_status start_workers(pe_engine *e, pe_err *err)
     while (e->setup_done < n)
         pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
-    pe_status f = atomic_load(&e->failed);
-    if (f != PE_OK) {
-        pthread_mutex_lock(&e->err_mu);
-        pe_fail(err, f, "%s", e->fail_err.msg);
-        pthread_mutex_unlock(&e->err_mu);
-    }
-    return f;
+    return en_failure(e, err);
 }
 
 pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)

@@ -266,6 +266,8 @@ static inline int en_direct_dispatch(const pe_engine *e)
 /* Records the first failure, aborts every communicator and closes every worker queue, so
  * every blocked thread wakes. Any thread. */
 void en_fail(pe_engine *e, pe_status s, const char *msg);
+/* The engine's first failure, with its message in err; PE_OK (err untouched) when none. */
+pe_status en_failure(pe_engine *e, pe_err *err);
 /* Sets the engine's last error (and this thread's) and returns s. */
 pe_status en_error(pe_engine *e, pe_status s, const pe_err *err);
 

@@ -166,7 +166,7 @@ static void slice(size_t count, int n, int r, size_t *lo, size_t *hi)
     *hi = count - *lo < per ? count : *lo + per;
 }
 
-static const char *op_name(hb_op op)
+const char *hb_op_name(hb_op op)
 {
     switch (op) {
     case HB_OP_ALLREDUCE: return "allreduce_sum";
@@ -178,12 +178,33 @@ static const char *op_name(hb_op op)
     return "?";
 }
 
-static pe_status aborted(be_comm *c, hb_op op)
+pe_status hb_coll_aborted(be_comm *c, hb_op op)
 {
     return hb_fail(c->dev, PE_ECOMM,
                    "%s on rank %d of %d: the communicator was aborted (a peer worker failed); "
                    "the first failing worker's error says why",
-                   op_name(op), c->rank, c->w->n);
+                   hb_op_name(op), c->rank, c->w->n);
+}
+
+pe_status hb_slots_agree(be_comm *c, hb_op op, size_t count, int root, int bad,
+                         const hb_slot *slots, int n, int first_rank)
+{
+    for (int q = 0; q < n; q++) {
+        const hb_slot *o = &slots[q];
+        if (o->bad)
+            return bad ? PE_EINVAL
+                       : hb_fail(c->dev, PE_ECOMM,
+                                 "%s on rank %d: rank %d passed invalid arguments (see its "
+                                 "error)", hb_op_name(op), c->rank, first_rank + q);
+        if (o->op != op || o->count != count || o->root != root)
+            return hb_fail(c->dev, PE_ECOMM,
+                           "rank %d called %s(count=%zu, root=%d) while rank %d called "
+                           "%s(count=%zu, root=%d); every rank must call the same collectives "
+                           "in the same order with the same count and root",
+                           c->rank, hb_op_name(op), count, root, first_rank + q,
+                           hb_op_name(o->op), o->count, o->root);
+    }
+    return PE_OK;
 }
 
 /* Publishes this rank's call, waits for all ranks, and checks that they agree.
@@ -193,27 +214,12 @@ static pe_status coll_begin(be_comm *c, hb_op op, size_t count, int root, const 
 {
     hb_world *w = c->w;
     if (rt_barrier_aborted(&w->bar))
-        return aborted(c, op);
+        return hb_coll_aborted(c, op);
     w->slots[c->rank] = (hb_slot){.op = op, .count = count, .root = root, .bad = bad,
                                   .send = send, .recv = recv};
     if (rt_barrier_wait(&w->bar, 1) != PE_OK)
-        return aborted(c, op);
-    pe_status s = PE_OK;
-    for (int q = 0; q < w->n && s == PE_OK; q++) {
-        const hb_slot *o = &w->slots[q];
-        if (o->bad)
-            s = bad ? PE_EINVAL
-                    : hb_fail(c->dev, PE_ECOMM,
-                              "%s on rank %d: rank %d passed invalid arguments (see its error)",
-                              op_name(op), c->rank, q);
-        else if (o->op != op || o->count != count || o->root != root)
-            s = hb_fail(c->dev, PE_ECOMM,
-                        "rank %d called %s(count=%zu, root=%d) while rank %d called %s(count=%zu, "
-                        "root=%d); every rank must call the same collectives in the same order "
-                        "with the same count and root",
-                        c->rank, op_name(op), count, root, q, op_name(o->op), o->count,
-                        o->root);
-    }
+        return hb_coll_aborted(c, op);
+    pe_status s = hb_slots_agree(c, op, count, root, bad, w->slots, w->n, 0);
     if (s != PE_OK) /* every rank sees the same slots and fails alike */
         rt_barrier_wait(&w->bar, 0);
     return s;
@@ -229,7 +235,7 @@ static pe_status coll_end(be_comm *c)
 static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *what)
 {
     if (count && !p) {
-        hb_fail(c->dev, PE_EINVAL, "%s on rank %d: %s is NULL with count %zu", op_name(op),
+        hb_fail(c->dev, PE_EINVAL, "%s on rank %d: %s is NULL with count %zu", hb_op_name(op),
                 c->rank, what, count);
         return 0;
     }
@@ -238,8 +244,6 @@ static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *w
 
 pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count)
 {
-    if (c->w->net)
-        return hb_net_allreduce_sum(c, send, recv, count);
     hb_op op = HB_OP_ALLREDUCE;
     int ok = need(c, op, send, count, "send") && need(c, op, recv, count, "recv");
     if (ok && send != recv && hb_overlap(send, count, recv, count)) {
@@ -249,6 +253,8 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
                 c->rank);
         ok = 0;
     }
+    if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
+        return hb_net_allreduce_sum(c, send, recv, count, !ok);
     pe_status s = coll_begin(c, op, count, 0, send, recv, !ok);
     if (s != PE_OK)
         return s;
@@ -282,8 +288,6 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
 
 pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 {
-    if (c->w->net)
-        return hb_net_allgather(c, send, recv, count);
     hb_op op = HB_OP_ALLGATHER;
     size_t total = count * (size_t)c->w->n;
     const float *mine = recv ? recv + (size_t)c->rank * count : NULL; /* in-place position */
@@ -295,6 +299,8 @@ pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
                 c->rank);
         ok = 0;
     }
+    if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
+        return hb_net_allgather(c, send, recv, count, !ok);
     pe_status s = coll_begin(c, op, count, 0, send, recv, !ok);
     if (s != PE_OK)
         return s;
@@ -309,8 +315,6 @@ pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 
 pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count)
 {
-    if (c->w->net)
-        return hb_net_reduce_scatter(c, send, recv, count);
     hb_op op = HB_OP_REDUCE_SCATTER;
     size_t total = count * (size_t)c->w->n;
     const float *mine = send ? send + (size_t)c->rank * count : NULL; /* in-place position */
@@ -322,6 +326,8 @@ pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t c
                 c->rank);
         ok = 0;
     }
+    if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
+        return hb_net_reduce_scatter(c, send, recv, count, !ok);
     pe_status s = coll_begin(c, op, count, 0, send, recv, !ok);
     if (s != PE_OK)
         return s;
@@ -332,8 +338,6 @@ pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t c
 
 pe_status hb_broadcast(be_comm *c, float *buf, size_t count, int root)
 {
-    if (c->w->net)
-        return hb_net_broadcast(c, buf, count, root);
     hb_op op = HB_OP_BROADCAST;
     int ok = need(c, op, buf, count, "buf");
     if (ok && (root < 0 || root >= c->w->n)) {
@@ -341,6 +345,8 @@ pe_status hb_broadcast(be_comm *c, float *buf, size_t count, int root)
                 c->rank, root, c->w->n - 1);
         ok = 0;
     }
+    if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
+        return hb_net_broadcast(c, buf, count, ok ? root : 0, !ok);
     pe_status s = coll_begin(c, op, count, root, buf, buf, !ok);
     if (s != PE_OK)
         return s;

@@ -89,4 +89,13 @@ void hb_world_destroy(hb_world *w);
  * of an all-reduce, same as hb_coll.c's. dst may be one of the rows. */
 void hb_sum_rows(float *dst, const float *const *rows, int n, size_t len);
 
+/* The collectives' shared pieces (hb_coll.c), for net worlds too (mpi/hn_coll.c). */
+const char *hb_op_name(hb_op op);
+/* PE_ECOMM with the message of a collective on an aborted communicator. */
+pe_status hb_coll_aborted(be_comm *c, hb_op op);
+/* Whether the n calls in slots (ranks first_rank, ...) agree with this rank's (op, count,
+ * root); bad: this rank's own arguments failed. Else the message goes to c->dev. */
+pe_status hb_slots_agree(be_comm *c, hb_op op, size_t count, int root, int bad,
+                         const hb_slot *slots, int n, int first_rank);
+
 #endif

@@ -23,11 +23,15 @@ pe_status hb_net_split(be_comm *const *parents, int n, const int *colors, be_com
 /* Frees w->net (MPI sends of its ranks still in flight are dropped, each a failed send). */
 void hb_net_free(hb_world *w);
 
-/* The collectives and point to point of a net world (backend.h's semantics). */
-pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count);
-pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t count);
-pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count);
-pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root);
+/* The collectives and point to point of a net world (backend.h's semantics). The
+ * collectives come from hb_coll.c's, after its argument checks: bad says they failed for
+ * this rank (its message is in c->dev), so that every rank fails alike. */
+pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count,
+                               int bad);
+pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t count, int bad);
+pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count,
+                                int bad);
+pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root, int bad);
 pe_status hb_net_barrier(be_comm *c);
 /* Whether peer (a valid rank of c) lives in another process. */
 int hb_net_remote(const be_comm *c, int peer);
@@ -50,26 +54,27 @@ static inline pe_status hb_net_split(be_comm *const *parents, int n, const int *
 }
 static inline void hb_net_free(hb_world *w) { (void)w; }
 static inline pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv,
-                                             size_t count)
+                                             size_t count, int bad)
 {
-    (void)c, (void)send, (void)recv, (void)count;
+    (void)c, (void)send, (void)recv, (void)count, (void)bad;
     return PE_EINVAL;
 }
 static inline pe_status hb_net_allgather(be_comm *c, const float *send, float *recv,
-                                         size_t count)
+                                         size_t count, int bad)
 {
-    (void)c, (void)send, (void)recv, (void)count;
+    (void)c, (void)send, (void)recv, (void)count, (void)bad;
     return PE_EINVAL;
 }
 static inline pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv,
-                                              size_t count)
+                                              size_t count, int bad)
 {
-    (void)c, (void)send, (void)recv, (void)count;
+    (void)c, (void)send, (void)recv, (void)count, (void)bad;
     return PE_EINVAL;
 }
-static inline pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root)
+static inline pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root,
+                                         int bad)
 {
-    (void)c, (void)buf, (void)count, (void)root;
+    (void)c, (void)buf, (void)count, (void)root, (void)bad;
     return PE_EINVAL;
 }
 static inline pe_status hb_net_barrier(be_comm *c)

@@ -411,13 +411,7 @@ pe_status en_procs_follow(pe_engine *e, pe_err *err)
     while (!c->stopped && atomic_load(&e->failed) == PE_OK)
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-    pe_status f = atomic_load(&e->failed);
-    if (f != PE_OK) {
-        pthread_mutex_lock(&e->err_mu);
-        pe_fail(err, f, "%s", e->fail_err.msg);
-        pthread_mutex_unlock(&e->err_mu);
-    }
-    return f;
+    return en_failure(e, err);
 }
 
 void en_procs_destroy(pe_engine *e)

@@ -34,26 +34,6 @@ _Static_assert(sizeof(hn_wire) == 64, "hn_wire keeps the payload 64-byte aligned
 
 #define HDR sizeof(hn_wire)
 
-static const char *op_name(hb_op op)
-{
-    switch (op) {
-    case HB_OP_ALLREDUCE: return "allreduce_sum";
-    case HB_OP_ALLGATHER: return "allgather";
-    case HB_OP_REDUCE_SCATTER: return "reduce_scatter";
-    case HB_OP_BROADCAST: return "broadcast";
-    case HB_OP_BARRIER: return "barrier";
-    }
-    return "?";
-}
-
-static pe_status aborted(be_comm *c, hb_op op)
-{
-    return hb_fail(c->dev, PE_ECOMM,
-                   "%s on rank %d of %d: the communicator was aborted (a peer worker failed); "
-                   "the first failing worker's error says why",
-                   op_name(op), c->rank, c->w->n);
-}
-
 static size_t round64(size_t b) { return (b + 63) / 64 * 64; }
 
 static int reserve(char **buf, size_t *cap, size_t bytes)
@@ -114,23 +94,23 @@ static pe_status check_headers(hb_world *w, const hn_wire *mine, pe_err *err)
         hb_op op = (hb_op)mine->op;
         if (net->got[p] < HDR)
             return pe_fail(err, PE_ECOMM, "%s: the leader of ranks %d..%d sent %zu bytes, not "
-                           "even a header", op_name(op), net->lo[p], net->lo[p + 1] - 1,
+                           "even a header", hb_op_name(op), net->lo[p], net->lo[p + 1] - 1,
                            net->got[p]);
         if (h->bad)
             return pe_fail(err, PE_ECOMM, "%s: a rank of %d..%d (another process) passed "
                            "invalid arguments or disagreed with its neighbours (see its error)",
-                           op_name(op), net->lo[p], net->lo[p + 1] - 1);
+                           hb_op_name(op), net->lo[p], net->lo[p + 1] - 1);
         if (h->op != mine->op || h->count != mine->count || h->root != mine->root)
             return pe_fail(err, PE_ECOMM,
                            "rank %d called %s(count=%llu, root=%d) while rank %d (another "
                            "process) called %s(count=%llu, root=%d); every rank must call the "
                            "same collectives in the same order with the same count and root",
-                           mine->from, op_name(op), (unsigned long long)mine->count,
-                           mine->root, h->from, op_name((hb_op)h->op),
+                           mine->from, hb_op_name(op), (unsigned long long)mine->count,
+                           mine->root, h->from, hb_op_name((hb_op)h->op),
                            (unsigned long long)h->count, h->root);
         if (net->got[p] != net->rb[p])
             return pe_fail(err, PE_ECOMM, "%s: the leader of ranks %d..%d sent %zu bytes where "
-                           "%zu were expected", op_name(op), net->lo[p], net->lo[p + 1] - 1,
+                           "%zu were expected", hb_op_name(op), net->lo[p], net->lo[p + 1] - 1,
                            net->got[p], net->rb[p]);
     }
     return PE_OK;
@@ -254,28 +234,6 @@ static pe_status leader(hb_world *w, hb_op op, size_t count, int root, int bad, 
 
 /* ---- the collective's frame ------------------------------------------------------------- */
 
-/* Whether the local ranks' calls agree; else the message of this rank goes to c->dev. */
-static pe_status local_check(be_comm *c, hb_op op, size_t count, int root, int bad)
-{
-    hb_world *w = c->w;
-    for (int q = 0; q < w->nl; q++) {
-        const hb_slot *o = &w->slots[q];
-        if (o->bad)
-            return bad ? PE_EINVAL
-                       : hb_fail(c->dev, PE_ECOMM,
-                                 "%s on rank %d: rank %d passed invalid arguments (see its "
-                                 "error)", op_name(op), c->rank, w->lo + q);
-        if (o->op != op || o->count != count || o->root != root)
-            return hb_fail(c->dev, PE_ECOMM,
-                           "rank %d called %s(count=%zu, root=%d) while rank %d called "
-                           "%s(count=%zu, root=%d); every rank must call the same collectives "
-                           "in the same order with the same count and root",
-                           c->rank, op_name(op), count, root, w->lo + q, op_name(o->op),
-                           o->count, o->root);
-    }
-    return PE_OK;
-}
-
 /* Runs a collective up to the point where the blocks are ready (after barrier B). */
 static pe_status net_coll(be_comm *c, hb_op op, size_t count, int root, const float *send,
                           float *recv, int bad)
@@ -283,12 +241,12 @@ static pe_status net_coll(be_comm *c, hb_op op, size_t count, int root, const fl
     hb_world *w = c->w;
     hb_net *net = w->net;
     if (rt_barrier_aborted(&w->bar))
-        return aborted(c, op);
+        return hb_coll_aborted(c, op);
     w->slots[c->rank - w->lo] = (hb_slot){.op = op, .count = count, .root = root, .bad = bad,
                                           .send = send, .recv = recv};
     if (rt_barrier_wait(&w->bar, 1) != PE_OK) /* A */
-        return aborted(c, op);
-    pe_status local = local_check(c, op, count, root, bad);
+        return hb_coll_aborted(c, op);
+    pe_status local = hb_slots_agree(c, op, count, root, bad, w->slots, w->nl, w->lo);
     if (c->rank == w->lo) {
         net->msg.msg[0] = '\0';
         net->st = leader(w, op, count, root, local != PE_OK, &net->msg);
@@ -304,18 +262,8 @@ static pe_status net_coll(be_comm *c, hb_op op, size_t count, int root, const fl
     if (net->st == PE_OK)
         return PE_OK;
     if (!net->msg.msg[0])
-        return aborted(c, op);
-    return hb_fail(c->dev, net->st, "%s on rank %d: %s", op_name(op), c->rank, net->msg.msg);
-}
-
-static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *what)
-{
-    if (count && !p) {
-        hb_fail(c->dev, PE_EINVAL, "%s on rank %d: %s is NULL with count %zu", op_name(op),
-                c->rank, what, count);
-        return 0;
-    }
-    return 1;
+        return hb_coll_aborted(c, op);
+    return hb_fail(c->dev, net->st, "%s on rank %d: %s", hb_op_name(op), c->rank, net->msg.msg);
 }
 
 /* Whether the largest block of op fits one MPI message (an int of bytes): a process
@@ -326,7 +274,7 @@ static int fits(be_comm *c, hb_op op, size_t count)
     size_t rows = op == HB_OP_REDUCE_SCATTER ? n * n : op == HB_OP_BROADCAST ? 1 : n;
     if (count > ((size_t)INT_MAX - HDR) / sizeof(float) / rows) {
         hb_fail(c->dev, PE_EINVAL, "%s on rank %d: %zu elements over %zu ranks exceed one MPI "
-                "message (2 GiB) between processes", op_name(op), c->rank, count, n);
+                "message (2 GiB) between processes", hb_op_name(op), c->rank, count, n);
         return 0;
     }
     return 1;
@@ -348,40 +296,21 @@ static const float **rows_of(be_comm *c, hb_op op, size_t count)
     return rows;
 }
 
-pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count)
+pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count,
+                               int bad)
 {
     hb_op op = HB_OP_ALLREDUCE;
-    int ok = need(c, op, send, count, "send") && need(c, op, recv, count, "recv") &&
-             fits(c, op, count);
-    if (ok && send != recv && hb_overlap(send, count, recv, count)) {
-        hb_fail(c->dev, PE_EINVAL,
-                "allreduce_sum on rank %d: send and recv overlap partly; pass the same "
-                "pointer (in place) or disjoint buffers",
-                c->rank);
-        ok = 0;
-    }
-    pe_status s = net_coll(c, op, count, 0, send, recv, !ok);
+    pe_status s = net_coll(c, op, count, 0, send, recv, bad || !fits(c, op, count));
     if (s != PE_OK || count == 0)
         return s;
     hb_sum_rows(recv, rows_of(c, op, count), c->w->n, count);
     return PE_OK;
 }
 
-pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t count)
+pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t count, int bad)
 {
     hb_op op = HB_OP_ALLGATHER;
-    size_t total = count * (size_t)c->w->n;
-    const float *mine = recv ? recv + (size_t)c->rank * count : NULL; /* in-place position */
-    int ok = need(c, op, send, count, "send") && need(c, op, recv, total, "recv") &&
-             fits(c, op, count);
-    if (ok && send != mine && hb_overlap(send, count, recv, total)) {
-        hb_fail(c->dev, PE_EINVAL,
-                "allgather on rank %d: send overlaps recv; in place means send == recv + "
-                "rank * count, otherwise use disjoint buffers",
-                c->rank);
-        ok = 0;
-    }
-    pe_status s = net_coll(c, op, count, 0, send, recv, !ok);
+    pe_status s = net_coll(c, op, count, 0, send, recv, bad || !fits(c, op, count));
     if (s != PE_OK || count == 0)
         return s;
     const float **rows = rows_of(c, op, count);
@@ -390,37 +319,21 @@ pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t co
     return PE_OK;
 }
 
-pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count)
+pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count,
+                                int bad)
 {
     hb_op op = HB_OP_REDUCE_SCATTER;
-    size_t total = count * (size_t)c->w->n;
-    const float *mine = send ? send + (size_t)c->rank * count : NULL; /* in-place position */
-    int ok = need(c, op, send, total, "send") && need(c, op, recv, count, "recv") &&
-             fits(c, op, count);
-    if (ok && recv != mine && hb_overlap(send, total, recv, count)) {
-        hb_fail(c->dev, PE_EINVAL,
-                "reduce_scatter on rank %d: recv overlaps send; in place means recv == send + "
-                "rank * count, otherwise use disjoint buffers",
-                c->rank);
-        ok = 0;
-    }
-    pe_status s = net_coll(c, op, count, 0, send, recv, !ok);
+    pe_status s = net_coll(c, op, count, 0, send, recv, bad || !fits(c, op, count));
     if (s != PE_OK || count == 0)
         return s;
     hb_sum_rows(recv, rows_of(c, op, count), c->w->n, count);
     return PE_OK;
 }
 
-pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root)
+pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root, int bad)
 {
     hb_op op = HB_OP_BROADCAST;
-    int ok = need(c, op, buf, count, "buf") && fits(c, op, count);
-    if (ok && (root < 0 || root >= c->w->n)) {
-        hb_fail(c->dev, PE_EINVAL, "broadcast on rank %d: root %d is not a rank (0..%d)",
-                c->rank, root, c->w->n - 1);
-        ok = 0;
-    }
-    pe_status s = net_coll(c, op, count, ok ? root : 0, buf, buf, !ok);
+    pe_status s = net_coll(c, op, count, root, buf, buf, bad || !fits(c, op, count));
     if (s != PE_OK || count == 0 || c->rank == root)
         return s;
     memcpy(buf, c->w->net->base[c->w->net->proc[root]], count * sizeof *buf);
