@@ -1,6 +1,7 @@
 /* llm_run.c: decoder engines for the command, and timed batches of sequences. */
 #include "llm_run.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,11 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
         return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
     }
     if (cli_mpi_me() != 0) { /* process 0 runs the command; this one runs its workers */
+        /* mpirun hands SIGINT and SIGTERM to every process: process 0 decides (serve
+         * finishes its requests in flight, which need this process), and its destroy ends
+         * this one's follow */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
         s = pe_engine_follow(e);
         if (s != PE_OK)
             cli_error(pe_engine_last_error(e));

@@ -14,9 +14,12 @@ export function eq(a, b, what) {
 }
 
 // `pengine serve --model MODEL --port 0 ARGS...`, once it prints its address:
-// { p (the process, with stderrText()), url ("http://127.0.0.1:PORT") }.
-export async function startServer(pengine, model, args = []) {
-    const p = spawn(pengine, ['serve', '--model', model, '--port', '0', ...args],
+// { p (the process, with stderrText()), url ("http://127.0.0.1:PORT") }. launcher: words
+// before pengine (mpirun and its flags), or none.
+export async function startServer(pengine, model, args = [], launcher = []) {
+    const argv = [pengine, 'serve', '--model', model, '--port', '0', ...args];
+    const p = spawn(launcher.length ? launcher[0] : pengine,
+                    launcher.length ? [...launcher.slice(1), ...argv] : argv.slice(1),
                     { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     p.stderr.on('data', (d) => { err += d; });
