@@ -146,7 +146,9 @@ pe_status pe_engine_load(pe_engine *e, const char *model_path);
  * taken any more); stops and joins the threads, and frees everything. NULL is ok. */
 void pe_engine_destroy(pe_engine *e);
 
-/* The message of this engine's last error ("" if none). Valid until the next call. */
+/* The message of this engine's last failed call; when none failed, of the failure that
+ * stopped the engine (which ended its sequences with an error); "" if neither. Valid until
+ * the next call. */
 const char *pe_engine_last_error(const pe_engine *e);
 
 typedef enum pe_model_family { PE_FAMILY_MLP = 0, PE_FAMILY_GPT2, PE_FAMILY_LLAMA } pe_model_family;

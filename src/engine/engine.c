@@ -26,7 +26,13 @@ pe_status en_error(pe_engine *e, pe_status s, const pe_err *err)
 
 const char *pe_engine_last_error(const pe_engine *e)
 {
-    return e ? e->last_err.msg : "engine is NULL";
+    if (!e)
+        return "engine is NULL";
+    /* No API call failed, but the engine did (a sequence ended with the error): its
+     * message, fixed once failed is set (en_fail writes it first). */
+    if (!e->last_err.msg[0] && atomic_load(&((pe_engine *)e)->failed) != PE_OK)
+        return e->fail_err.msg;
+    return e->last_err.msg;
 }
 
 void en_fail(pe_engine *e, pe_status s, const char *msg)
@@ -35,7 +41,6 @@ void en_fail(pe_engine *e, pe_status s, const char *msg)
     int first = atomic_load(&e->failed) == PE_OK;
     if (first) {
         snprintf(e->fail_err.msg, sizeof e->fail_err.msg, "%s", msg);
-        e->last_err = e->fail_err; /* what ended the requests: pe_engine_last_error says it */
         atomic_store(&e->failed, s == PE_OK ? PE_EINTERNAL : s);
     }
     pthread_mutex_unlock(&e->err_mu);
@@ -368,9 +373,11 @@ static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *e
 
 static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
 {
-    if (e->procs.ctl)
-        return pe_fail(err, PE_EINVAL, "%s is an MLP: across MPI processes pengine runs "
-                       "decoders (a model directory); run the MLP in one process", path);
+    if (e->procs.ctl) /* the others may have found a decoder there: they agree on this */
+        return en_procs_agree(e, pe_fail(err, PE_EINVAL, "%s is no decoder directory here: "
+                                         "across MPI processes pengine runs decoders (a model "
+                                         "directory, at this path on every node)", path),
+                              err);
     pe_status s = md_mlp_load(path, &e->model, err);
     if (s != PE_OK)
         return s;
@@ -470,6 +477,8 @@ static pe_status load_decoder(pe_engine *e, const char *dir, pe_err *err)
         s = en_replicas_start(e, err);
     if (s == PE_OK)
         s = en_procs_start(e, err);
+    if (e->procs.ctl) /* all serve, or all fail */
+        s = en_procs_agree(e, s, err);
     if (s != PE_OK) /* loaded but unable to serve: every later call says why */
         en_fail(e, s, err->msg);
     return s;

@@ -54,6 +54,7 @@ struct en_ctl {
     MPI_Request *fail_reqs; /* (n) its sends, freed by MPI once done */
     atomic_int stopping;  /* process 0 is stopping the job: silence is no loss any more */
     uint64_t *heard;      /* (n) when each process was last heard from (ctl_main's) */
+    _Atomic int *lost;    /* (n) 1 once that process was taken for lost (watch) */
     pthread_mutex_t out_mu;
     ctl_out *out;         /* (world) process 0: steps out at each worker of another process */
 };
@@ -67,6 +68,11 @@ static inline int ctl_tag_of(const en_ctl *c, ctl_tag kind)
 /* One round of a polled wait idle since *idle_since (0: from now, which it sets): yields
  * for 2 ms, then sleeps 20 us a round, and 1 ms once idle for 200 ms. */
 void ctl_backoff(uint64_t *idle_since);
+
+/* A message to process q: PE_OK once MPI is done with body, PE_ECOMM when MPI fails or q is
+ * taken for lost meanwhile (then MPI may still read body: keep it). Polls, so that a peer
+ * that stopped receiving cannot block the sender for good. */
+pe_status ctl_send(en_ctl *c, const void *body, size_t n, int q, ctl_tag kind);
 
 /* ---- ctl_step.c ---- */
 /* Process 0: the step for remote worker w, sent to its process. */

@@ -89,26 +89,23 @@ static int out_push(en_ctl *c, int rank, uint64_t id)
     return ok ? 0 : -1;
 }
 
-/* The newest one again: its send failed. */
-static void out_unpush(en_ctl *c, int rank)
-{
-    pthread_mutex_lock(&c->out_mu);
-    c->out[rank].n--;
-    pthread_mutex_unlock(&c->out_mu);
-}
-
-/* 0 when id is the oldest step out at rank (taken off); -1 when it is not. */
-static int out_pop(en_ctl *c, int rank, uint64_t id)
+/* 0 when step id was out at rank and is taken off; -1 when it is not there (never sent, or
+ * handed back already by ctl_drop_process). Results mostly come back oldest first, but a
+ * step its process refused at once (ctl_take_step) may pass those its worker still drops. */
+static int out_remove(en_ctl *c, int rank, uint64_t id)
 {
     pthread_mutex_lock(&c->out_mu);
     ctl_out *o = &c->out[rank];
-    int ok = o->n > 0 && o->ids[o->head] == id;
-    if (ok) {
-        o->head = (o->head + 1) % CTL_MAX_OUT;
+    int i = 0;
+    while (i < o->n && o->ids[(o->head + i) % CTL_MAX_OUT] != id)
+        i++;
+    const int found = i < o->n;
+    for (; found && i + 1 < o->n; i++) /* the later ones move up, in order */
+        o->ids[(o->head + i) % CTL_MAX_OUT] = o->ids[(o->head + i + 1) % CTL_MAX_OUT];
+    if (found)
         o->n--;
-    }
     pthread_mutex_unlock(&c->out_mu);
-    return ok ? 0 : -1;
+    return found ? 0 : -1;
 }
 
 void ctl_drop_process(pe_engine *e, int q)
@@ -159,12 +156,13 @@ pe_status ctl_send_step(pe_engine *e, const en_worker *w, const en_step *st)
         free(body);
         return PE_ECOMM;
     }
-    int rc = MPI_Send(body, (int)n, MPI_BYTE, w->rank / e->procs.local, ctl_tag_of(c, CTL_STEP),
-                      c->comm);
-    free(body);
-    if (rc != MPI_SUCCESS)
-        out_unpush(c, w->rank);
-    return rc == MPI_SUCCESS ? PE_OK : PE_ECOMM;
+    const int q = w->rank / e->procs.local;
+    pe_status s = ctl_send(c, body, n, q, CTL_STEP);
+    if (s != PE_OK && out_remove(c, w->rank, h.id) != 0)
+        s = PE_OK; /* its process was lost meanwhile: ctl_drop_process handed the part back */
+    if (s != PE_ECOMM || !atomic_load(&c->lost[q]))
+        free(body); /* else MPI may still read it: a small leak, once, for a lost process */
+    return s;
 }
 
 static void remote_step_free(remote_step *rs)
@@ -273,10 +271,10 @@ void ctl_send_result(en_worker *w, en_step *st)
         }
         put(&k, msg, (size_t)h.msg_len);
         en_ctl *c = e->procs.ctl;
-        if (MPI_Send(body, (int)(k.p - body), MPI_BYTE, 0, ctl_tag_of(c, CTL_RESULT), c->comm) !=
-            MPI_SUCCESS)
-            en_fail(e, PE_ECOMM, "cannot send a step's results to process 0 (MPI_Send)");
-        free(body);
+        if (ctl_send(c, body, (size_t)(k.p - body), 0, CTL_RESULT) != PE_OK)
+            en_fail(e, PE_ECOMM, "cannot send a step's results to process 0 (MPI_Isend)");
+        if (!atomic_load(&c->lost[0])) /* else MPI may still read it (see ctl_send_step) */
+            free(body);
     } else {
         en_fail(e, PE_ENOMEM, "out of host memory for a step's results to process 0");
     }
@@ -288,7 +286,7 @@ void ctl_take_result(pe_engine *e, const void *body, size_t n)
     reader r = {body, (const char *)body + n};
     result_head h;
     if (get(&r, &h, sizeof h) != 0 || h.rank < 0 || h.rank >= e->world ||
-        out_pop(e->procs.ctl, h.rank, h.id) != 0) {
+        out_remove(e->procs.ctl, h.rank, h.id) != 0) {
         en_fail(e, PE_ECOMM, "a result message from another process is malformed, or names a "
                 "step not out at that worker");
         return;

@@ -48,6 +48,7 @@ pe_status pe_mpi_init(int *argc, char ***argv, int *nprocs, int *me)
         pe_set_last_error("the MPI library gives no MPI_THREAD_MULTIPLE (every worker thread "
                           "calls MPI); use an MPI built with thread support (Debian's "
                           "OpenMPI has it)");
+        pe_mpi_finalize(); /* if it was ours to start */
         return PE_EINVAL;
     }
     MPI_Comm_size(MPI_COMM_WORLD, nprocs);
@@ -259,6 +260,23 @@ static void handle(pe_engine *e, int tag, int from, const char *body, size_t n)
     }
 }
 
+pe_status ctl_send(en_ctl *c, const void *body, size_t n, int q, ctl_tag kind)
+{
+    MPI_Request req;
+    if (MPI_Isend(body, (int)n, MPI_BYTE, q, ctl_tag_of(c, kind), c->comm, &req) != MPI_SUCCESS)
+        return PE_ECOMM;
+    uint64_t idle = 0;
+    for (int done = 0; !done; ctl_backoff(&idle)) {
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return PE_ECOMM;
+        if (!done && atomic_load(&c->lost[q])) {
+            MPI_Request_free(&req);
+            return PE_ECOMM;
+        }
+    }
+    return PE_OK;
+}
+
 /* Process 0 beats to every other process, and they to it. */
 static void beat(pe_engine *e)
 {
@@ -283,6 +301,9 @@ static void watch(pe_engine *e, uint64_t now)
             now - c->heard[q] < CTL_SILENCE_NS)
             continue;
         c->heard[q] = 0;
+        atomic_store(&c->lost[q], 1);
+        if (atomic_load(&e->failed) != PE_OK) /* a process stops beating once its engine */
+            continue;                         /* failed: that is not a loss */
         atomic_store(&lost_process, 1);
         char msg[PE_ERR_LEN];
         snprintf(msg, sizeof msg, "process %d of %d has sent nothing for %.0f s: it died or its "
@@ -348,6 +369,12 @@ static void *ctl_main(void *arg)
             break;
     }
     free(buf);
+    /* Broken off (the engine failed on an MPI error here): process 0 hears nothing more,
+     * so the steps out at the others come back now, failed. */
+    for (int q = 1; e->procs.me == 0 && !atomic_load(&c->quit) && q < e->procs.n; q++) {
+        atomic_store(&c->lost[q], 1);
+        ctl_drop_process(e, q);
+    }
     return NULL;
 }
 
@@ -358,7 +385,8 @@ pe_status en_procs_start(pe_engine *e, pe_err *err)
         return PE_OK;
     c->heard = calloc((size_t)e->procs.n, sizeof *c->heard);
     c->out = calloc((size_t)e->world, sizeof *c->out);
-    if (!c->heard || !c->out)
+    c->lost = calloc((size_t)e->procs.n, sizeof *c->lost);
+    if (!c->heard || !c->out || !c->lost)
         return pe_fail(err, PE_ENOMEM, "out of host memory for the control thread");
     atomic_store(&c->started, 1); /* before the thread, which reads it (en_procs_fail) */
     if (pthread_create(&c->thread, NULL, ctl_main, e) != 0) {
@@ -438,6 +466,7 @@ void en_procs_destroy(pe_engine *e)
     free(c->fail_reqs);
     free(c->heard);
     free(c->out);
+    free(c->lost);
     if (done)
         free(c);
     e->procs.ctl = NULL;
