@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_testing.h"
 #include "test_models.h"
@@ -617,8 +618,19 @@ static void a_burst_of_sequences_is_spread_over_the_replicas(void **state)
         uint64_t id;
         assert_int_equal(pe_seq_submit(e, &p, &id), PE_OK);
     }
-    assert_int_equal(en_replica_sequences(e, 0), 4);
-    assert_int_equal(en_replica_sequences(e, 1), 4);
+    /* The count is two published words (taken in, routed since) that a replica thread
+     * updates one after the other: read until both replicas show the burst, for 10 s. */
+    int got0 = 0, got1 = 0;
+    for (int tries = 0; tries < 10000; tries++) {
+        got0 = en_replica_sequences(e, 0);
+        got1 = en_replica_sequences(e, 1);
+        if (got0 == 4 && got1 == 4)
+            break;
+        const struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    assert_int_equal(got0, 4);
+    assert_int_equal(got1, 4);
     en_allow_steps(e, -1);
     pe_token_event ev;
     while (pe_seq_wait(e, &ev) == PE_OK)
