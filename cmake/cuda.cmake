@@ -43,10 +43,15 @@ endif()
 # For pengine.pc (cmake/install.cmake): what a static link of libpengine.a needs.
 set(PE_CUDA_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${PE_NCCL_LIBDIR} -lcublasLt -lcublas -lcudart ${PE_NCCL_LINK_FLAG} -lstdc++")
 
-# pe_add_cuda_backend(<object library>): adds src/backend/cuda/*.c and *.cu to it.
+# pe_add_cuda_backend(<object library>): adds src/backend/cuda/*.c and *.cu to it (and
+# cuda/mpi/*.c, NCCL across processes, with MPI).
 function(pe_add_cuda_backend target)
   file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.c
        ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
+  if(PE_MPI)
+    file(GLOB cuda_mpi_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/mpi/*.c)
+    list(APPEND cuda_sources ${cuda_mpi_sources})
+  endif()
   target_sources(${target} PRIVATE ${cuda_sources})
   # SYSTEM: the toolkit's and NCCL's headers are not held to our warning flags.
   target_include_directories(${target} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
@@ -60,6 +65,23 @@ function(pe_add_cuda_backend target)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+endfunction()
+
+# pe_backend_c_sources(<var>): every .c file of both backends, for the tests that build
+# the backend themselves on the fakes (with the communicators over processes when PE_MPI;
+# MPI itself comes with pe_engine).
+function(pe_backend_c_sources var)
+  set(src ${PROJECT_SOURCE_DIR}/src)
+  set(dirs backend backend/host backend/cuda)
+  if(PE_MPI)
+    list(APPEND dirs backend/mpi backend/host/mpi backend/cuda/mpi)
+  endif()
+  set(globs)
+  foreach(dir ${dirs})
+    list(APPEND globs ${src}/${dir}/*.c)
+  endforeach()
+  file(GLOB files CONFIGURE_DEPENDS ${globs})
+  set(${var} ${files} PARENT_SCOPE)
 endfunction()
 
 # pe_add_cuda_logic_test(): tests/test_cuda_peer_logic, the peer path's host logic (cb_comm.c,
@@ -84,18 +106,10 @@ function(pe_add_cuda_logic_test)
   set_tests_properties(test_cuda_peer_logic PROPERTIES LABELS "unit" TIMEOUT 300)
 endfunction()
 
-# pe_add_cuda_fake_engine_test(<name> <source>): <source> built as <name> against the fake
-# CUDA runtime, cuBLAS(Lt), kernel launchers and NCCL (tests/cuda_fake_*.c) instead of the
-# real libraries, with the engine and every .c file of both backends, so the CUDA backend's
-# whole host side runs in CI without a GPU (PE_CUDA_FAKE is defined for fake-only checks).
-function(pe_add_cuda_fake_engine_test name source)
-  set(src ${PROJECT_SOURCE_DIR}/src)
-  file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
-       ${src}/backend/cuda/*.c)
-  if(PE_MPI) # the host backend's communicators over processes (MPI comes with pe_engine)
-    file(GLOB backend_mpi_c CONFIGURE_DEPENDS ${src}/backend/host/mpi/*.c)
-    list(APPEND backend_c ${backend_mpi_c})
-  endif()
+# pe_add_cuda_fake_executable(<name> <source>): the program of pe_add_cuda_fake_engine_test,
+# without the tests (tests/CMakeLists.txt runs test_cuda_mpi under mpirun).
+function(pe_add_cuda_fake_executable name source)
+  pe_backend_c_sources(backend_c)
   add_executable(${name} ${source} cuda_fake_runtime.c cuda_fake_libs.c cuda_fake_nccl.c
     test_util.c ${backend_c})
   # the layers above and below the backend as built; the backend compiled here, on fakes
@@ -105,6 +119,14 @@ function(pe_add_cuda_fake_engine_test name source)
   target_include_directories(${name} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
     ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_options(${name} PRIVATE ${PE_WARN_FLAGS})
+endfunction()
+
+# pe_add_cuda_fake_engine_test(<name> <source>): <source> built as <name> against the fake
+# CUDA runtime, cuBLAS(Lt), kernel launchers and NCCL (tests/cuda_fake_*.c) instead of the
+# real libraries, with the engine and every .c file of both backends, so the CUDA backend's
+# whole host side runs in CI without a GPU (PE_CUDA_FAKE is defined for fake-only checks).
+function(pe_add_cuda_fake_engine_test name source)
+  pe_add_cuda_fake_executable(${name} ${source})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit" TIMEOUT 600
     ENVIRONMENT "PE_TEST_DATA=${CMAKE_CURRENT_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
@@ -129,12 +151,7 @@ function(pe_add_cuda_emu_test)
   endforeach()
   set_source_files_properties(${emu_sources} PROPERTIES
     OBJECT_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu.hpp;${src}/backend/cuda/cb_grid.cuh;${src}/backend/cuda/cb_decoder.cu;${src}/backend/cuda/cb_attention.cu;${src}/backend/cuda/cb_sample.cu")
-  file(GLOB backend_c CONFIGURE_DEPENDS ${src}/backend/*.c ${src}/backend/host/*.c
-       ${src}/backend/cuda/*.c)
-  if(PE_MPI) # the host backend's communicators over processes (MPI comes with pe_engine)
-    file(GLOB backend_mpi_c CONFIGURE_DEPENDS ${src}/backend/host/mpi/*.c)
-    list(APPEND backend_c ${backend_mpi_c})
-  endif()
+  pe_backend_c_sources(backend_c)
   add_executable(test_cuda_emu test_cuda.c cuda_fake_runtime.c cuda_fake_libs.c
     cuda_fake_nccl.c test_util.c ${backend_c} ${emu_sources})
   target_link_libraries(test_cuda_emu PRIVATE pe_common pe_runtime pe_model pe_engine

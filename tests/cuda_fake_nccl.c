@@ -3,11 +3,14 @@
  * without GPUs.
  *
  * The fake keeps NCCL's rules that our calls depend on, so breaking one fails the test:
- * ncclCommInitAll refuses a repeated device ("Duplicate GPU detected"); ncclCommSplit of
- * a multi-rank communicator from one thread must sit inside ncclGroupStart/End (NCCL
- * would wait there forever for the other ranks), and all ranks of the parent must split
- * in that group; ncclCommFinalize after ncclCommRevoke is an error; every rank of a
- * collective must call the same collective with the same count.
+ * ncclCommInitAll and ncclCommInitRank refuse a repeated device ("Duplicate GPU
+ * detected"); ncclCommSplit or ncclCommInitRank of a multi-rank communicator from one
+ * thread must sit inside ncclGroupStart/End (NCCL would wait there forever for the other
+ * ranks); every rank of the parent must split (from this thread's group or from other
+ * threads', as ranks of other processes do) and every rank of an id must join, or the
+ * waiters fail after FAKE_WAIT_S seconds instead of hanging; ncclCommFinalize after
+ * ncclCommRevoke is an error; every rank of a collective must call the same collective
+ * with the same count.
  *
  * Streams run work at once (cuda_fake_runtime.c), so a collective runs when its last rank
  * arrives: each rank publishes its arguments, waits for the others, reads their buffers,
@@ -16,12 +19,20 @@
  * kernel may run as soon as its input is ready; recv takes the oldest message of the pair.
  * Revoke wakes every waiter with ncclRemoteError.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include <cuda_runtime.h>
 #include <nccl.h>
+
+/* How long a rank waits for the others of a split or a join before it calls the wait
+ * endless, which NCCL would make it. */
+#define FAKE_WAIT_S 10
 
 typedef struct fake_msg {
     float *data; /* (count), a copy */
@@ -39,6 +50,12 @@ typedef struct fake_slot {
     int root;
 } fake_slot;
 
+/* One rank's part of a split in progress. */
+typedef struct split_req {
+    int color, key;
+    ncclComm_t *out;
+} split_req;
+
 typedef struct fake_world {
     int n;
     int *devs;   /* (n) */
@@ -50,6 +67,12 @@ typedef struct fake_world {
     unsigned gen_in, gen_mid, gen_out;
     fake_slot *slots;             /* (n) */
     fake_msg **head, **tail;      /* (n * n): [from * n + to] */
+    /* the split in progress: each rank's request; done when all n are in */
+    split_req *split;             /* (n), out == NULL: not asked yet */
+    int split_asked;
+    unsigned split_gen;           /* splits completed */
+    ncclResult_t split_result;    /* of the last one */
+    char split_msg[256];          /* and its error */
 } fake_world;
 
 struct ncclComm {
@@ -60,13 +83,36 @@ struct ncclComm {
 static _Thread_local char last_error[256];
 static _Thread_local int group_depth;
 
-typedef struct pending_split {
-    ncclComm_t parent;
+/* A communicator being made by ncclCommInitRank: ranks join under one id until all n are
+ * in; the last one makes the world. */
+typedef struct fake_join {
+    ncclUniqueId id;
+    int n, joined, left;  /* left: ranks that saw the result and no longer need it */
+    int *devs;            /* (n) */
+    ncclComm_t **outs;    /* (n) */
+    int done;
+    ncclResult_t result;
+    char msg[256]; /* its error, for every rank (the last one in made it) */
+    struct fake_join *next;
+} fake_join;
+
+static pthread_mutex_t joins_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t joins_cv = PTHREAD_COND_INITIALIZER;
+static fake_join *joins;
+
+/* A call queued inside a group: a split (parent != NULL) or a join. */
+typedef struct pending_call {
+    ncclComm_t parent;  /* a split: its parent, its color and key */
     int color, key;
     ncclComm_t *out;
-} pending_split;
+    unsigned gen0;      /* the parent's split_gen when asked */
+    ncclUniqueId id;    /* a join: its id, rank count, rank and device (the current one
+                         * at the call, as NCCL takes it) */
+    int nranks, rank, dev;
+    fake_join *join;    /* and, once asked, its record */
+} pending_call;
 
-static _Thread_local pending_split *pending;
+static _Thread_local pending_call *pending;
 static _Thread_local int npending, cap_pending;
 
 static ncclResult_t fail(ncclResult_t r, const char *msg)
@@ -102,11 +148,13 @@ static fake_world *world_new(int n, const int *devs)
     w->slots = calloc((size_t)n, sizeof *w->slots);
     w->head = calloc((size_t)n * (size_t)n, sizeof *w->head);
     w->tail = calloc((size_t)n * (size_t)n, sizeof *w->tail);
-    if (!w->devs || !w->slots || !w->head || !w->tail) {
+    w->split = calloc((size_t)n, sizeof *w->split);
+    if (!w->devs || !w->slots || !w->head || !w->tail || !w->split) {
         free(w->devs);
         free(w->slots);
         free(w->head);
         free(w->tail);
+        free(w->split);
         free(w);
         return NULL;
     }
@@ -130,6 +178,7 @@ static void world_free(fake_world *w)
     free(w->slots);
     free(w->head);
     free(w->tail);
+    free(w->split);
     free(w);
 }
 
@@ -170,42 +219,41 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
-/* The splits of one parent world, queued by one thread inside a group: every rank must be
- * there once; children are ordered by (key, parent rank). */
-static ncclResult_t split_world(fake_world *pw, int first)
+/* The deadline of a wait that starts now. */
+static struct timespec deadline(void)
 {
-    int n = pw->n, seen = 0;
-    pending_split *mine[64] = {0};
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += FAKE_WAIT_S;
+    return t;
+}
+
+/* ---- splits ---- */
+
+/* The children of pw once all n ranks asked (pw->mu held): ordered by (key, parent rank). */
+static ncclResult_t split_world(fake_world *pw)
+{
+    int n = pw->n;
     if (n > 64)
         return fail(ncclInvalidUsage, "fake NCCL: at most 64 ranks");
-    for (int i = first; i < npending; i++)
-        if (pending[i].parent->w == pw) {
-            int r = pending[i].parent->rank;
-            if (mine[r])
-                return fail(ncclInvalidUsage, "ncclCommSplit: a rank split twice in one group");
-            mine[r] = &pending[i];
-            seen++;
-        }
-    if (seen != n)
-        return fail(ncclInvalidUsage, "ncclCommSplit: not every rank of the communicator split "
-                                      "in this group; NCCL would wait for the others forever");
     int done[64] = {0};
     for (int r = 0; r < n; r++) {
         if (done[r])
             continue;
-        int color = mine[r]->color, members[64], k = 0;
+        int color = pw->split[r].color, members[64], k = 0;
         if (color == NCCL_SPLIT_NOCOLOR) {
-            *mine[r]->out = NULL;
+            *pw->split[r].out = NULL;
             done[r] = 1;
             continue;
         }
         for (int q = 0; q < n; q++) /* in parent order, then stable-sorted by key */
-            if (!done[q] && mine[q]->color == color) {
+            if (!done[q] && pw->split[q].color == color) {
                 members[k++] = q;
                 done[q] = 1;
             }
         for (int i = 1; i < k; i++)
-            for (int j = i; j > 0 && mine[members[j - 1]]->key > mine[members[j]]->key; j--) {
+            for (int j = i; j > 0 && pw->split[members[j - 1]].key > pw->split[members[j]].key;
+                 j--) {
                 int t = members[j];
                 members[j] = members[j - 1];
                 members[j - 1] = t;
@@ -218,8 +266,163 @@ static ncclResult_t split_world(fake_world *pw, int first)
         if (res != ncclSuccess)
             return res;
         for (int i = 0; i < k; i++)
-            *mine[members[i]]->out = made[i];
+            *pw->split[members[i]].out = made[i];
     }
+    return ncclSuccess;
+}
+
+/* Rank p->parent's request joins the split of its world; the last rank makes it. */
+static ncclResult_t split_ask(pending_call *p)
+{
+    fake_world *w = p->parent->w;
+    int r = p->parent->rank;
+    pthread_mutex_lock(&w->mu);
+    ncclResult_t res = ncclSuccess;
+    if (w->split[r].out) {
+        res = fail(ncclInvalidUsage, "ncclCommSplit: a rank split twice in one split");
+    } else {
+        w->split[r] = (split_req){p->color, p->key, p->out};
+        p->gen0 = w->split_gen;
+        if (++w->split_asked == w->n) {
+            w->split_result = split_world(w);
+            snprintf(w->split_msg, sizeof w->split_msg, "%s", last_error);
+            memset(w->split, 0, (size_t)w->n * sizeof *w->split);
+            w->split_asked = 0;
+            w->split_gen++;
+            pthread_cond_broadcast(&w->cv);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return res;
+}
+
+/* Waits until the split p asked for is made. */
+static ncclResult_t split_wait(pending_call *p)
+{
+    fake_world *w = p->parent->w;
+    struct timespec until = deadline();
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (w->split_gen == p->gen0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    ncclResult_t res = w->split_gen == p->gen0
+                           ? fail(ncclInvalidUsage, "ncclCommSplit: not every rank of the "
+                                  "communicator split; NCCL would wait for the others forever")
+                       : w->split_result != ncclSuccess ? fail(w->split_result, w->split_msg)
+                                                        : ncclSuccess;
+    pthread_mutex_unlock(&w->mu);
+    return res;
+}
+
+/* ---- joins (ncclCommInitRank) ---- */
+
+/* Joins rank `rank` of an n-rank communicator under id, on the calling thread's device; the
+ * last rank in makes the world. */
+static ncclResult_t join_ask(const ncclUniqueId *id, int n, int rank, int dev, ncclComm_t *out,
+                             fake_join **joined)
+{
+    if (n < 1 || n > 64 || rank < 0 || rank >= n)
+        return fail(ncclInvalidArgument, "ncclCommInitRank: bad rank count or rank");
+    pthread_mutex_lock(&joins_mu);
+    fake_join *j = joins;
+    while (j && memcmp(&j->id, id, sizeof *id))
+        j = j->next;
+    ncclResult_t res = ncclSuccess;
+    if (!j) {
+        j = calloc(1, sizeof *j);
+        if (j) {
+            j->devs = calloc((size_t)n, sizeof *j->devs);
+            j->outs = calloc((size_t)n, sizeof *j->outs);
+        }
+        if (!j || !j->devs || !j->outs) {
+            if (j) {
+                free(j->devs);
+                free(j->outs);
+            }
+            free(j);
+            pthread_mutex_unlock(&joins_mu);
+            return fail(ncclSystemError, "out of memory");
+        }
+        j->id = *id;
+        j->n = n;
+        j->next = joins;
+        joins = j;
+    }
+    if (j->n != n || j->outs[rank] || j->done)
+        res = fail(ncclInvalidUsage, "ncclCommInitRank: a rank joined twice, or with another "
+                                     "rank count");
+    if (res == ncclSuccess) {
+        j->devs[rank] = dev;
+        j->outs[rank] = out;
+        if (++j->joined == n) {
+            j->result = ncclSuccess;
+            for (int r = 0; r < n && j->result == ncclSuccess; r++)
+                for (int q = 0; q < r; q++)
+                    if (j->devs[q] == j->devs[r]) {
+                        j->result = fail(ncclInvalidUsage, "Duplicate GPU detected");
+                        break;
+                    }
+            snprintf(j->msg, sizeof j->msg, "%s", last_error);
+            ncclComm_t *made = j->result == ncclSuccess ? calloc((size_t)n, sizeof *made) : NULL;
+            if (j->result == ncclSuccess)
+                j->result = made ? make_world(made, n, j->devs)
+                                 : fail(ncclSystemError, "out of memory");
+            for (int r = 0; made && j->result == ncclSuccess && r < n; r++)
+                *j->outs[r] = made[r];
+            free(made);
+            j->done = 1;
+            pthread_cond_broadcast(&joins_cv);
+        }
+    }
+    *joined = res == ncclSuccess ? j : NULL;
+    pthread_mutex_unlock(&joins_mu);
+    return res;
+}
+
+/* Waits until j's communicator is made (or never will be); the last rank to leave frees j. */
+static ncclResult_t join_wait(fake_join *j)
+{
+    struct timespec until = deadline();
+    pthread_mutex_lock(&joins_mu);
+    int rc = 0;
+    while (!j->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&joins_cv, &joins_mu, &until);
+    ncclResult_t res = !j->done ? fail(ncclInvalidUsage, "ncclCommInitRank: not every rank of "
+                                       "the id joined; NCCL would wait for the others forever")
+                       : j->result != ncclSuccess ? fail(j->result, j->msg)
+                                                  : ncclSuccess;
+    if (j->done && ++j->left == j->n) {
+        fake_join **at = &joins;
+        while (*at != j)
+            at = &(*at)->next;
+        *at = j->next;
+        free(j->devs);
+        free(j->outs);
+        free(j);
+    }
+    pthread_mutex_unlock(&joins_mu);
+    return res;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    static atomic_uint next;
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "fake nccl id %u", atomic_fetch_add(&next, 1));
+    return ncclSuccess;
+}
+
+static ncclResult_t queue_call(pending_call call)
+{
+    if (npending == cap_pending) {
+        int cap = cap_pending ? 2 * cap_pending : 16;
+        pending_call *p = realloc(pending, (size_t)cap * sizeof *p);
+        if (!p)
+            return fail(ncclSystemError, "out of memory");
+        pending = p;
+        cap_pending = cap;
+    }
+    pending[npending++] = call;
     return ncclSuccess;
 }
 
@@ -229,13 +432,21 @@ ncclResult_t ncclGroupEnd(void)
         return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
     if (--group_depth > 0)
         return ncclSuccess;
+    /* Every call of the group is asked first and waited for after, as NCCL runs a group's
+     * calls together: one thread may hold several ranks of one communicator. */
     ncclResult_t res = ncclSuccess;
-    for (int i = 0; i < npending && res == ncclSuccess; i++) {
-        int first_of_world = 1;
-        for (int j = 0; j < i; j++)
-            first_of_world &= pending[j].parent->w != pending[i].parent->w;
-        if (first_of_world)
-            res = split_world(pending[i].parent->w, i);
+    int asked = 0;
+    for (; asked < npending && res == ncclSuccess; asked++)
+        res = pending[asked].parent ? split_ask(&pending[asked])
+                                    : join_ask(&pending[asked].id, pending[asked].nranks,
+                                               pending[asked].rank, pending[asked].dev,
+                                               pending[asked].out, &pending[asked].join);
+    if (res != ncclSuccess)
+        asked--; /* the failed one holds nothing */
+    for (int i = 0; i < asked; i++) {
+        ncclResult_t r = pending[i].parent ? split_wait(&pending[i]) : join_wait(pending[i].join);
+        if (res == ncclSuccess)
+            res = r;
     }
     /* the list is per thread: freed here, or a thread that splits and exits leaks it */
     free(pending);
@@ -256,20 +467,33 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return fail(ncclInvalidUsage,
                     "ncclCommSplit of a multi-rank communicator from one thread outside a "
                     "group would wait for the other ranks forever");
-    if (npending == cap_pending) {
-        int cap = cap_pending ? 2 * cap_pending : 16;
-        pending_split *p = realloc(pending, (size_t)cap * sizeof *p);
-        if (!p)
-            return fail(ncclSystemError, "out of memory");
-        pending = p;
-        cap_pending = cap;
-    }
-    pending[npending++] = (pending_split){comm, color, key, newcomm};
-    if (group_depth == 0) { /* a one-rank communicator: split at once */
+    ncclResult_t res = queue_call((pending_call){.parent = comm, .color = color, .key = key,
+                                                 .out = newcomm});
+    if (res == ncclSuccess && group_depth == 0) { /* a one-rank communicator: split at once */
         group_depth = 1;
         return ncclGroupEnd();
     }
-    return ncclSuccess;
+    return res;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+        return fail(ncclInvalidArgument, "ncclCommInitRank: bad arguments");
+    if (group_depth == 0 && nranks > 1)
+        return fail(ncclInvalidUsage,
+                    "ncclCommInitRank of a multi-rank communicator from one thread outside a "
+                    "group would wait for the other ranks forever (this fake's rule: our "
+                    "code always joins a process's ranks in one group)");
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    ncclResult_t res = queue_call((pending_call){.out = comm, .id = id, .nranks = nranks,
+                                                 .rank = rank, .dev = dev});
+    if (res == ncclSuccess && group_depth == 0) {
+        group_depth = 1;
+        return ncclGroupEnd();
+    }
+    return res;
 }
 
 static void release(ncclComm_t comm)

@@ -21,6 +21,12 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
     return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
 }
 
+pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
+{
+    (void)g, (void)id;
+    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
+}
+
 pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
                         cb_group **groups, pe_err *err)
 {

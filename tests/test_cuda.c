@@ -28,6 +28,10 @@
  *   host's rank-order float sum), on NCCL with one rank on GPU 0 (with a split and an
  *   abort: the NCCL a one-GPU machine can run) and when two distinct GPUs exist, and the
  *   peer path across distinct GPUs (PE_CUDA_COMM=peer);
+ * - NCCL over processes (cb_comm_join, what comm_create_procs does after the MPI_Bcast of
+ *   the id), with two processes simulated by threads that see only their own ranks: the
+ *   world, groups split inside and across processes, send/recv and the barrier between
+ *   them; a GPU serving two workers of a process refused;
  * - errors name the call and the device; abort wakes a blocked rank.
  */
 #include "test_util.h"
@@ -42,6 +46,7 @@
 #include "backend/backend.h"
 #include "backend/backend_select.h"
 #ifdef PE_HAVE_CUDA /* this file builds without CUDA too (every test then skips) */
+#include "backend/cuda/cb_comm.h"     /* cb_comm_join: NCCL over processes, simulated */
 #include "backend/cuda/cb_internal.h" /* cb_linear_plans: which linear plans were fused */
 #endif
 #include "kernels/attention.h"
@@ -1730,6 +1735,224 @@ static void nccl_collectives_on_distinct_gpus(void **state)
     }
 }
 
+#ifdef PE_HAVE_CUDA
+/* ---- NCCL over processes, two simulated in this one: ranks [0, per) are process 0's and
+ * [per, 2 per) process 1's. Each process's first rank thread does what cb_procs.c does
+ * once the id is shared (cb_comm_join of its own ranks, then the engine's splits, NULL for
+ * the other process's ranks), concurrently with the other process's. ---- */
+enum { PROCS_N = 4, PROCS_PER = 2, PROCS_COUNT = 1000 };
+
+typedef struct procs_harness {
+    const int *ids;
+    cb_nccl_id id;
+    be_device *devs[PROCS_N];
+    be_comm *world[PROCS_N], *inside[PROCS_N], *across[PROCS_N]; /* by world rank */
+    pthread_barrier_t pb;
+    pe_status st[PROCS_N];
+    char msg[PROCS_N][PE_ERR_LEN];
+    pe_status refused; /* process 0's split with another process's rank in it */
+    float world_sum[PROCS_N][PROCS_COUNT], inside_sum[PROCS_N][PROCS_COUNT];
+    float across_all[PROCS_N][2 * PROCS_COUNT], received[PROCS_N][PROCS_COUNT];
+} procs_harness;
+
+typedef struct procs_arg {
+    procs_harness *h;
+    int rank;
+} procs_arg;
+
+/* Rank q's input: small integers and halves, so every sum is exact in any order. */
+static float procs_value(int q, size_t i) { return (float)(q + 1) + 0.5f * (float)(i % 64); }
+
+static void procs_record(procs_harness *h, int r, pe_status s, const char *what)
+{
+    if (s != PE_OK && h->st[r] == PE_OK) {
+        h->st[r] = s;
+        snprintf(h->msg[r], sizeof h->msg[r], "%s: %.400s", what,
+                 h->devs[r] ? ops->last_error(h->devs[r]) : "");
+    }
+}
+
+/* Process p's part of comm_create_procs and the engine's splits (rank r leads it). */
+static void procs_make(procs_harness *h, int r)
+{
+    int p = r / PROCS_PER, lo = p * PROCS_PER;
+    be_device *view[PROCS_N] = {0};
+    be_comm *world[PROCS_N] = {0}, *sub[PROCS_N] = {0};
+    int colors[PROCS_N];
+    pe_err err = {{0}};
+    for (int q = lo; q < lo + PROCS_PER; q++)
+        view[q] = h->devs[q];
+    pe_status s = cb_comm_join(view, PROCS_N, &h->id, world, &err);
+    if (s == PE_OK && p == 0) { /* an entry for a rank of process 1: refused */
+        be_comm *wrong[PROCS_N] = {world[0], world[1], world[0], NULL};
+        for (int q = 0; q < PROCS_N; q++)
+            colors[q] = 0;
+        pe_err e2 = {{0}};
+        h->refused = ops->comm_split(wrong, PROCS_N, colors, sub, &e2);
+    }
+    for (int q = 0; q < PROCS_N; q++)
+        colors[q] = q / PROCS_PER; /* inside each process, like TP within a node */
+    if (s == PE_OK)
+        s = ops->comm_split(world, PROCS_N, colors, sub, &err);
+    for (int q = lo; s == PE_OK && q < lo + PROCS_PER; q++)
+        h->inside[q] = sub[q];
+    for (int q = 0; q < PROCS_N; q++)
+        colors[q] = q % PROCS_PER; /* across the processes, like PP across nodes */
+    if (s == PE_OK)
+        s = ops->comm_split(world, PROCS_N, colors, sub, &err);
+    for (int q = lo; s == PE_OK && q < lo + PROCS_PER; q++)
+        h->across[q] = sub[q];
+    for (int q = lo; q < lo + PROCS_PER; q++) {
+        h->world[q] = world[q];
+        if (s != PE_OK) {
+            h->st[q] = s;
+            snprintf(h->msg[q], sizeof h->msg[q], "process %d: %.480s", p, err.msg);
+        }
+    }
+}
+
+static void procs_body(procs_harness *h, int r)
+{
+    be_device *d = h->devs[r];
+    const size_t c = PROCS_COUNT, bytes = c * sizeof(float);
+    float x[PROCS_COUNT];
+    for (size_t i = 0; i < c; i++)
+        x[i] = procs_value(r, i);
+    void *a = NULL, *b = NULL, *g = NULL;
+    procs_record(h, r, ops->alloc(d, bytes, &a), "alloc");
+    procs_record(h, r, ops->alloc(d, bytes, &b), "alloc");
+    procs_record(h, r, ops->alloc(d, 2 * bytes, &g), "alloc");
+    if (h->st[r] != PE_OK)
+        goto out;
+    procs_record(h, r, ops->copy_h2d(d, a, x, bytes), "copy_h2d");
+    procs_record(h, r, ops->allreduce_sum(h->world[r], a, b, c), "world allreduce");
+    procs_record(h, r, ops->copy_d2h(d, h->world_sum[r], b, bytes), "copy_d2h");
+    procs_record(h, r, ops->allreduce_sum(h->inside[r], a, b, c), "inside allreduce");
+    procs_record(h, r, ops->copy_d2h(d, h->inside_sum[r], b, bytes), "copy_d2h");
+    procs_record(h, r, ops->allgather(h->across[r], a, g, c), "across allgather");
+    procs_record(h, r, ops->copy_d2h(d, h->across_all[r], g, 2 * bytes), "copy_d2h");
+    /* world rank r and r +- per trade inputs across the processes: process 0's rank sends
+     * first, so a send waiting for its receive (as NCCL's may) never waits on a send */
+    int peer = (r + PROCS_PER) % PROCS_N;
+    if (r < PROCS_PER) {
+        procs_record(h, r, ops->send(h->world[r], a, c, peer), "send");
+        procs_record(h, r, ops->recv(h->world[r], b, c, peer), "recv");
+    } else {
+        procs_record(h, r, ops->recv(h->world[r], b, c, peer), "recv");
+        procs_record(h, r, ops->send(h->world[r], a, c, peer), "send");
+    }
+    procs_record(h, r, ops->synchronize(d), "synchronize");
+    procs_record(h, r, ops->copy_d2h(d, h->received[r], b, bytes), "copy_d2h");
+    procs_record(h, r, ops->barrier(h->world[r]), "barrier over processes");
+out:
+    ops->free(d, a);
+    ops->free(d, b);
+    ops->free(d, g);
+}
+
+static void *procs_rank_main(void *p)
+{
+    procs_arg *a = p;
+    procs_harness *h = a->h;
+    int r = a->rank;
+    pe_err err = {{0}};
+    if (ops->open(h->ids[r], &h->devs[r], &err) != PE_OK) {
+        h->devs[r] = NULL;
+        h->st[r] = PE_ENODEV;
+        snprintf(h->msg[r], sizeof h->msg[r], "%s", err.msg);
+    }
+    pthread_barrier_wait(&h->pb);
+    int all = 1;
+    for (int q = 0; q < PROCS_N; q++)
+        all &= h->devs[q] != NULL;
+    if (all && r % PROCS_PER == 0)
+        procs_make(h, r);
+    pthread_barrier_wait(&h->pb);
+    int made = 1;
+    for (int q = 0; q < PROCS_N; q++)
+        made &= h->across[q] != NULL;
+    if (made)
+        procs_body(h, r);
+    pthread_barrier_wait(&h->pb);
+    if (r % PROCS_PER == 0) { /* each process frees its own ranks' communicators */
+        int lo = r;
+        ops->comm_destroy(h->inside + lo, PROCS_PER);
+        ops->comm_destroy(h->across + lo, PROCS_PER);
+        ops->comm_destroy(h->world + lo, PROCS_PER);
+    }
+    pthread_barrier_wait(&h->pb);
+    if (h->devs[r])
+        ops->close(h->devs[r]);
+    return NULL;
+}
+
+static void nccl_across_two_simulated_processes(void **state)
+{
+    (void)state;
+    NEED_GPUS(PROCS_N);
+    static const int gpus[PROCS_N] = {0, 1, 2, 3};
+    procs_harness *h = calloc(1, sizeof *h);
+    assert_non_null(h);
+    h->ids = gpus;
+    pe_err err = {{0}};
+    assert_int_equal(cb_nccl_new_id(&h->id, &err), PE_OK);
+    assert_int_equal(pthread_barrier_init(&h->pb, NULL, PROCS_N), 0);
+    pthread_t t[PROCS_N];
+    procs_arg a[PROCS_N];
+    for (int r = 0; r < PROCS_N; r++) {
+        a[r] = (procs_arg){h, r};
+        assert_int_equal(pthread_create(&t[r], NULL, procs_rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < PROCS_N; r++)
+        pthread_join(t[r], NULL);
+    pthread_barrier_destroy(&h->pb);
+    for (int r = 0; r < PROCS_N; r++) {
+        if (h->st[r] != PE_OK)
+            print_error("rank %d: %s: %s\n", r, pe_status_str(h->st[r]), h->msg[r]);
+        assert_int_equal(h->st[r], PE_OK);
+    }
+    assert_int_equal(h->refused, PE_EINVAL);
+    for (int r = 0; r < PROCS_N; r++) {
+        int lo = r / PROCS_PER * PROCS_PER, twin = r % PROCS_PER;
+        int peer = (r + PROCS_PER) % PROCS_N;
+        for (size_t i = 0; i < PROCS_COUNT; i++) {
+            float all = 0.0f, inside = 0.0f;
+            for (int q = 0; q < PROCS_N; q++)
+                all += procs_value(q, i);
+            for (int q = lo; q < lo + PROCS_PER; q++)
+                inside += procs_value(q, i);
+            assert_true(h->world_sum[r][i] == all);
+            assert_true(h->inside_sum[r][i] == inside);
+            assert_true(h->across_all[r][i] == procs_value(twin, i));
+            assert_true(h->across_all[r][PROCS_COUNT + i] == procs_value(twin + PROCS_PER, i));
+            assert_true(h->received[r][i] == procs_value(peer, i));
+        }
+    }
+    free(h);
+}
+
+/* A GPU serving two workers of one process cannot join NCCL over processes (NCCL refuses
+ * it twice, and the peer path does not leave the process): refused before NCCL. */
+static void nccl_over_processes_refuses_a_gpu_twice_in_a_process(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d[2] = {NULL, NULL};
+    pe_err err = {{0}};
+    assert_int_equal(ops->open(0, &d[0], &err), PE_OK);
+    assert_int_equal(ops->open(0, &d[1], &err), PE_OK);
+    be_device *view[4] = {d[0], d[1], NULL, NULL};
+    be_comm *out[4] = {NULL, NULL, NULL, NULL};
+    cb_nccl_id id;
+    assert_int_equal(cb_nccl_new_id(&id, &err), PE_OK);
+    assert_int_equal(cb_comm_join(view, 4, &id, out, &err), PE_EINVAL);
+    assert_non_null(strstr(err.msg, "CUDA device 0 serves 2 workers"));
+    assert_null(out[0]);
+    ops->close(d[0]);
+    ops->close(d[1]);
+}
+#endif
+
 /* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
 #define EXIT_SKIPPED 77
 
@@ -1771,6 +1994,10 @@ int main(void)
         cmocka_unit_test(peer_path_across_two_gpus),
         cmocka_unit_test(nccl_with_one_rank_on_one_gpu),
         cmocka_unit_test(nccl_collectives_on_distinct_gpus),
+#ifdef PE_HAVE_CUDA
+        cmocka_unit_test(nccl_across_two_simulated_processes),
+        cmocka_unit_test(nccl_over_processes_refuses_a_gpu_twice_in_a_process),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -228,3 +228,20 @@ pe_status be_linear_unfused(const be_ops *ops, be_device *dev, pe_dtype dtype, s
         s = ops->to_bf16(dev, y, out, M * N);
     return s;
 }
+
+pe_status be_procs_check(be_device *const *devs, int n, const be_procs *procs, pe_err *err)
+{
+    if (n < 1 || !devs || !procs)
+        return pe_fail(err, PE_EINVAL, "comm_create_procs: need n >= 1 and non-NULL arrays");
+    int P = procs->nprocs, me = procs->me;
+    if (P < 1 || me < 0 || me >= P || n % P != 0)
+        return pe_fail(err, PE_EINVAL, "comm_create_procs: %d ranks cannot spread evenly over "
+                       "%d processes (this one %d)", n, P, me);
+    int per = n / P;
+    for (int r = 0; r < n; r++)
+        if ((r / per == me) != (devs[r] != NULL))
+            return pe_fail(err, PE_EINVAL, "comm_create_procs: the device of rank %d is %s, "
+                           "but rank %d lives on process %d and this is process %d",
+                           r, devs[r] ? "set" : "NULL", r, r / per, me);
+    return PE_OK;
+}

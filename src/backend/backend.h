@@ -35,6 +35,10 @@ typedef struct be_procs {
     int nprocs, me;
 } be_procs;
 
+/* The layout every comm_create_procs takes: n ranks spread evenly over procs, devs[r] set
+ * exactly for this process's ranks. PE_EINVAL naming the first rank that breaks it. */
+pe_status be_procs_check(be_device *const *devs, int n, const be_procs *procs, pe_err *err);
+
 typedef struct be_device_desc {
     int id;
     char name[128];      /* "host core set", "NVIDIA H200" */

@@ -260,10 +260,8 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
         be_comm_path_describe(e->ops->kind, cfg->devices, cfg->ndevices, e->collectives,
                               sizeof e->collectives);
     if (s == PE_OK && e->procs.n > 1 && !e->ops->comm_create_procs)
-        s = pe_fail(&err, PE_EINVAL, "the %s backend does not span MPI processes yet%s; use "
-                    "--backend host across processes",
-                    e->ops->kind == PE_BACKEND_CUDA ? "CUDA" : "host",
-                    e->ops->kind == PE_BACKEND_CUDA ? " (ncclCommInitRank is not written)" : "");
+        s = pe_fail(&err, PE_EINVAL, "the %s backend of this build cannot span MPI "
+                    "processes; rebuild with PE_WITH_MPI=ON", e->ops->name);
     if (e->procs.ctl) /* a process that got here fails with the others, or all go on */
         s = en_procs_agree(e, s, &err);
     if (s == PE_OK) {

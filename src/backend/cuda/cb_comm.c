@@ -10,7 +10,8 @@
 #include "runtime/annotate.h"
 #include "runtime/barrier.h"
 
-/* A group of n ranks on devs, with no path set up yet. */
+/* A group of n ranks on devs (NULL: a rank of another process), with no path set up
+ * yet. */
 static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err *err)
 {
     *out = NULL;
@@ -23,20 +24,23 @@ static pe_status group_new(be_device *const *devs, int n, cb_group **out, pe_err
         free(ranks);
         return pe_fail(err, PE_ENOMEM, "comm_create: out of host memory for %d ranks", n);
     }
+    int nlocal = 0;
     for (int r = 0; r < n; r++) {
-        ids[r] = devs[r]->id;
+        ids[r] = devs[r] ? devs[r]->id : -1;
+        nlocal += devs[r] != NULL;
         ranks[r] = (be_comm){.g = g, .rank = r, .dev = devs[r], .seq = 0};
         atomic_init(&ranks[r].in_call, 0);
         RT_IGNORE_WORD(ranks[r].in_call);
     }
     g->n = n;
+    g->nlocal = nlocal;
     g->ids = ids;
     g->ranks = ranks;
     atomic_init(&g->aborted, 0);
     /* a synchronization word, read outside any lock on purpose (annotate.h) */
     RT_IGNORE_WORD(g->aborted);
     pthread_mutex_init(&g->lock, NULL);
-    pe_status s = rt_barrier_init(&g->bar, n, err);
+    pe_status s = rt_barrier_init(&g->bar, nlocal, err); /* the threads of this process */
     if (s != PE_OK) {
         pthread_mutex_destroy(&g->lock);
         RT_UNIGNORE_WORD(g->aborted);
@@ -102,6 +106,47 @@ pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     return PE_OK;
 }
 
+pe_status cb_comm_join(be_device *const *devs, int n, const cb_nccl_id *id, be_comm **out,
+                       pe_err *err)
+{
+    if (n < 1 || !devs || !id || !out)
+        return pe_fail(err, PE_EINVAL, "comm_join: need n >= 1 ranks and non-NULL arrays");
+    int nlocal = 0;
+    for (int r = 0; r < n; r++) {
+        out[r] = NULL;
+        if (!devs[r])
+            continue;
+        nlocal++;
+        int here = 0;
+        for (int q = 0; q < n; q++)
+            here += devs[q] && devs[q]->id == devs[r]->id;
+        int workers = cb_device_open_count(devs[r]->id);
+        if (here > 1 || workers > 1)
+            return pe_fail(err, PE_EINVAL,
+                           "CUDA device %d serves %d workers of this process, but a "
+                           "communicator over processes runs on NCCL, which needs a GPU of "
+                           "its own per worker; give each worker of a process its own GPU "
+                           "(--gpus), or run one process per GPU",
+                           devs[r]->id, here > workers ? here : workers);
+    }
+    if (nlocal == 0)
+        return pe_fail(err, PE_EINVAL, "comm_join: none of the %d ranks is in this process", n);
+    cb_group *g;
+    pe_status s = group_new(devs, n, &g, err);
+    if (s != PE_OK)
+        return s;
+    g->path = BE_COMM_NCCL;
+    s = cb_nccl_join(g, id, err);
+    if (s != PE_OK) {
+        group_free(g);
+        return s;
+    }
+    for (int r = 0; r < n; r++)
+        if (devs[r])
+            out[r] = &g->ranks[r];
+    return PE_OK;
+}
+
 /* The groups of a split take the parent's path: NCCL children come from ncclCommSplit of
  * the parent's communicators (cb_nccl_split); peer-path children are new peer groups. */
 static pe_status split_groups(cb_group *parent, const int *colors, const int *group,
@@ -113,10 +158,14 @@ static pe_status split_groups(cb_group *parent, const int *colors, const int *gr
         return pe_fail(err, PE_ENOMEM, "comm_split: out of host memory for %d ranks", n);
     pe_status s = PE_OK;
     for (int gi = 0; s == PE_OK && gi < ngroups; gi++) {
-        int k = 0;
+        int k = 0, here = 0;
         for (int r = 0; r < n; r++)
-            if (group[r] == gi)
-                devs[k++] = parent->ranks[r].dev;
+            if (group[r] == gi) {
+                devs[k++] = parent->ranks[r].dev; /* NULL: another process's rank */
+                here += parent->ranks[r].dev != NULL;
+            }
+        if (!here) /* wholly in other processes: nothing of it lives here */
+            continue;
         s = group_new(devs, k, &groups[gi], err);
         if (s == PE_OK) {
             groups[gi]->path = parent->path;
@@ -135,15 +184,23 @@ static pe_status split_groups(cb_group *parent, const int *colors, const int *gr
 pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_comm **out,
                         pe_err *err)
 {
-    if (n < 1 || !parents || !colors || !out || !parents[0])
+    if (n < 1 || !parents || !colors || !out)
         return pe_fail(err, PE_EINVAL, "comm_split: need n >= 1 ranks and non-NULL arrays");
-    cb_group *parent = parents[0]->g;
+    cb_group *parent = NULL;
+    for (int r = 0; r < n && !parent; r++)
+        parent = parents[r] ? parents[r]->g : NULL;
+    if (!parent)
+        return pe_fail(err, PE_EINVAL, "comm_split: every one of the %d parents is NULL", n);
     for (int r = 0; r < n; r++) {
         out[r] = NULL;
-        if (!parents[r] || parents[r]->g != parent || parents[r]->rank != r || parent->n != n)
+        /* over processes, the entries of the other processes' ranks are NULL */
+        int local = parent && parent->n == n && parent->ranks[r].dev != NULL;
+        if (local ? !parents[r] || parents[r]->g != parent || parents[r]->rank != r
+                  : parents[r] != NULL)
             return pe_fail(err, PE_EINVAL,
                            "comm_split: entry %d is not rank %d of the same %d-rank "
-                           "communicator; pass every rank of one communicator, in rank order",
+                           "communicator; pass every rank of one communicator this process "
+                           "holds, in rank order (NULL for the ranks of other processes)",
                            r, r, n);
     }
     if (atomic_load(&parent->aborted))
@@ -165,7 +222,7 @@ pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_co
             group_destroy(groups[gi]); /* a NULL nccl/peer part is skipped */
         else
             for (int r = 0; r < n; r++)
-                if (group[r] == gi)
+                if (group[r] == gi && parent->ranks[r].dev)
                     out[r] = &groups[gi]->ranks[sub[r]];
     }
     free(group);

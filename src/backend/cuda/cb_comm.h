@@ -1,6 +1,11 @@
 /* cb_comm.h: communicators of the CUDA backend: one group of n ranks made by one
  * comm_create, on NCCL (cb_nccl.c) or on the in-process peer path (cb_peer.c). cb_comm.c
- * picks the path and dispatches. */
+ * picks the path and dispatches.
+ *
+ * Over MPI processes (mpi/cb_procs.c) a group holds all n ranks but only this process's
+ * have a device (ranks[r].dev != NULL); the others are placeholders, and the group is
+ * NCCL's: one ncclUniqueId for every process, each joining its own ranks
+ * (ncclCommInitRank). */
 #ifndef PE_CB_COMM_H
 #define PE_CB_COMM_H
 
@@ -25,7 +30,8 @@ struct be_comm {
 struct cb_group {
     be_comm_path path; /* BE_COMM_NCCL or BE_COMM_PEER */
     int n;
-    int *ids;          /* (n) device ids */
+    int nlocal;        /* the ranks in this process (n unless the group spans processes) */
+    int *ids;          /* (n) device ids, -1 for a rank of another process */
     be_comm *ranks;    /* (n) */
     atomic_int aborted;
     rt_barrier bar;       /* the rank threads' meeting (cb_rendezvous); aborted with g */
@@ -34,10 +40,30 @@ struct cb_group {
     struct cb_peer *peer;
 };
 
+/* NCCL's ncclUniqueId, opaque here (cb_nccl.c checks the size) so that the MPI part and
+ * the fake-runtime tests need no nccl.h. */
+typedef struct cb_nccl_id {
+    char bytes[128]; /* NCCL_UNIQUE_ID_BYTES */
+} cb_nccl_id;
+
+/* comm_create for this process's ranks of an n-rank communicator spanning processes:
+ * devs[r] is rank r's device here, NULL where another process holds it, and every process
+ * calls it with the same id (the ranks are joined by ncclCommInitRank, all of this
+ * process's in one NCCL group call). out[r] is rank r's handle, NULL elsewhere. Each
+ * local device must serve exactly one worker of this process (NCCL refuses a GPU twice
+ * in one communicator, and the peer path cannot leave the process). */
+pe_status cb_comm_join(be_device *const *devs, int n, const cb_nccl_id *id, be_comm **out,
+                       pe_err *err);
+
 /* ---- NCCL (cb_nccl.c) ---- */
 pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err);
-/* ncclCommSplit of every rank of parent in one NCCL group call: parent rank r becomes rank
- * sub[r] of groups[group[r]], whose nccl part it fills. */
+/* A fresh id (ncclGetUniqueId) for a communicator that ranks will join with cb_comm_join. */
+pe_status cb_nccl_new_id(cb_nccl_id *id, pe_err *err);
+/* The NCCL part of cb_comm_join: g's local ranks join, in one NCCL group call. */
+pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err);
+/* ncclCommSplit of every local rank of parent in one NCCL group call: parent rank r becomes
+ * rank sub[r] of groups[group[r]], whose nccl part it fills (a group with no local rank is
+ * NULL and not made here). */
 pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
                         cb_group **groups, pe_err *err);
 /* Revokes every NCCL communicator of groups gs (flags already set), after waiting for the

@@ -138,6 +138,11 @@ pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,
                     const pe_k_sampling *params, int32_t *tokens, float *logit);
 
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
+#if defined(PE_HAVE_MPI)
+/* NCCL across MPI processes (mpi/cb_procs.c); the table has none without MPI. */
+pe_status cb_comm_create_procs(be_device *const *devs, int n, const be_procs *procs,
+                               be_comm **out, pe_err *err);
+#endif
 void cb_comm_abort(be_comm *comm);
 void cb_comm_abort_all(be_comm *const *comms, int n);
 void cb_comm_destroy(be_comm **comms, int n);

@@ -12,6 +12,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <nccl.h>
@@ -26,8 +27,12 @@
 #endif
 
 struct cb_nccl {
-    ncclComm_t *comms; /* (n) */
+    ncclComm_t *comms; /* (n); NULL for the ranks of other processes */
+    float **scratch;   /* (n) one float on each local rank's GPU for a barrier over
+                        * processes (cb_nccl_join), else NULL */
 };
+
+_Static_assert(sizeof(ncclUniqueId) == sizeof(cb_nccl_id), "cb_nccl_id is NCCL's id");
 
 static pe_status nccl_fail(pe_err *err, ncclResult_t r, const char *call, ncclComm_t comm,
                            int rank, int dev)
@@ -52,7 +57,9 @@ static void list_ids(const cb_group *g, char *buf, size_t len)
     size_t used = 0;
     buf[0] = '\0';
     for (int r = 0; r < g->n && used + 1 < len; r++) {
-        int w = snprintf(buf + used, len - used, "%s%d", r ? "," : "", g->ids[r]);
+        if (g->ids[r] < 0) /* a rank of another process */
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%d", used ? "," : "", g->ids[r]);
         if (w < 0)
             break;
         used += (size_t)w;
@@ -91,6 +98,80 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
     return s;
 }
 
+pe_status cb_nccl_new_id(cb_nccl_id *id, pe_err *err)
+{
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) {
+        const char *detail = ncclGetLastError(NULL);
+        return pe_fail(err, PE_ECOMM, "ncclGetUniqueId failed: %s%s%s; run with "
+                       "NCCL_DEBUG=WARN for details", ncclGetErrorString(r),
+                       detail && *detail ? "; NCCL says: " : "", detail ? detail : "");
+    }
+    memcpy(id->bytes, &u, sizeof u);
+    return PE_OK;
+}
+
+pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
+{
+    struct cb_nccl *x = calloc(1, sizeof *x);
+    if (x) {
+        x->comms = calloc((size_t)g->n, sizeof *x->comms);
+        x->scratch = calloc((size_t)g->n, sizeof *x->scratch);
+    }
+    if (!x || !x->comms || !x->scratch) {
+        if (x)
+            free(x->comms);
+        free(x);
+        return pe_fail(err, PE_ENOMEM, "comm_create_procs: out of host memory");
+    }
+    g->nccl = x; /* from here on, cb_nccl_destroy frees what was made */
+    int prev = 0;
+    (void)cudaGetDevice(&prev);
+    pe_status s = PE_OK;
+    for (int r = 0; r < g->n && s == PE_OK; r++) {
+        if (g->ids[r] < 0)
+            continue;
+        cudaError_t e = cudaSetDevice(g->ids[r]);
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&x->scratch[r], sizeof(float));
+        if (e != cudaSuccess)
+            s = cb_cuda_fail(err, e, "cudaMalloc (barrier word)", g->ids[r]);
+    }
+    ncclUniqueId u;
+    memcpy(&u, id->bytes, sizeof u);
+    /* One thread joins every local rank: inside one NCCL group, or the first
+     * ncclCommInitRank would wait for the ranks this thread has not reached yet. */
+    ncclResult_t r = ncclSuccess;
+    if (s == PE_OK) {
+        r = ncclGroupStart();
+        for (int k = 0; k < g->n && r == ncclSuccess; k++) {
+            if (g->ids[k] < 0)
+                continue;
+            (void)cudaSetDevice(g->ids[k]); /* NCCL takes the current device */
+            r = ncclCommInitRank(&x->comms[k], g->n, u, k);
+        }
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess)
+            r = r2;
+    }
+    if (s == PE_OK && r != ncclSuccess) {
+        char ids[128];
+        list_ids(g, ids, sizeof ids);
+        const char *detail = ncclGetLastError(NULL);
+        s = pe_fail(err, PE_ECOMM,
+                    "ncclCommInitRank of %d of the %d ranks on CUDA devices %s of this process "
+                    "failed: %s%s%s; every process must join with the same id (check that "
+                    "the nodes reach each other: NCCL_SOCKET_IFNAME, NCCL_DEBUG=WARN)",
+                    g->nlocal, g->n, ids, ncclGetErrorString(r),
+                    detail && *detail ? "; NCCL says: " : "", detail ? detail : "");
+    }
+    (void)cudaSetDevice(prev);
+    if (s != PE_OK)
+        cb_nccl_destroy(g); /* aborts what joined; frees the words */
+    return s;
+}
+
 pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
                         cb_group **groups, pe_err *err)
 {
@@ -99,6 +180,8 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
         ngroups = group[r] + 1 > ngroups ? group[r] + 1 : ngroups;
     pe_status s = PE_OK;
     for (int gi = 0; gi < ngroups && s == PE_OK; gi++) {
+        if (!groups[gi]) /* only other processes' ranks */
+            continue;
         struct cb_nccl *x = calloc(1, sizeof *x);
         if (x)
             x->comms = calloc((size_t)groups[gi]->n, sizeof *x->comms);
@@ -111,12 +194,14 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
     }
     if (s != PE_OK)
         return s; /* the caller destroys the groups; a NULL comm is skipped */
-    /* One thread splits every rank: inside one NCCL group, or the first call would wait
-     * for ranks this thread has not reached yet. key = parent rank keeps its order. */
+    /* One thread splits every local rank: inside one NCCL group, or the first call would
+     * wait for ranks this thread has not reached yet. key = parent rank keeps its order.
+     * Over processes, the other processes split their own ranks in the same order. */
     ncclResult_t r = ncclGroupStart();
     for (int k = 0; k < n && r == ncclSuccess; k++)
-        r = ncclCommSplit(parent->nccl->comms[k], colors[k], k,
-                          &groups[group[k]]->nccl->comms[sub[k]], NULL);
+        if (parent->ids[k] >= 0)
+            r = ncclCommSplit(parent->nccl->comms[k], colors[k], k,
+                              &groups[group[k]]->nccl->comms[sub[k]], NULL);
     ncclResult_t r2 = ncclGroupEnd();
     if (r == ncclSuccess)
         r = r2;
@@ -179,10 +264,10 @@ void cb_nccl_destroy(cb_group *g)
     struct cb_nccl *x = g->nccl;
     if (!x)
         return;
-    int prev = 0, whole = 1; /* a failed split leaves some ranks without a communicator */
+    int prev = 0, whole = 1; /* a failed split or join leaves local ranks without one */
     (void)cudaGetDevice(&prev);
     for (int k = 0; k < g->n; k++)
-        whole &= x->comms[k] != NULL;
+        whole &= g->ids[k] < 0 || x->comms[k] != NULL;
     if (atomic_load(&g->aborted) || !whole) {
         for (int k = 0; k < g->n; k++)
             if (x->comms[k])
@@ -192,18 +277,27 @@ void cb_nccl_destroy(cb_group *g)
          * it has not reached yet. */
         ncclResult_t r = ncclGroupStart();
         for (int k = 0; k < g->n && r == ncclSuccess; k++)
-            r = ncclCommFinalize(x->comms[k]);
+            if (x->comms[k])
+                r = ncclCommFinalize(x->comms[k]);
         ncclResult_t r2 = ncclGroupEnd();
         for (int k = 0; k < g->n; k++) {
+            if (!x->comms[k])
+                continue;
             if (r == ncclSuccess && r2 == ncclSuccess)
                 (void)ncclCommDestroy(x->comms[k]);
             else
                 (void)ncclCommAbort(x->comms[k]);
         }
     }
+    for (int k = 0; x->scratch && k < g->n; k++)
+        if (x->scratch[k]) {
+            (void)cudaSetDevice(g->ids[k]);
+            (void)cudaFree(x->scratch[k]);
+        }
     (void)cudaGetLastError();
     (void)cudaSetDevice(prev);
     free(x->comms);
+    free(x->scratch);
     free(x);
     g->nccl = NULL;
 }
@@ -264,5 +358,18 @@ pe_status cb_nccl_recv(be_comm *c, float *buf, size_t count, int peer)
 
 /* The ranks are threads of this process: a host-side meeting, as on the host backend and
  * the peer path. (A one-element all-reduce plus a stream synchronize would also wait for
- * this rank's earlier sends to be received, which a barrier must not require.) */
-pe_status cb_nccl_barrier(be_comm *c) { return cb_rendezvous(c, "barrier"); }
+ * this rank's earlier sends to be received, which a barrier must not require.)
+ * Over processes there is no shared host memory to meet in, so it is that all-reduce on
+ * a word of the rank's GPU, then a wait for the rank's stream: there, a send not yet
+ * received ahead of the barrier holds it back (its peer must post the receive first). */
+pe_status cb_nccl_barrier(be_comm *c)
+{
+    if (c->g->nlocal == c->g->n)
+        return cb_rendezvous(c, "barrier");
+    pe_status s = cb_nccl_allreduce(c, c->g->nccl->scratch[c->rank],
+                                    c->g->nccl->scratch[c->rank], 1);
+    if (s != PE_OK)
+        return s;
+    cudaError_t e = cudaStreamSynchronize(c->dev->stream);
+    return e == cudaSuccess ? PE_OK : cb_cuda_fail(&c->dev->err, e, "barrier", c->dev->id);
+}

@@ -37,6 +37,9 @@ static const be_ops cuda_ops = {
     .topk = cb_topk,
     .sample = cb_sample,
     .comm_create = cb_comm_create,
+#if defined(PE_HAVE_MPI)
+    .comm_create_procs = cb_comm_create_procs,
+#endif
     .comm_abort = cb_comm_abort,
     .comm_abort_all = cb_comm_abort_all,
     .comm_split = cb_comm_split,

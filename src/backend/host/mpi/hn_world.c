@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/host/mpi/hn.h"
+#include "backend/mpi/be_mpi.h"
 
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static hn_ctx *ctx_of_process; /* made by the first comm_create_procs, never freed (hn.h) */
@@ -118,27 +119,6 @@ fail:
     return s;
 }
 
-/* The MPI state comm_create_procs needs, checked against procs. */
-static pe_status mpi_check(const be_procs *procs, pe_err *err)
-{
-    int inited = 0, level = 0, size = 0, me = 0;
-    MPI_Initialized(&inited);
-    if (!inited)
-        return pe_fail(err, PE_EINVAL, "comm_create_procs: MPI is not initialized; call "
-                       "MPI_Init_thread(MPI_THREAD_MULTIPLE) first");
-    MPI_Query_thread(&level);
-    if (level < MPI_THREAD_MULTIPLE)
-        return pe_fail(err, PE_EINVAL, "comm_create_procs: MPI was initialized without "
-                       "MPI_THREAD_MULTIPLE (level %d); each rank is a thread that calls MPI",
-                       level);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (size != procs->nprocs || me != procs->me)
-        return pe_fail(err, PE_EINVAL, "comm_create_procs: procs says process %d of %d but "
-                       "MPI_COMM_WORLD says %d of %d", procs->me, procs->nprocs, me, size);
-    return PE_OK;
-}
-
 /* The process's MPI communicator for net worlds: made by the first call (every process
  * makes its first comm_create_procs together: MPI_Comm_dup is collective), then reused. */
 static pe_status ctx_get(int nprocs, hn_ctx **out, pe_err *err)
@@ -172,23 +152,16 @@ static pe_status ctx_get(int nprocs, hn_ctx **out, pe_err *err)
 pe_status hb_net_create_procs(be_device *const *devs, int n, const be_procs *procs,
                               be_comm **out, pe_err *err)
 {
-    if (n < 1 || !devs || !out || !procs)
-        return pe_fail(err, PE_EINVAL, "comm_create_procs: need n >= 1 and non-NULL arrays");
-    int P = procs->nprocs, me = procs->me;
-    if (P < 1 || me < 0 || me >= P || n % P != 0)
-        return pe_fail(err, PE_EINVAL, "comm_create_procs: %d ranks cannot spread evenly over "
-                       "%d processes (this one %d)", n, P, me);
-    int per = n / P, lo = me * per;
-    for (int r = 0; r < n; r++) {
+    pe_status s = out ? be_procs_check(devs, n, procs, err)
+                      : pe_fail(err, PE_EINVAL, "comm_create_procs: NULL out");
+    if (s != PE_OK)
+        return s;
+    int P = procs->nprocs, me = procs->me, per = n / P, lo = me * per;
+    for (int r = 0; r < n; r++)
         out[r] = NULL;
-        if ((r / per == me) != (devs[r] != NULL))
-            return pe_fail(err, PE_EINVAL, "comm_create_procs: the device of rank %d is %s, "
-                           "but rank %d lives on process %d and this is process %d",
-                           r, devs[r] ? "set" : "NULL", r, r / per, me);
-    }
     if (P == 1) /* no other process: a plain world, no MPI */
         return hb_comm_create(devs, n, out, err);
-    pe_status s = mpi_check(procs, err);
+    s = be_mpi_check(procs, err);
     if (s != PE_OK)
         return s;
     int *mpi_of = malloc((size_t)n * sizeof *mpi_of);

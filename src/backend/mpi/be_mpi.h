@@ -1,0 +1,13 @@
+/* be_mpi.h: what both backends' communicators over MPI processes check before they talk
+ * (built only with PE_HAVE_MPI). */
+#ifndef PE_BACKEND_MPI_BE_MPI_H
+#define PE_BACKEND_MPI_BE_MPI_H
+
+#include "backend/backend.h"
+
+/* PE_OK when MPI is initialized with MPI_THREAD_MULTIPLE (the engine's threads call MPI:
+ * the host backend's ranks, the control threads) and MPI_COMM_WORLD agrees with procs;
+ * else PE_EINVAL saying what to call or fix. */
+pe_status be_mpi_check(const be_procs *procs, pe_err *err);
+
+#endif
