@@ -22,6 +22,7 @@
 
 #include "chat_template.h"
 #include "generate.h"
+#include "mpi_job.h"
 
 typedef struct chat_opts {
     cli_options dev;           /* --model, --gpus, --pp, --tp, --backend, --dtype, ... */
@@ -133,28 +134,34 @@ static int pick_template(const chat_opts *o, const cli_chat_template **t)
     return CLI_USAGE;
 }
 
-/* The engine, the tokenizer and the template, checked against each other. */
+/* The tokenizer and the template, checked against each other. Returns the exit code. */
+static int open_talk(chat *c, const chat_opts *o)
+{
+    int rc = gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &c->tk);
+    if (rc == CLI_OK)
+        rc = pick_template(o, &c->t);
+    if (rc != CLI_OK)
+        return rc;
+    c->end_id = pe_tokenizer_token_id(c->tk, c->t->end_token);
+    if (c->end_id >= 0)
+        return CLI_OK;
+    cli_errorf("the tokenizer has no %s token, which ends every reply of the %s template; "
+               "give the template of this model's tokenizer with --chat-template (%s)",
+               c->t->end_token, c->t->name, cli_chat_template_names());
+    return CLI_USAGE;
+}
+
+/* The engine, the tokenizer and the template, checked against each other. Under mpirun
+ * only process 0 talks, so only it reads the tokenizer and the template (which may exist
+ * only on its node). */
 static int chat_open(chat *c, const chat_opts *o)
 {
     memset(c, 0, sizeof *c);
     c->o = o;
     c->tty = isatty(STDIN_FILENO);
-    int rc = gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &c->tk);
+    int rc = cli_mpi_agree(cli_mpi_me() == 0 ? open_talk(c, o) : CLI_OK);
     if (rc == CLI_OK)
-        rc = pick_template(o, &c->t);
-    if (rc == CLI_OK) {
-        c->end_id = pe_tokenizer_token_id(c->tk, c->t->end_token);
-        if (c->end_id < 0) {
-            cli_errorf("the tokenizer has no %s token, which ends every reply of the %s "
-                       "template; give the template of this model's tokenizer with "
-                       "--chat-template (%s)", c->t->end_token, c->t->name,
-                       cli_chat_template_names());
-            rc = CLI_USAGE;
-        }
-    }
-    if (rc != CLI_OK)
-        return rc;
-    rc = cli_llm_open(&o->dev, &c->e);
+        rc = cli_llm_open(&o->dev, &c->e);
     if (rc == CLI_OK) {
         pe_engine_model_info(c->e, &c->m);
         rc = gen_check_vocab(&c->m, c->tk);

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpi_job.h"
+
 /* The prompts: their text, where they come from and their ids. */
 typedef struct text_prompts {
     int n;
@@ -368,26 +370,37 @@ static int run(const gen_opts *g, pe_engine *e, const pe_tokenizer *tk, const te
     return rc;
 }
 
-int gen_run_text(gen_opts *g)
+/* The prompts read (--prompts FILE, or --prompt) and turned into ids by the tokenizer.
+ * Returns the exit code. */
+static int prepare_prompts(const gen_opts *g, text_prompts *p, pe_tokenizer **tk)
 {
-    text_prompts p = {0};
-    pe_tokenizer *tk = NULL;
-    pe_engine *e = NULL;
     int rc;
     if (g->prompts_file) {
-        rc = read_prompts(g->prompts_file, &p);
+        rc = read_prompts(g->prompts_file, p);
     } else {
-        rc = prompts_alloc(&p, 1);
-        if (rc == CLI_OK && !(p.text[0] = strdup(g->prompt))) {
+        rc = prompts_alloc(p, 1);
+        if (rc == CLI_OK && !(p->text[0] = strdup(g->prompt))) {
             cli_error("out of memory for the prompt; give a shorter one");
             rc = CLI_RUNTIME;
         }
     }
     if (rc == CLI_OK)
         rc = gen_load_tokenizer(g->tokenizer, g->dev.model_path,
-                                ", or give the prompt as ids with --tokens", &tk);
+                                ", or give the prompt as ids with --tokens", tk);
     if (rc == CLI_OK)
-        rc = encode_prompts(tk, &p);
+        rc = encode_prompts(*tk, p);
+    return rc;
+}
+
+int gen_run_text(gen_opts *g)
+{
+    text_prompts p = {0};
+    pe_tokenizer *tk = NULL;
+    pe_engine *e = NULL;
+    /* under mpirun only process 0 reads the prompts and the tokenizer (they may exist only on
+     * its node); the others follow with ids alone */
+    int rc = cli_mpi_me() == 0 ? prepare_prompts(g, &p, &tk) : CLI_OK;
+    rc = cli_mpi_agree(rc);
     if (rc == CLI_OK)
         rc = gen_open(g, &e);
     if (rc == CLI_OK)

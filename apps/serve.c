@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "generate.h"
+#include "mpi_job.h"
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
@@ -134,7 +135,12 @@ static int open_server(serve_server *s, const serve_opts *o)
     s->o = o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle, NULL);
-    int rc = gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &s->tk);
+    /* under mpirun only process 0 answers, so only it reads the tokenizer (which may exist
+     * only on its node) */
+    int rc = cli_mpi_me() == 0
+                 ? gen_load_tokenizer(o->talk.tokenizer, o->dev.model_path, NULL, &s->tk)
+                 : CLI_OK;
+    rc = cli_mpi_agree(rc);
     if (rc == CLI_OK)
         rc = cli_llm_open(&o->dev, &s->e);
     if (rc != CLI_OK)

@@ -7,7 +7,8 @@
  * logprobs) and pe_score over 20 positions, and checks them against a one-process engine
  * on one device: the same tokens, top-k ids and logprobs within 1e-4, logits within 1e-4
  * of their scale. The other processes follow. Then a grid whose size does not match the
- * processes' devices must be refused on every process, naming the process count.
+ * processes' devices must be refused on every process, naming the process count, and
+ * pe_mpi_agree must give every process the first failure.
  *
  * Not cmocka: a failed check on process 0 must end the whole job (MPI_Abort), or the
  * followers would wait for it forever.
@@ -257,6 +258,28 @@ static void wrong_process_count_is_refused(const char *dir)
         printf("ok: %s\n", pe_last_error());
 }
 
+/* pe_mpi_agree: every process's PE_OK is the job's; else the first failure in process order
+ * is every process's, the others' last error naming its process. */
+static void outcomes_are_agreed(void)
+{
+    if (pe_mpi_agree(PE_OK) != PE_OK)
+        die("pe_mpi_agree: all PE_OK did not agree on PE_OK");
+    const int last = nprocs - 1;
+    pe_status s = pe_mpi_agree(me == last ? PE_EIO : PE_OK);
+    if (s != PE_EIO)
+        die("pe_mpi_agree: process %d's PE_EIO came back as %d", last, (int)s);
+    char want[64];
+    snprintf(want, sizeof want, "process %d of %d failed before the engine", last, nprocs);
+    if (me != last && !strstr(pe_last_error(), want))
+        die("pe_mpi_agree: the message does not name process %d: %s", last, pe_last_error());
+    /* process 0's failure comes first, whatever the later processes say */
+    s = pe_mpi_agree(me == 0 ? PE_EINVAL : me == last ? PE_EIO : PE_OK);
+    if (s != PE_EINVAL)
+        die("pe_mpi_agree: process 0's PE_EINVAL did not come first (%d)", (int)s);
+    if (me == 0)
+        printf("ok: pe_mpi_agree gives every process the first failure\n");
+}
+
 int main(int argc, char **argv)
 {
     if (pe_mpi_init(&argc, &argv, &nprocs, &me) != PE_OK) {
@@ -298,6 +321,7 @@ int main(int argc, char **argv)
         check_grid(llama_dir, llama_vocab, g, one_llama, "llama");
     }
     wrong_process_count_is_refused(llama_dir);
+    outcomes_are_agreed();
     if (me == 0) {
         free(one_gpt2[0].logits);
         free(one_llama[0].logits);

@@ -206,6 +206,13 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out);
 pe_status pe_mpi_init(int *argc, char ***argv, int *nprocs, int *me);
 /* Ends MPI if pe_mpi_init started it (after every engine is destroyed). */
 void pe_mpi_finalize(void);
+/* An agreement across the job's processes outside any engine, for work that only some of
+ * them do before pe_engine_create (process 0 reading prompts that only its node has): every
+ * process passes its outcome s and gets the job's, PE_OK when every s was, else the first
+ * failure in process order. A process other than that one gets pe_last_error "process K of
+ * N failed before the engine (STATUS); its own message says why". Every process of
+ * MPI_COMM_WORLD must call it, from one thread each. In one process (MPI not running): s. */
+pe_status pe_mpi_agree(pe_status s);
 /* On a process other than 0 of a pe_config.mpi engine (after pe_engine_load): runs this
  * process's workers' part of every step process 0 sends, until process 0 destroys its
  * engine (PE_OK) or the job fails (the failure, with its message in

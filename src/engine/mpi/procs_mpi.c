@@ -7,6 +7,7 @@
  * receives what the others send (ctl.h); the engine's threads send directly (MPI is
  * initialized with MPI_THREAD_MULTIPLE).
  */
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,34 @@ void pe_mpi_finalize(void)
     if (started_mpi && !atomic_load(&lost_process)) /* else MPI_Finalize waits for it */
         MPI_Finalize();
     started_mpi = 0;
+}
+
+pe_status pe_mpi_agree(pe_status s)
+{
+    int inited = 0, finalized = 0, n = 1, me = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized)
+        return s;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    /* the smallest (process, status) of a failure is the first in process order; a status
+     * fits in 8 bits (pe_status has a dozen values) */
+    int mine = s == PE_OK ? INT_MAX : me << 8 | (int)s, first = INT_MAX;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        pe_set_last_error("MPI_Allreduce of the processes' outcomes failed (pe_mpi_agree)");
+        return PE_ECOMM;
+    }
+    if (first == INT_MAX)
+        return PE_OK;
+    const pe_status agreed = (pe_status)(first & 0xff);
+    if (first >> 8 != me) {
+        char msg[PE_ERR_LEN];
+        snprintf(msg, sizeof msg, "process %d of %d failed before the engine (%s); its own "
+                 "message says why", first >> 8, n, pe_status_str(agreed));
+        pe_set_last_error(msg);
+    }
+    return agreed;
 }
 
 void ctl_backoff(uint64_t *idle_since)
