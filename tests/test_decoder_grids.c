@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "engine/engine_testing.h"
+#include "test_generate.h"
 #include "test_models.h"
 
 static char gpt2_dir[512], llama_dir[512];
@@ -97,95 +98,31 @@ static pe_engine *grid_engine(const char *dir, int dp, int pp, int tp, const int
     return grid_engine_with(dir, dp, pp, tp, devs, PE_TP_EMBED_VOCAB);
 }
 
-enum { NSEQ = 8, MAXG = 32, MAXPROMPT = 40, TOPK = 5 };
-
 /* The sequences of a run: 8, or 4 under valgrind (the tools' time is short). */
-static int nseq(void) { return tu_small() ? 4 : NSEQ; }
+static int nseq(void) { return tu_small() ? 4 : TG_NSEQ; }
 
-static const size_t prompt_lens[NSEQ] = {1, 40, 7, 25, 12, 18, 3, 31};
-
-typedef struct answers {
-    int ntok[NSEQ];
-    int32_t tok[NSEQ][MAXG];
-    float top[NSEQ][MAXG][TOPK];
-    int32_t top_ids[NSEQ][MAXG][TOPK];
-} answers;
-
-/* How generate samples: greedy; with a temperature, top-k and top-p (TP gathers each
- * rank's top-k candidates); with a temperature and top-p only (TP gathers the rows whole). */
-enum { GREEDY = 0, SAMPLED_TOP_K, SAMPLED_ALL };
-
-/* 8 sequences of different prompt lengths, G tokens each, greedy or sampled (seeded) with
- * top-k logprobs. */
-static void generate(pe_engine *e, int vocab, int G, int sampled, answers *out)
+/* tg_generate, tg_same_answers and tg_score (test_generate.h), failing the test with their
+ * message. */
+static void generate(pe_engine *e, int vocab, int G, tg_sampling how, tg_answers *out)
 {
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < nseq(); i++) {
-        int32_t prompt[MAXPROMPT];
-        tm_tokens(prompt, prompt_lens[i], vocab, 100 + (uint64_t)i);
-        pe_seq_params p;
-        pe_seq_params_init(&p);
-        p.prompt = prompt;
-        p.prompt_len = prompt_lens[i];
-        p.max_tokens = G;
-        p.ignore_eos = 1;
-        p.user = (void *)(intptr_t)i;
-        if (sampled) {
-            p.sampling.temperature = 0.9f;
-            p.sampling.top_k = sampled == SAMPLED_TOP_K ? 40 : 0;
-            p.sampling.top_p = 0.95f;
-            p.sampling.seed = 7 + (uint64_t)i;
-            p.logprobs = TOPK;
-        }
-        uint64_t id;
-        if (pe_seq_submit(e, &p, &id) != PE_OK)
-            fail_msg("pe_seq_submit: %s", pe_last_error());
-    }
-    pe_token_event ev;
-    while (pe_seq_wait(e, &ev) == PE_OK) {
-        int i = (int)(intptr_t)ev.user;
-        assert_true(ev.finish == PE_FINISH_NONE || ev.finish == PE_FINISH_LENGTH);
-        if (ev.token < 0)
-            continue;
-        int k = out->ntok[i]++;
-        assert_true(k < MAXG);
-        out->tok[i][k] = ev.token;
-        for (int j = 0; j < ev.nlogprobs && j < TOPK; j++) {
-            out->top[i][k][j] = ev.top_logprobs[j];
-            out->top_ids[i][k][j] = ev.top_tokens[j];
-        }
-    }
+    char why[TG_WHY];
+    if (!tg_generate(e, vocab, nseq(), G, how, out, why))
+        fail_msg("%s", why);
 }
 
-static void expect_same_answers(const answers *one, const answers *grid, int G,
-                                const char *what)
+static void expect_same_answers(const tg_answers *one, const tg_answers *grid, const char *what)
 {
-    for (int i = 0; i < nseq(); i++) {
-        assert_int_equal(grid->ntok[i], G);
-        for (int k = 0; k < G; k++) {
-            if (grid->tok[i][k] != one->tok[i][k])
-                fail_msg("%s: sequence %d token %d is %d, one device's %d", what, i, k,
-                         grid->tok[i][k], one->tok[i][k]);
-            for (int j = 0; j < TOPK; j++) {
-                assert_int_equal(grid->top_ids[i][k][j], one->top_ids[i][k][j]);
-                if (fabsf(grid->top[i][k][j] - one->top[i][k][j]) > 1e-4f)
-                    fail_msg("%s: sequence %d token %d logprob %d: %g vs one device's %g", what,
-                             i, k, j, (double)grid->top[i][k][j], (double)one->top[i][k][j]);
-            }
-        }
-    }
+    char why[TG_WHY];
+    if (!tg_same_answers(one, grid, why))
+        fail_msg("%s, against one device: %s", what, why);
 }
 
-/* pe_score at every position of a 20-token prompt: (20, vocab) logits. */
 static float *score_all(pe_engine *e, int vocab)
 {
-    enum { N = 20 };
-    int32_t prompt[N];
-    tm_tokens(prompt, N, vocab, 55);
-    float *logits = malloc((size_t)N * (size_t)vocab * sizeof *logits);
-    assert_non_null(logits);
-    if (pe_score(e, prompt, N, 1, logits) != PE_OK)
-        fail_msg("pe_score: %s", pe_last_error());
+    char why[TG_WHY];
+    float *logits = tg_score(e, vocab, why);
+    if (!logits)
+        fail_msg("%s", why);
     return logits;
 }
 
@@ -218,13 +155,13 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
 {
     if (tu_small() && small < 0)
         return;
-    const int G = (int)tu_size(MAXG, 6);
-    static answers one_greedy, one_sampled, one_sampled_all, got;
+    const int G = (int)tu_size(TG_MAXG, 6);
+    static tg_answers one_greedy, one_sampled, one_sampled_all, got;
     static const int single[1] = {0};
     pe_engine *e = grid_engine(dir, 1, 1, 1, single);
-    generate(e, vocab, G, GREEDY, &one_greedy);
-    generate(e, vocab, G, SAMPLED_TOP_K, &one_sampled);
-    generate(e, vocab, G, SAMPLED_ALL, &one_sampled_all);
+    generate(e, vocab, G, TG_GREEDY, &one_greedy);
+    generate(e, vocab, G, TG_SAMPLED_TOP_K, &one_sampled);
+    generate(e, vocab, G, TG_SAMPLED_ALL, &one_sampled_all);
     float *one_logits = score_all(e, vocab);
     pe_engine_destroy(e);
     for (size_t g = 0; g < ngrids; g++) {
@@ -235,22 +172,18 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
                  grids[g].tp);
         e = grid_engine_with(dir, grids[g].dp, grids[g].pp, grids[g].tp, grids[g].devs,
                              embedding);
-        generate(e, vocab, G, GREEDY, &got);
-        expect_same_answers(&one_greedy, &got, G, what);
-        generate(e, vocab, G, SAMPLED_TOP_K, &got);
-        expect_same_answers(&one_sampled, &got, G, what);
+        generate(e, vocab, G, TG_GREEDY, &got);
+        expect_same_answers(&one_greedy, &got, what);
+        generate(e, vocab, G, TG_SAMPLED_TOP_K, &got);
+        expect_same_answers(&one_sampled, &got, what);
         if (!tu_small()) { /* the rows-whole path, which the candidates path shares most of */
-            generate(e, vocab, G, SAMPLED_ALL, &got);
-            expect_same_answers(&one_sampled_all, &got, G, what);
+            generate(e, vocab, G, TG_SAMPLED_ALL, &got);
+            expect_same_answers(&one_sampled_all, &got, what);
         }
         float *logits = score_all(e, vocab);
-        double d = 0, m = 0;
-        for (size_t i = 0; i < (size_t)20 * (size_t)vocab; i++) {
-            d = fmax(d, fabs((double)logits[i] - one_logits[i]));
-            m = fmax(m, fabs((double)one_logits[i]));
-        }
-        if (!(d <= 1e-4 * m))
-            fail_msg("%s: logits differ by %g, scale %g", what, d, m);
+        char why[TG_WHY];
+        if (!tg_same_logits(one_logits, logits, vocab, why))
+            fail_msg("%s, against one device: %s", what, why);
         free(logits);
         pe_engine_destroy(e);
     }
@@ -407,13 +340,13 @@ static void each_worker_holds_its_share_of_the_weights_and_the_kv_cache(void **s
 enum { FAIL_AT_STEP = 5, FAIL_MAX_TOKENS = 60 }; /* 40 + 60 positions fit the context, 128 */
 
 typedef struct endings {
-    int ntok[NSEQ];  /* token events */
-    int finals[NSEQ];
-    pe_finish finish[NSEQ];
-    pe_status status[NSEQ];
+    int ntok[TG_NSEQ]; /* token events */
+    int finals[TG_NSEQ];
+    pe_finish finish[TG_NSEQ];
+    pe_status status[TG_NSEQ];
 } endings;
 
-/* The sequences of generate(), greedy, FAIL_MAX_TOKENS each, submitted while no step runs
+/* The sequences of generate() (prompts seeded 300 on), greedy, FAIL_MAX_TOKENS each, submitted while no step runs
  * (en_allow_steps), so that all of them are in before the failure; then the steps run and
  * every event is taken. */
 static void submit_and_drain(pe_engine *e, int vocab, int failing_replica, int *routed,
@@ -422,12 +355,11 @@ static void submit_and_drain(pe_engine *e, int vocab, int failing_replica, int *
     memset(out, 0, sizeof *out);
     en_allow_steps(e, 0);
     for (int i = 0; i < nseq(); i++) {
-        int32_t prompt[MAXPROMPT];
-        tm_tokens(prompt, prompt_lens[i], vocab, 300 + (uint64_t)i);
+        int32_t prompt[TG_MAXPROMPT];
         pe_seq_params p;
         pe_seq_params_init(&p);
         p.prompt = prompt;
-        p.prompt_len = prompt_lens[i];
+        p.prompt_len = tg_prompt(prompt, i, vocab, 300);
         p.max_tokens = FAIL_MAX_TOKENS;
         p.ignore_eos = 1;
         p.user = (void *)(intptr_t)i;

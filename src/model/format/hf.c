@@ -22,8 +22,7 @@ struct md_hf_entry {
     const st_tensor *t;
 };
 
-/* "<dir>/<name>" in a new string, or NULL. */
-static char *hf_join(const char *dir, const char *name)
+char *md_hf_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
@@ -153,7 +152,7 @@ static pe_status hf_open_files(md_hf *h, const char *const *names, int n, const 
     if (!h->files)
         return pe_fail(err, PE_ENOMEM, "%s: out of memory", h->dir);
     for (int i = 0; i < n; i++) {
-        char *path = hf_join(h->dir, names[i]);
+        char *path = md_hf_path(h->dir, names[i]);
         if (!path)
             return pe_fail(err, PE_ENOMEM, "%s: out of memory", h->dir);
         pe_err e = {{0}};
@@ -309,9 +308,9 @@ pe_status md_hf_open(const char *dir, md_hf *h, pe_err *err)
     while (dl > 1 && dir[dl - 1] == '/')
         dl--;
     h->dir = strndup(dir, dl);
-    h->config_path = h->dir ? hf_join(h->dir, "config.json") : NULL;
-    char *index_path = h->dir ? hf_join(h->dir, HF_INDEX) : NULL;
-    char *single_path = h->dir ? hf_join(h->dir, HF_SINGLE) : NULL;
+    h->config_path = h->dir ? md_hf_path(h->dir, "config.json") : NULL;
+    char *index_path = h->dir ? md_hf_path(h->dir, HF_INDEX) : NULL;
+    char *single_path = h->dir ? md_hf_path(h->dir, HF_SINGLE) : NULL;
     pe_status s = PE_OK;
     if (!h->config_path || !index_path || !single_path)
         s = pe_fail(err, PE_ENOMEM, "%s: out of memory", dir);
@@ -328,7 +327,7 @@ pe_status md_hf_open(const char *dir, md_hf *h, pe_err *err)
         else if (hf_is_file(single_path))
             s = hf_open_single(h, err);
         else {
-            char *bin = hf_join(h->dir, "pytorch_model.bin");
+            char *bin = md_hf_path(h->dir, "pytorch_model.bin");
             int has_bin = bin && hf_is_file(bin);
             free(bin);
             s = pe_fail(err, PE_EIO,

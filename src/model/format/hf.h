@@ -35,6 +35,10 @@ typedef struct md_hf {
 pe_status md_hf_open(const char *dir, md_hf *h, pe_err *err);
 void md_hf_close(md_hf *h);
 
+/* The path of the file name in the model directory dir ("<dir>/<name>"), a new string;
+ * NULL when out of memory. */
+char *md_hf_path(const char *dir, const char *name);
+
 /* The tensor called name, and (if file is not NULL) the shard holding it; NULL if none. */
 const st_tensor *md_hf_find(const md_hf *h, const char *name, const st_file **file);
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kernels/sample.h"
+#include "model/format/hf.h"
 #include "model/format/safetensors.h"
 #include "model/gen/gen.h"
 #include "model/gen/rng.h"
@@ -134,19 +135,10 @@ static void md_gen_split(const md_gen_plan *p, int nshards, size_t esize, int *f
     first[nshards] = p->n;
 }
 
-static char *md_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", dir, name);
-    return s;
-}
-
 /* Removes dir/name if it exists. */
 static pe_status md_gen_remove(const char *dir, const char *name, pe_err *err)
 {
-    char *path = md_join(dir, name);
+    char *path = md_hf_path(dir, name);
     if (!path)
         return pe_fail(err, PE_ENOMEM, "out of memory");
     pe_status s = PE_OK;
@@ -183,7 +175,7 @@ static pe_status md_gen_weights(const pe_gen_spec *sp, const md_gen_plan *p, con
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, N);
         else
             snprintf(name, sizeof name, "model.safetensors");
-        char *path = md_join(dir, name);
+        char *path = md_hf_path(dir, name);
         s = path ? md_gen_write_file(sp, p, first[k], first[k + 1], path, row, err)
                  : pe_fail(err, PE_ENOMEM, "out of memory");
         free(path);
@@ -200,7 +192,7 @@ static pe_status md_gen_weights(const pe_gen_spec *sp, const md_gen_plan *p, con
             s = pe_fail(err, PE_ENOMEM, "out of memory building the index");
         else {
             map = NULL; /* owned by index */
-            char *path = md_join(dir, "model.safetensors.index.json");
+            char *path = md_hf_path(dir, "model.safetensors.index.json");
             s = path ? md_json_write_file(path, index, err)
                      : pe_fail(err, PE_ENOMEM, "out of memory");
             free(path);
@@ -235,7 +227,7 @@ static pe_status md_gen_write(const pe_gen_spec *sp, const char *dir, pe_err *er
     if (s == PE_OK)
         s = md_gen_weights(sp, &p, dir, err);
     if (s == PE_OK) {
-        char *path = md_join(dir, "config.json");
+        char *path = md_hf_path(dir, "config.json");
         s = path ? md_json_write_file(path, p.config, err)
                  : pe_fail(err, PE_ENOMEM, "out of memory");
         free(path);

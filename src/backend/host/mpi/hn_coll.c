@@ -296,15 +296,21 @@ static const float **rows_of(be_comm *c, hb_op op, size_t count)
     return rows;
 }
 
-pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count,
-                               int bad)
+/* allreduce and reduce_scatter: rank c's recv (count) = the sum of its n rows. */
+static pe_status net_sum(be_comm *c, hb_op op, const float *send, float *recv, size_t count,
+                         int bad)
 {
-    hb_op op = HB_OP_ALLREDUCE;
     pe_status s = net_coll(c, op, count, 0, send, recv, bad || !fits(c, op, count));
     if (s != PE_OK || count == 0)
         return s;
     hb_sum_rows(recv, rows_of(c, op, count), c->w->n, count);
     return PE_OK;
+}
+
+pe_status hb_net_allreduce_sum(be_comm *c, const float *send, float *recv, size_t count,
+                               int bad)
+{
+    return net_sum(c, HB_OP_ALLREDUCE, send, recv, count, bad);
 }
 
 pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t count, int bad)
@@ -322,12 +328,7 @@ pe_status hb_net_allgather(be_comm *c, const float *send, float *recv, size_t co
 pe_status hb_net_reduce_scatter(be_comm *c, const float *send, float *recv, size_t count,
                                 int bad)
 {
-    hb_op op = HB_OP_REDUCE_SCATTER;
-    pe_status s = net_coll(c, op, count, 0, send, recv, bad || !fits(c, op, count));
-    if (s != PE_OK || count == 0)
-        return s;
-    hb_sum_rows(recv, rows_of(c, op, count), c->w->n, count);
-    return PE_OK;
+    return net_sum(c, HB_OP_REDUCE_SCATTER, send, recv, count, bad);
 }
 
 pe_status hb_net_broadcast(be_comm *c, float *buf, size_t count, int root, int bad)

@@ -1,0 +1,166 @@
+/* test_generate.h: the runs that the grid tests compare with one device's: up to 8
+ * sequences of seeded prompts of different lengths, generated greedy or sampled with every
+ * token and its top-k logprobs kept; pe_score's logits over 20 positions; and the checks
+ * that two runs agree. Header-only (static), for test_decoder_grids (one process) and
+ * test_mpi_grids (an MPI job).
+ *
+ * These helpers never fail the test themselves: each returns 0 and says why in `why` (TG_WHY
+ * chars), so that test_mpi_grids can end its whole job (MPI_Abort) where test_decoder_grids
+ * fails its cmocka test.
+ */
+#ifndef PE_TEST_GENERATE_H
+#define PE_TEST_GENERATE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pengine/pengine.h"
+#include "test_models.h"
+
+enum { TG_NSEQ = 8, TG_MAXG = 32, TG_MAXPROMPT = 40, TG_TOPK = 5, TG_NSCORE = 20, TG_WHY = 256 };
+
+/* Sequence i's prompt (i < TG_NSEQ): seeded tokens (seed + i), as many as its length of
+ * {1, 40, 7, 25, 12, 18, 3, 31}, which it returns. */
+static inline size_t tg_prompt(int32_t prompt[TG_MAXPROMPT], int i, int vocab, uint64_t seed)
+{
+    static const size_t lens[TG_NSEQ] = {1, 40, 7, 25, 12, 18, 3, 31};
+    tm_tokens(prompt, lens[i], vocab, seed + (uint64_t)i);
+    return lens[i];
+}
+
+/* How tg_generate samples: greedy; with a temperature, top-k and top-p (TP gathers each
+ * rank's top-k candidates); with a temperature and top-p only (TP gathers the rows whole). */
+typedef enum tg_sampling { TG_GREEDY = 0, TG_SAMPLED_TOP_K, TG_SAMPLED_ALL } tg_sampling;
+
+/* The tokens of a run's nseq sequences, G asked of each. */
+typedef struct tg_answers {
+    int nseq, G;
+    int ntok[TG_NSEQ];
+    int32_t tok[TG_NSEQ][TG_MAXG];
+    float top[TG_NSEQ][TG_MAXG][TG_TOPK];       /* top-k logprobs (sampled runs) */
+    int32_t top_ids[TG_NSEQ][TG_MAXG][TG_TOPK]; /* ... and their tokens */
+} tg_answers;
+
+/* nseq sequences (prompts tg_prompt(i, seed 100)), G tokens each (ignoring EOS), sampled
+ * `how` (seed 7 + i) with TG_TOPK logprobs; every event taken. 0: a submit failed, a
+ * sequence ended otherwise than by its length, or got more than G tokens. */
+static inline int tg_generate(pe_engine *e, int vocab, int nseq, int G, tg_sampling how,
+                              tg_answers *out, char why[TG_WHY])
+{
+    memset(out, 0, sizeof *out);
+    out->nseq = nseq;
+    out->G = G;
+    for (int i = 0; i < nseq; i++) {
+        int32_t prompt[TG_MAXPROMPT];
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = tg_prompt(prompt, i, vocab, 100);
+        p.max_tokens = G;
+        p.ignore_eos = 1;
+        p.user = (void *)(intptr_t)i;
+        if (how != TG_GREEDY) {
+            p.sampling.temperature = 0.9f;
+            p.sampling.top_k = how == TG_SAMPLED_TOP_K ? 40 : 0;
+            p.sampling.top_p = 0.95f;
+            p.sampling.seed = 7 + (uint64_t)i;
+            p.logprobs = TG_TOPK;
+        }
+        uint64_t id;
+        if (pe_seq_submit(e, &p, &id) != PE_OK) {
+            snprintf(why, TG_WHY, "pe_seq_submit: %s", pe_last_error());
+            return 0;
+        }
+    }
+    pe_token_event ev;
+    while (pe_seq_wait(e, &ev) == PE_OK) {
+        int i = (int)(intptr_t)ev.user;
+        if (ev.finish != PE_FINISH_NONE && ev.finish != PE_FINISH_LENGTH) {
+            snprintf(why, TG_WHY, "sequence %d ended with finish %d, status %s: %s", i,
+                     (int)ev.finish, pe_status_str(ev.status), pe_engine_last_error(e));
+            return 0;
+        }
+        if (ev.token < 0)
+            continue;
+        int k = out->ntok[i]++;
+        if (k >= G) {
+            snprintf(why, TG_WHY, "sequence %d got more than %d tokens", i, G);
+            return 0;
+        }
+        out->tok[i][k] = ev.token;
+        for (int j = 0; j < ev.nlogprobs && j < TG_TOPK; j++) {
+            out->top[i][k][j] = ev.top_logprobs[j];
+            out->top_ids[i][k][j] = ev.top_tokens[j];
+        }
+    }
+    return 1;
+}
+
+/* got has G tokens a sequence, the reference one's, with its top-k ids and logprobs within
+ * 1e-4. */
+static inline int tg_same_answers(const tg_answers *one, const tg_answers *got, char why[TG_WHY])
+{
+    for (int i = 0; i < one->nseq; i++) {
+        if (got->ntok[i] != one->G) {
+            snprintf(why, TG_WHY, "sequence %d got %d tokens, not %d", i, got->ntok[i], one->G);
+            return 0;
+        }
+        for (int k = 0; k < one->G; k++) {
+            if (got->tok[i][k] != one->tok[i][k]) {
+                snprintf(why, TG_WHY, "sequence %d token %d is %d, the reference's %d", i, k,
+                         got->tok[i][k], one->tok[i][k]);
+                return 0;
+            }
+            for (int j = 0; j < TG_TOPK; j++)
+                if (got->top_ids[i][k][j] != one->top_ids[i][k][j] ||
+                    fabsf(got->top[i][k][j] - one->top[i][k][j]) > 1e-4f) {
+                    snprintf(why, TG_WHY, "sequence %d token %d logprob %d: %d %g, the "
+                             "reference's %d %g", i, k, j, got->top_ids[i][k][j],
+                             (double)got->top[i][k][j], one->top_ids[i][k][j],
+                             (double)one->top[i][k][j]);
+                    return 0;
+                }
+        }
+    }
+    return 1;
+}
+
+/* pe_score at every position of a TG_NSCORE-token prompt (seed 55): (TG_NSCORE, vocab)
+ * logits, to free; NULL when out of memory or pe_score failed. */
+static inline float *tg_score(pe_engine *e, int vocab, char why[TG_WHY])
+{
+    int32_t prompt[TG_NSCORE];
+    tm_tokens(prompt, TG_NSCORE, vocab, 55);
+    float *logits = malloc((size_t)TG_NSCORE * (size_t)vocab * sizeof *logits);
+    if (!logits) {
+        snprintf(why, TG_WHY, "out of memory for the logits");
+        return NULL;
+    }
+    if (pe_score(e, prompt, TG_NSCORE, 1, logits) != PE_OK) {
+        snprintf(why, TG_WHY, "pe_score: %s", pe_last_error());
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+/* tg_score's logits within 1e-4 of their scale (the largest |one|) of the reference's. */
+static inline int tg_same_logits(const float *one, const float *got, int vocab,
+                                 char why[TG_WHY])
+{
+    double d = 0, scale = 0;
+    for (size_t i = 0; i < (size_t)TG_NSCORE * (size_t)vocab; i++) {
+        d = fmax(d, fabs((double)got[i] - one[i]));
+        scale = fmax(scale, fabs((double)one[i]));
+    }
+    if (!(d <= 1e-4 * scale)) {
+        snprintf(why, TG_WHY, "pe_score's logits differ by %g, scale %g", d, scale);
+        return 0;
+    }
+    return 1;
+}
+
+#endif
