@@ -17,19 +17,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "test_mpi_check.h"
 
 static int P, ME;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "[process %d] %s:%d: check failed: %s: ", ME, __FILE__,       \
-                    __LINE__, #cond);                                                     \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                 \
-        }                                                                                 \
-    } while (0)
 
 /* Every process opens device `id` for its one rank and asks for a P-rank communicator. */
 static pe_status create_one_rank_each(const be_ops *ops, int id, be_device **dev, be_comm **out,

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "test_mpi_check.h"
 #include "test_util.h"
 
 #include "backend/backend.h"
@@ -33,17 +34,6 @@
 
 static const be_ops *ops;
 static int P, ME; /* processes, this one */
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "[process %d] %s:%d: check failed: %s: ", ME, __FILE__,       \
-                    __LINE__, #cond);                                                     \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                 \
-        }                                                                                 \
-    } while (0)
 
 /* A call that must succeed; on failure the device's message says why. */
 #define OK(dev, call)                                                                     \
