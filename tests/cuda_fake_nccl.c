@@ -305,11 +305,16 @@ static ncclResult_t split_wait(pending_call *p)
     int rc = 0;
     while (w->split_gen == p->gen0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
-    ncclResult_t res = w->split_gen == p->gen0
-                           ? fail(ncclInvalidUsage, "ncclCommSplit: not every rank of the "
-                                  "communicator split; NCCL would wait for the others forever")
-                       : w->split_result != ncclSuccess ? fail(w->split_result, w->split_msg)
-                                                        : ncclSuccess;
+    ncclResult_t res;
+    if (w->split_gen == p->gen0) { /* given up: the request leaves, so no late split writes
+                                    * into handles the caller has freed by then */
+        w->split[p->parent->rank] = (split_req){0, 0, NULL};
+        w->split_asked--;
+        res = fail(ncclInvalidUsage, "ncclCommSplit: not every rank of the communicator "
+                   "split; NCCL would wait for the others forever");
+    } else {
+        res = w->split_result != ncclSuccess ? fail(w->split_result, w->split_msg) : ncclSuccess;
+    }
     pthread_mutex_unlock(&w->mu);
     return res;
 }
@@ -379,8 +384,9 @@ static ncclResult_t join_ask(const ncclUniqueId *id, int n, int rank, int dev, n
     return res;
 }
 
-/* Waits until j's communicator is made (or never will be); the last rank to leave frees j. */
-static ncclResult_t join_wait(fake_join *j)
+/* Waits until j's communicator is made (or never will be: then rank leaves it, so no late
+ * join writes into its handle); the last rank to leave frees j. */
+static ncclResult_t join_wait(fake_join *j, int rank)
 {
     struct timespec until = deadline();
     pthread_mutex_lock(&joins_mu);
@@ -391,7 +397,11 @@ static ncclResult_t join_wait(fake_join *j)
                                        "the id joined; NCCL would wait for the others forever")
                        : j->result != ncclSuccess ? fail(j->result, j->msg)
                                                   : ncclSuccess;
-    if (j->done && ++j->left == j->n) {
+    if (!j->done) {
+        j->outs[rank] = NULL;
+        j->joined--;
+    }
+    if (j->done ? ++j->left == j->n : j->joined == 0) {
         fake_join **at = &joins;
         while (*at != j)
             at = &(*at)->next;
@@ -444,7 +454,8 @@ ncclResult_t ncclGroupEnd(void)
     if (res != ncclSuccess)
         asked--; /* the failed one holds nothing */
     for (int i = 0; i < asked; i++) {
-        ncclResult_t r = pending[i].parent ? split_wait(&pending[i]) : join_wait(pending[i].join);
+        ncclResult_t r = pending[i].parent ? split_wait(&pending[i])
+                                           : join_wait(pending[i].join, pending[i].rank);
         if (res == ncclSuccess)
             res = r;
     }

@@ -21,6 +21,12 @@ pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err)
     return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
 }
 
+pe_status cb_nccl_prepare(cb_group *g, pe_err *err)
+{
+    (void)g;
+    return pe_fail(err, PE_ECOMM, "the fake runtime has no NCCL");
+}
+
 pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
 {
     (void)g, (void)id;

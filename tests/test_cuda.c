@@ -28,10 +28,11 @@
  *   host's rank-order float sum), on NCCL with one rank on GPU 0 (with a split and an
  *   abort: the NCCL a one-GPU machine can run) and when two distinct GPUs exist, and the
  *   peer path across distinct GPUs (PE_CUDA_COMM=peer);
- * - NCCL over processes (cb_comm_join, what comm_create_procs does after the MPI_Bcast of
- *   the id), with two processes simulated by threads that see only their own ranks: the
- *   world, groups split inside and across processes, send/recv and the barrier between
- *   them; a GPU serving two workers of a process refused;
+ * - NCCL over processes (cb_comm_prepare and cb_comm_join, what comm_create_procs does
+ *   around the MPI_Bcast of the id), with two processes simulated by threads that see only
+ *   their own ranks: the world, groups split inside and across processes, send/recv
+ *   between them, and a barrier on each group that nobody leaves before all arrived; a
+ *   GPU serving two workers of a process refused before NCCL;
  * - errors name the call and the device; abort wakes a blocked rank.
  */
 #include "test_util.h"
@@ -1738,7 +1739,8 @@ static void nccl_collectives_on_distinct_gpus(void **state)
 #ifdef PE_HAVE_CUDA
 /* ---- NCCL over processes, two simulated in this one: ranks [0, per) are process 0's and
  * [per, 2 per) process 1's. Each process's first rank thread does what cb_procs.c does
- * once the id is shared (cb_comm_join of its own ranks, then the engine's splits, NULL for
+ * around the shared id (cb_comm_prepare and cb_comm_join of its own ranks, then the
+ * engine's splits, NULL for
  * the other process's ranks), concurrently with the other process's. ---- */
 enum { PROCS_N = 4, PROCS_PER = 2, PROCS_COUNT = 1000 };
 
@@ -1751,6 +1753,7 @@ typedef struct procs_harness {
     pe_status st[PROCS_N];
     char msg[PROCS_N][PE_ERR_LEN];
     pe_status refused; /* process 0's split with another process's rank in it */
+    atomic_int at_world, at_inside[2], at_across[2]; /* ranks that reached each barrier */
     float world_sum[PROCS_N][PROCS_COUNT], inside_sum[PROCS_N][PROCS_COUNT];
     float across_all[PROCS_N][2 * PROCS_COUNT], received[PROCS_N][PROCS_COUNT];
 } procs_harness;
@@ -1782,7 +1785,10 @@ static void procs_make(procs_harness *h, int r)
     pe_err err = {{0}};
     for (int q = lo; q < lo + PROCS_PER; q++)
         view[q] = h->devs[q];
-    pe_status s = cb_comm_join(view, PROCS_N, &h->id, world, &err);
+    cb_group *g = NULL;
+    pe_status s = cb_comm_prepare(view, PROCS_N, &g, &err);
+    if (s == PE_OK)
+        s = cb_comm_join(g, &h->id, world, &err);
     if (s == PE_OK && p == 0) { /* an entry for a rank of process 1: refused */
         be_comm *wrong[PROCS_N] = {world[0], world[1], world[0], NULL};
         for (int q = 0; q < PROCS_N; q++)
@@ -1843,7 +1849,19 @@ static void procs_body(procs_harness *h, int r)
     }
     procs_record(h, r, ops->synchronize(d), "synchronize");
     procs_record(h, r, ops->copy_d2h(d, h->received[r], b, bytes), "copy_d2h");
-    procs_record(h, r, ops->barrier(h->world[r]), "barrier over processes");
+    /* every barrier: nobody leaves before each rank of its group arrived */
+    atomic_fetch_add(&h->at_world, 1);
+    procs_record(h, r, ops->barrier(h->world[r]), "world barrier");
+    if (atomic_load(&h->at_world) != PROCS_N)
+        procs_record(h, r, PE_EINTERNAL, "left the world barrier early");
+    atomic_fetch_add(&h->at_inside[r / PROCS_PER], 1);
+    procs_record(h, r, ops->barrier(h->inside[r]), "barrier inside a process");
+    if (atomic_load(&h->at_inside[r / PROCS_PER]) != PROCS_PER)
+        procs_record(h, r, PE_EINTERNAL, "left the barrier inside a process early");
+    atomic_fetch_add(&h->at_across[r % PROCS_PER], 1);
+    procs_record(h, r, ops->barrier(h->across[r]), "barrier across processes");
+    if (atomic_load(&h->at_across[r % PROCS_PER]) != PROCS_N / PROCS_PER)
+        procs_record(h, r, PE_EINTERNAL, "left the barrier across processes early");
 out:
     ops->free(d, a);
     ops->free(d, b);
@@ -1893,6 +1911,11 @@ static void nccl_across_two_simulated_processes(void **state)
     static const int gpus[PROCS_N] = {0, 1, 2, 3};
     procs_harness *h = calloc(1, sizeof *h);
     assert_non_null(h);
+    atomic_init(&h->at_world, 0);
+    for (int i = 0; i < 2; i++) {
+        atomic_init(&h->at_inside[i], 0);
+        atomic_init(&h->at_across[i], 0);
+    }
     h->ids = gpus;
     pe_err err = {{0}};
     assert_int_equal(cb_nccl_new_id(&h->id, &err), PE_OK);
@@ -1932,7 +1955,8 @@ static void nccl_across_two_simulated_processes(void **state)
 }
 
 /* A GPU serving two workers of one process cannot join NCCL over processes (NCCL refuses
- * it twice, and the peer path does not leave the process): refused before NCCL. */
+ * it twice, and the peer path does not leave the process): refused before NCCL, whether
+ * both workers are ranks of this communicator or one serves elsewhere in the process. */
 static void nccl_over_processes_refuses_a_gpu_twice_in_a_process(void **state)
 {
     (void)state;
@@ -1941,15 +1965,19 @@ static void nccl_over_processes_refuses_a_gpu_twice_in_a_process(void **state)
     pe_err err = {{0}};
     assert_int_equal(ops->open(0, &d[0], &err), PE_OK);
     assert_int_equal(ops->open(0, &d[1], &err), PE_OK);
-    be_device *view[4] = {d[0], d[1], NULL, NULL};
-    be_comm *out[4] = {NULL, NULL, NULL, NULL};
-    cb_nccl_id id;
-    assert_int_equal(cb_nccl_new_id(&id, &err), PE_OK);
-    assert_int_equal(cb_comm_join(view, 4, &id, out, &err), PE_EINVAL);
+    be_device *both[4] = {d[0], d[1], NULL, NULL}, *one[4] = {d[0], NULL, NULL, NULL};
+    cb_group *g = NULL;
+    assert_int_equal(cb_comm_prepare(both, 4, &g, &err), PE_EINVAL);
     assert_non_null(strstr(err.msg, "CUDA device 0 serves 2 workers"));
-    assert_null(out[0]);
-    ops->close(d[0]);
+    assert_null(g);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(cb_comm_prepare(one, 4, &g, &err), PE_EINVAL); /* d[1] is open too */
+    assert_non_null(strstr(err.msg, "CUDA device 0 serves 2 workers"));
+    assert_null(g);
     ops->close(d[1]);
+    assert_int_equal(cb_comm_prepare(one, 4, &g, &err), PE_OK); /* now it serves one */
+    cb_comm_unprepare(g);
+    ops->close(d[0]);
 }
 #endif
 

@@ -6,7 +6,8 @@
  * runs here is the MPI part that precedes NCCL: the processes compare where their GPUs are
  * and refuse alike, naming both ranks, when two of them would share one GPU (what a one-GPU
  * machine gives `mpirun -np 2 pengine --backend cuda --gpus 0`), instead of one process
- * failing inside ncclCommInitRank and the others waiting there. One process alone makes a
+ * failing inside ncclCommInitRank and the others waiting there; an engine whose processes
+ * chose different backends is refused on every process. One process alone makes a
  * plain communicator (the in-process path) and runs an all-reduce on it. NCCL itself across
  * processes is tested in test_cuda (nccl_across_two_simulated_processes) with the
  * processes simulated by threads.
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "pengine/pengine.h"
 #include "test_mpi_check.h"
 
 static int P, ME;
@@ -52,6 +54,26 @@ static void a_gpu_shared_by_two_processes_is_refused_by_every_process(const be_o
         printf("refused on every process: %s\n", err.msg);
 }
 
+/* --backend auto picks on each node: a node without a usable GPU would take the host while
+ * the others take CUDA, and their communicators' calls would not match. The engine refuses
+ * the mix on every process before any communicator. */
+static void mixed_backends_are_refused_by_every_process(void)
+{
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.mpi = 1;
+    cfg.backend = ME == 0 ? PE_BACKEND_HOST : PE_BACKEND_CUDA;
+    cfg.devices = (int[]){ME}; /* distinct GPUs (and host devices) */
+    cfg.ndevices = 1;
+    cfg.pp = P;
+    pe_engine *e = NULL;
+    pe_status s = pe_engine_create(&cfg, &e);
+    CHECK(s == PE_EINVAL && e == NULL, "got %s", pe_status_str(s));
+    CHECK(strstr(pe_last_error(), "process 0 runs the host backend but process 1 the cuda one") &&
+              strstr(pe_last_error(), "same --backend"),
+          "the message names the processes and the fix: %s", pe_last_error());
+}
+
 static void one_process_makes_a_plain_communicator(const be_ops *ops)
 {
     be_device *dev = NULL;
@@ -81,8 +103,10 @@ int main(int argc, char **argv)
     CHECK(ops && ops->comm_create_procs, "the CUDA backend spans processes in an MPI build");
     if (P == 1)
         one_process_makes_a_plain_communicator(ops);
-    else
+    else {
         a_gpu_shared_by_two_processes_is_refused_by_every_process(ops);
+        mixed_backends_are_refused_by_every_process();
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     if (ME == 0)
         printf("test_cuda_mpi: %d process(es): ok\n", P);

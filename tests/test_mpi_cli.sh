@@ -119,7 +119,7 @@ refused() {
 run=(generate --model "$dir/model" --backend host --pp 2 --gpus 0)
 refused missing_prompts "pengine\[process 0\]: error: cannot open --prompts absent.txt (No such file or directory); give a text file" \
   "${run[@]}" --tokenizer tok.json --prompts absent.txt
-grep -q "pengine\[process 1\]: error: process 0 of 2 failed before the engine" \
+grep -q "pengine\[process 1\]: error: process 0 of 2 failed (PE_" \
   "$dir/missing_prompts.err" || fail "missing_prompts: process 1 did not point at process 0"
 refused bad_tokenizer "pengine\[process 0\]: error: --tokenizer: bad.json is not valid JSON" \
   "${run[@]}" --tokenizer bad.json --prompt hi

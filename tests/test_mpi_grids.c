@@ -174,7 +174,7 @@ static void outcomes_are_agreed(void)
     if (s != PE_EIO)
         die("pe_mpi_agree: process %d's PE_EIO came back as %d", last, (int)s);
     char want[64];
-    snprintf(want, sizeof want, "process %d of %d failed before the engine", last, nprocs);
+    snprintf(want, sizeof want, "process %d of %d failed (", last, nprocs);
     if (me != last && !strstr(pe_last_error(), want))
         die("pe_mpi_agree: the message does not name process %d: %s", last, pe_last_error());
     /* process 0's failure comes first, whatever the later processes say */

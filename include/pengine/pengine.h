@@ -210,7 +210,7 @@ void pe_mpi_finalize(void);
  * them do before pe_engine_create (process 0 reading prompts that only its node has): every
  * process passes its outcome s and gets the job's, PE_OK when every s was, else the first
  * failure in process order. A process other than that one gets pe_last_error "process K of
- * N failed before the engine (STATUS); its own message says why". Every process of
+ * N failed (STATUS); its own message says why". Every process of
  * MPI_COMM_WORLD must call it, from one thread each. In one process (MPI not running): s. */
 pe_status pe_mpi_agree(pe_status s);
 /* On a process other than 0 of a pe_config.mpi engine (after pe_engine_load): runs this

@@ -264,6 +264,8 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
                     "processes; rebuild with PE_WITH_MPI=ON", e->ops->name);
     if (e->procs.ctl) /* a process that got here fails with the others, or all go on */
         s = en_procs_agree(e, s, &err);
+    if (s == PE_OK && e->procs.ctl) /* one backend on every node, or their calls mismatch */
+        s = en_procs_same_backend(e, &err);
     if (s == PE_OK) {
         e->devices = malloc((size_t)e->world * sizeof(int));
         e->workers = calloc((size_t)e->world, sizeof(en_worker));

@@ -51,6 +51,9 @@ pe_status en_procs_layout(pe_engine *e, pe_err *err);
 /* Every process's outcome of a phase (create, load): the first failure, in process order,
  * with its message, becomes every process's (so that all stop, or all go on). */
 pe_status en_procs_agree(pe_engine *e, pe_status s, pe_err *err);
+/* Whether every process selected the same backend (--backend auto picks on each node):
+ * PE_EINVAL on every process naming the first that differs from process 0. */
+pe_status en_procs_same_backend(pe_engine *e, pe_err *err);
 /* After load: the other processes' workers' weight bytes and cores, for pe_engine_info. */
 pe_status en_procs_share_loaded(pe_engine *e, pe_err *err);
 /* Starts the control thread (after load). */

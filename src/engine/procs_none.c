@@ -37,6 +37,12 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
     return PE_OK;
 }
 
+pe_status en_procs_same_backend(pe_engine *e, pe_err *err)
+{
+    (void)e, (void)err;
+    return PE_OK;
+}
+
 pe_status en_procs_layout(pe_engine *e, pe_err *err)
 {
     (void)err;

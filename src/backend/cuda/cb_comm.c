@@ -106,14 +106,13 @@ pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *e
     return PE_OK;
 }
 
-pe_status cb_comm_join(be_device *const *devs, int n, const cb_nccl_id *id, be_comm **out,
-                       pe_err *err)
+pe_status cb_comm_prepare(be_device *const *devs, int n, cb_group **out, pe_err *err)
 {
-    if (n < 1 || !devs || !id || !out)
-        return pe_fail(err, PE_EINVAL, "comm_join: need n >= 1 ranks and non-NULL arrays");
+    *out = NULL;
+    if (n < 1 || !devs)
+        return pe_fail(err, PE_EINVAL, "comm_prepare: need n >= 1 ranks and a device array");
     int nlocal = 0;
     for (int r = 0; r < n; r++) {
-        out[r] = NULL;
         if (!devs[r])
             continue;
         nlocal++;
@@ -130,19 +129,40 @@ pe_status cb_comm_join(be_device *const *devs, int n, const cb_nccl_id *id, be_c
                            devs[r]->id, here > workers ? here : workers);
     }
     if (nlocal == 0)
-        return pe_fail(err, PE_EINVAL, "comm_join: none of the %d ranks is in this process", n);
+        return pe_fail(err, PE_EINVAL, "comm_prepare: none of the %d ranks is in this process",
+                       n);
     cb_group *g;
     pe_status s = group_new(devs, n, &g, err);
     if (s != PE_OK)
         return s;
     g->path = BE_COMM_NCCL;
-    s = cb_nccl_join(g, id, err);
+    s = cb_nccl_prepare(g, err);
     if (s != PE_OK) {
-        group_free(g);
+        cb_comm_unprepare(g);
         return s;
     }
-    for (int r = 0; r < n; r++)
-        if (devs[r])
+    *out = g;
+    return PE_OK;
+}
+
+void cb_comm_unprepare(cb_group *g)
+{
+    if (g)
+        group_destroy(g); /* no communicator yet: only the words and the handles' array */
+}
+
+pe_status cb_comm_join(cb_group *g, const cb_nccl_id *id, be_comm **out, pe_err *err)
+{
+    for (int r = 0; r < g->n; r++)
+        out[r] = NULL;
+    pe_status s = cb_nccl_join(g, id, err);
+    if (s != PE_OK) {
+        atomic_store(&g->aborted, 1); /* half-made communicators are aborted, not finalized */
+        group_destroy(g);
+        return s;
+    }
+    for (int r = 0; r < g->n; r++)
+        if (g->ranks[r].dev)
             out[r] = &g->ranks[r];
     return PE_OK;
 }
@@ -218,8 +238,10 @@ pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_co
     for (int gi = 0; gi < ngroups; gi++) {
         if (!groups[gi])
             continue;
-        if (s != PE_OK)
+        if (s != PE_OK) { /* half-made communicators are aborted, not finalized */
+            atomic_store(&groups[gi]->aborted, 1);
             group_destroy(groups[gi]); /* a NULL nccl/peer part is skipped */
+        }
         else
             for (int r = 0; r < n; r++)
                 if (group[r] == gi && parent->ranks[r].dev)

@@ -46,20 +46,28 @@ typedef struct cb_nccl_id {
     char bytes[128]; /* NCCL_UNIQUE_ID_BYTES */
 } cb_nccl_id;
 
-/* comm_create for this process's ranks of an n-rank communicator spanning processes:
- * devs[r] is rank r's device here, NULL where another process holds it, and every process
- * calls it with the same id (the ranks are joined by ncclCommInitRank, all of this
- * process's in one NCCL group call). out[r] is rank r's handle, NULL elsewhere. Each
- * local device must serve exactly one worker of this process (NCCL refuses a GPU twice
- * in one communicator, and the peer path cannot leave the process). */
-pe_status cb_comm_join(be_device *const *devs, int n, const cb_nccl_id *id, be_comm **out,
-                       pe_err *err);
+/* comm_create for this process's ranks of an n-rank communicator spanning processes, in
+ * two steps, so that every local check and allocation can fail (and the processes agree
+ * on it) before NCCL is called, which would leave the other processes waiting in it:
+ * cb_comm_prepare: devs[r] is rank r's device here, NULL where another process holds it;
+ *   each local device must serve exactly one worker of this process (NCCL refuses a GPU
+ *   twice in one communicator, and the peer path cannot leave the process). *out: the
+ *   group, without communicators.
+ * cb_comm_join: every process calls it with the same id; this process's ranks join with
+ *   ncclCommInitRank, all in one NCCL group call. out[r] is rank r's handle, NULL
+ *   elsewhere. On failure the group is freed.
+ * cb_comm_unprepare frees a prepared group that will not join. */
+pe_status cb_comm_prepare(be_device *const *devs, int n, cb_group **out, pe_err *err);
+pe_status cb_comm_join(cb_group *g, const cb_nccl_id *id, be_comm **out, pe_err *err);
+void cb_comm_unprepare(cb_group *g);
 
 /* ---- NCCL (cb_nccl.c) ---- */
 pe_status cb_nccl_create(cb_group *g, be_device *const *devs, pe_err *err);
 /* A fresh id (ncclGetUniqueId) for a communicator that ranks will join with cb_comm_join. */
 pe_status cb_nccl_new_id(cb_nccl_id *id, pe_err *err);
-/* The NCCL part of cb_comm_join: g's local ranks join, in one NCCL group call. */
+/* The NCCL parts of cb_comm_prepare (the handles and the barrier words) and cb_comm_join
+ * (g's local ranks join, in one NCCL group call). */
+pe_status cb_nccl_prepare(cb_group *g, pe_err *err);
 pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err);
 /* ncclCommSplit of every local rank of parent in one NCCL group call: parent rank r becomes
  * rank sub[r] of groups[group[r]], whose nccl part it fills (a group with no local rank is

@@ -28,8 +28,8 @@
 
 struct cb_nccl {
     ncclComm_t *comms; /* (n); NULL for the ranks of other processes */
-    float **scratch;   /* (n) one float on each local rank's GPU for a barrier over
-                        * processes (cb_nccl_join), else NULL */
+    float **scratch;   /* (n) one float on each local rank's GPU, for the barrier of a
+                        * group that spans processes (NULL entries otherwise) */
 };
 
 _Static_assert(sizeof(ncclUniqueId) == sizeof(cb_nccl_id), "cb_nccl_id is NCCL's id");
@@ -112,7 +112,9 @@ pe_status cb_nccl_new_id(cb_nccl_id *id, pe_err *err)
     return PE_OK;
 }
 
-pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
+/* g's NCCL part with no communicator yet: the handles, and for a group that spans
+ * processes one float on each local rank's GPU for the barrier. */
+static pe_status nccl_part_new(cb_group *g, pe_err *err)
 {
     struct cb_nccl *x = calloc(1, sizeof *x);
     if (x) {
@@ -120,12 +122,16 @@ pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
         x->scratch = calloc((size_t)g->n, sizeof *x->scratch);
     }
     if (!x || !x->comms || !x->scratch) {
-        if (x)
+        if (x) {
             free(x->comms);
+            free(x->scratch);
+        }
         free(x);
-        return pe_fail(err, PE_ENOMEM, "comm_create_procs: out of host memory");
+        return pe_fail(err, PE_ENOMEM, "NCCL communicator: out of host memory");
     }
     g->nccl = x; /* from here on, cb_nccl_destroy frees what was made */
+    if (g->nlocal == g->n)
+        return PE_OK;
     int prev = 0;
     (void)cudaGetDevice(&prev);
     pe_status s = PE_OK;
@@ -138,38 +144,43 @@ pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
         if (e != cudaSuccess)
             s = cb_cuda_fail(err, e, "cudaMalloc (barrier word)", g->ids[r]);
     }
+    (void)cudaSetDevice(prev);
+    return s;
+}
+
+pe_status cb_nccl_prepare(cb_group *g, pe_err *err) { return nccl_part_new(g, err); }
+
+pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
+{
+    struct cb_nccl *x = g->nccl;
     ncclUniqueId u;
     memcpy(&u, id->bytes, sizeof u);
+    int prev = 0;
+    (void)cudaGetDevice(&prev);
     /* One thread joins every local rank: inside one NCCL group, or the first
      * ncclCommInitRank would wait for the ranks this thread has not reached yet. */
-    ncclResult_t r = ncclSuccess;
-    if (s == PE_OK) {
-        r = ncclGroupStart();
-        for (int k = 0; k < g->n && r == ncclSuccess; k++) {
-            if (g->ids[k] < 0)
-                continue;
-            (void)cudaSetDevice(g->ids[k]); /* NCCL takes the current device */
-            r = ncclCommInitRank(&x->comms[k], g->n, u, k);
-        }
-        ncclResult_t r2 = ncclGroupEnd();
-        if (r == ncclSuccess)
-            r = r2;
+    ncclResult_t r = ncclGroupStart();
+    for (int k = 0; k < g->n && r == ncclSuccess; k++) {
+        if (g->ids[k] < 0)
+            continue;
+        (void)cudaSetDevice(g->ids[k]); /* NCCL takes the current device */
+        r = ncclCommInitRank(&x->comms[k], g->n, u, k);
     }
-    if (s == PE_OK && r != ncclSuccess) {
-        char ids[128];
-        list_ids(g, ids, sizeof ids);
-        const char *detail = ncclGetLastError(NULL);
-        s = pe_fail(err, PE_ECOMM,
-                    "ncclCommInitRank of %d of the %d ranks on CUDA devices %s of this process "
-                    "failed: %s%s%s; every process must join with the same id (check that "
-                    "the nodes reach each other: NCCL_SOCKET_IFNAME, NCCL_DEBUG=WARN)",
-                    g->nlocal, g->n, ids, ncclGetErrorString(r),
-                    detail && *detail ? "; NCCL says: " : "", detail ? detail : "");
-    }
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
     (void)cudaSetDevice(prev);
-    if (s != PE_OK)
-        cb_nccl_destroy(g); /* aborts what joined; frees the words */
-    return s;
+    if (r == ncclSuccess)
+        return PE_OK;
+    char ids[128];
+    list_ids(g, ids, sizeof ids);
+    const char *detail = ncclGetLastError(NULL);
+    return pe_fail(err, PE_ECOMM,
+                   "ncclCommInitRank of %d of the %d ranks on CUDA devices %s of this process "
+                   "failed: %s%s%s; every process must join with the same id (check that the "
+                   "nodes reach each other: NCCL_SOCKET_IFNAME, NCCL_DEBUG=WARN)",
+                   g->nlocal, g->n, ids, ncclGetErrorString(r),
+                   detail && *detail ? "; NCCL says: " : "", detail ? detail : "");
 }
 
 pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, const int *sub,
@@ -179,19 +190,9 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
     for (int r = 0; r < n; r++)
         ngroups = group[r] + 1 > ngroups ? group[r] + 1 : ngroups;
     pe_status s = PE_OK;
-    for (int gi = 0; gi < ngroups && s == PE_OK; gi++) {
-        if (!groups[gi]) /* only other processes' ranks */
-            continue;
-        struct cb_nccl *x = calloc(1, sizeof *x);
-        if (x)
-            x->comms = calloc((size_t)groups[gi]->n, sizeof *x->comms);
-        if (!x || !x->comms) {
-            free(x);
-            s = pe_fail(err, PE_ENOMEM, "comm_split: out of host memory");
-        } else {
-            groups[gi]->nccl = x;
-        }
-    }
+    for (int gi = 0; gi < ngroups && s == PE_OK; gi++)
+        if (groups[gi]) /* NULL: only other processes' ranks */
+            s = nccl_part_new(groups[gi], err);
     if (s != PE_OK)
         return s; /* the caller destroys the groups; a NULL comm is skipped */
     /* One thread splits every local rank: inside one NCCL group, or the first call would
@@ -371,5 +372,8 @@ pe_status cb_nccl_barrier(be_comm *c)
     if (s != PE_OK)
         return s;
     cudaError_t e = cudaStreamSynchronize(c->dev->stream);
-    return e == cudaSuccess ? PE_OK : cb_cuda_fail(&c->dev->err, e, "barrier", c->dev->id);
+    if (e != cudaSuccess)
+        return cb_cuda_fail(&c->dev->err, e, "barrier", c->dev->id);
+    /* a revoke ends the all-reduce early, without the peers */
+    return atomic_load(&c->g->aborted) ? cb_comm_aborted(c, "barrier") : PE_OK;
 }

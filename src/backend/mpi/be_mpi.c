@@ -1,5 +1,7 @@
 /* be_mpi.c: the MPI state communicators over processes need (be_mpi.h). */
-#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/mpi/be_mpi.h"
 
@@ -21,4 +23,29 @@ pe_status be_mpi_check(const be_procs *procs, pe_err *err)
         return pe_fail(err, PE_EINVAL, "comm_create_procs: procs says process %d of %d but "
                        "MPI_COMM_WORLD says %d of %d", procs->me, procs->nprocs, me, size);
     return PE_OK;
+}
+
+pe_status be_mpi_agree(MPI_Comm comm, int nprocs, int me, pe_status s, pe_err *err)
+{
+    int *all = malloc((size_t)nprocs * sizeof *all);
+    int mine = (int)s, first = -1;
+    if (!all || MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, comm) != MPI_SUCCESS) {
+        free(all);
+        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' outcomes failed");
+    }
+    for (int q = 0; q < nprocs && first < 0; q++)
+        if (all[q] != PE_OK)
+            first = q;
+    pe_status agreed = first < 0 ? PE_OK : (pe_status)all[first];
+    free(all);
+    if (first < 0)
+        return PE_OK;
+    char msg[PE_ERR_LEN];
+    memcpy(msg, err->msg, sizeof msg);
+    if (MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "(its message was lost: MPI_Bcast failed)");
+    msg[sizeof msg - 1] = '\0';
+    if (first != me)
+        pe_fail(err, agreed, "process %d of %d: %s", first, nprocs, msg);
+    return agreed;
 }

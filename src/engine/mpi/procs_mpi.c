@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/mpi/be_mpi.h"
 #include "engine/mpi/ctl.h"
 #include "engine/procs.h"
 #include "runtime/clock.h"
@@ -85,8 +86,8 @@ pe_status pe_mpi_agree(pe_status s)
     const pe_status agreed = (pe_status)(first & 0xff);
     if (first >> 8 != me) {
         char msg[PE_ERR_LEN];
-        snprintf(msg, sizeof msg, "process %d of %d failed before the engine (%s); its own "
-                 "message says why", first >> 8, n, pe_status_str(agreed));
+        snprintf(msg, sizeof msg, "process %d of %d failed (%s); its own message says why",
+                 first >> 8, n, pe_status_str(agreed));
         pe_set_last_error(msg);
     }
     return agreed;
@@ -185,29 +186,33 @@ pe_status en_procs_layout(pe_engine *e, pe_err *err)
 pe_status en_procs_agree(pe_engine *e, pe_status s, pe_err *err)
 {
     en_procs *p = &e->procs;
+    return p->ctl ? be_mpi_agree(p->ctl->comm, p->n, p->me, s, err) : s;
+}
+
+pe_status en_procs_same_backend(pe_engine *e, pe_err *err)
+{
+    en_procs *p = &e->procs;
     if (!p->ctl)
-        return s;
+        return PE_OK;
     int *all = malloc((size_t)p->n * sizeof *all);
-    int mine = (int)s, first = -1;
+    int mine = (int)e->ops->kind;
     if (!all || MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, p->ctl->comm) != MPI_SUCCESS) {
         free(all);
-        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' outcomes failed");
+        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' backends failed");
     }
-    for (int q = 0; q < p->n && first < 0; q++)
-        if (all[q] != PE_OK)
-            first = q;
-    pe_status agreed = first < 0 ? PE_OK : (pe_status)all[first];
+    int other = -1;
+    for (int q = 1; q < p->n && other < 0; q++)
+        if (all[q] != all[0])
+            other = q;
+    pe_status s = PE_OK;
+    if (other >= 0)
+        s = pe_fail(err, PE_EINVAL, "process 0 runs the %s backend but process %d the %s one "
+                    "(--backend auto picks on each node, and one without a usable GPU takes "
+                    "the host); give every process the same --backend",
+                    all[0] == PE_BACKEND_CUDA ? "cuda" : "host", other,
+                    all[other] == PE_BACKEND_CUDA ? "cuda" : "host");
     free(all);
-    if (first < 0)
-        return PE_OK;
-    char msg[PE_ERR_LEN];
-    memcpy(msg, err->msg, sizeof msg);
-    if (MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, p->ctl->comm) != MPI_SUCCESS)
-        snprintf(msg, sizeof msg, "(its message was lost: MPI_Bcast failed)");
-    msg[sizeof msg - 1] = '\0';
-    if (first != p->me)
-        pe_fail(err, agreed, "process %d of %d: %s", first, p->n, msg);
-    return agreed;
+    return s;
 }
 
 /* What pe_engine_info reports of a worker of another process. */
