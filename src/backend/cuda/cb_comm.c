@@ -214,7 +214,7 @@ pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_co
     for (int r = 0; r < n; r++) {
         out[r] = NULL;
         /* over processes, the entries of the other processes' ranks are NULL */
-        int local = parent && parent->n == n && parent->ranks[r].dev != NULL;
+        int local = parent->n == n && parent->ranks[r].dev != NULL;
         if (local ? !parents[r] || parents[r]->g != parent || parents[r]->rank != r
                   : parents[r] != NULL)
             return pe_fail(err, PE_EINVAL,
@@ -241,11 +241,11 @@ pe_status cb_comm_split(be_comm *const *parents, int n, const int *colors, be_co
         if (s != PE_OK) { /* half-made communicators are aborted, not finalized */
             atomic_store(&groups[gi]->aborted, 1);
             group_destroy(groups[gi]); /* a NULL nccl/peer part is skipped */
-        }
-        else
+        } else {
             for (int r = 0; r < n; r++)
                 if (group[r] == gi && parent->ranks[r].dev)
                     out[r] = &groups[gi]->ranks[sub[r]];
+        }
     }
     free(group);
     free(sub);

@@ -1,6 +1,6 @@
 /* be_mpi.c: the MPI state communicators over processes need (be_mpi.h). */
+#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/mpi/be_mpi.h"
@@ -27,25 +27,21 @@ pe_status be_mpi_check(const be_procs *procs, pe_err *err)
 
 pe_status be_mpi_agree(MPI_Comm comm, int nprocs, int me, pe_status s, pe_err *err)
 {
-    int *all = malloc((size_t)nprocs * sizeof *all);
-    int mine = (int)s, first = -1;
-    if (!all || MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, comm) != MPI_SUCCESS) {
-        free(all);
-        return pe_fail(err, PE_ECOMM, "MPI_Allgather of the processes' outcomes failed");
-    }
-    for (int q = 0; q < nprocs && first < 0; q++)
-        if (all[q] != PE_OK)
-            first = q;
-    pe_status agreed = first < 0 ? PE_OK : (pe_status)all[first];
-    free(all);
-    if (first < 0)
+    /* the smallest (process, status) of a failure is the first in process order; a status
+     * fits in 8 bits. No allocation: nothing here fails on one process alone. */
+    int mine = s == PE_OK ? INT_MAX : me << 8 | (int)s, first = INT_MAX;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+        return pe_fail(err, PE_ECOMM, "MPI_Allreduce of the processes' outcomes failed");
+    if (first == INT_MAX)
         return PE_OK;
+    const int from = first >> 8;
+    const pe_status agreed = (pe_status)(first & 0xff);
     char msg[PE_ERR_LEN];
     memcpy(msg, err->msg, sizeof msg);
-    if (MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm) != MPI_SUCCESS)
+    if (MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, from, comm) != MPI_SUCCESS)
         snprintf(msg, sizeof msg, "(its message was lost: MPI_Bcast failed)");
     msg[sizeof msg - 1] = '\0';
-    if (first != me)
-        pe_fail(err, agreed, "process %d of %d: %s", first, nprocs, msg);
+    if (from != me)
+        pe_fail(err, agreed, "process %d of %d: %s", from, nprocs, msg);
     return agreed;
 }
