@@ -2,10 +2,10 @@
  * agreement, the control thread, failure and stop.
  *
  * Every phase that can fail on one process and not another (create, load) ends with
- * en_procs_agree, an MPI_Allgather of the outcomes, so that every process takes the same
- * branch before the next collective call. After load, one control thread per process
- * receives what the others send (ctl.h); the engine's threads send directly (MPI is
- * initialized with MPI_THREAD_MULTIPLE).
+ * en_procs_agree (be_mpi_agree: an MPI_Allreduce of the outcomes), so that every process
+ * takes the same branch before the next collective call. After load, one control thread
+ * per process receives what the others send (ctl.h); the engine's threads send directly
+ * (MPI is initialized with MPI_THREAD_MULTIPLE).
  */
 #include <limits.h>
 #include <sched.h>
