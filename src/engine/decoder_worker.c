@@ -320,8 +320,9 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
         if (s == PE_OK) {
             s = md_forward(&e->dec, &w->weights, &c);
             if (s != PE_OK)
-                pe_fail(err, s, "worker %d (device %d): decoder step of %d tokens failed: %s",
-                        w->rank, w->device_id, st->ntok, c.err.msg);
+                pe_fail(err, s, "worker %d (device %d): decoder step %llu (%d tokens) failed: "
+                        "%s", w->rank, w->device_id, (unsigned long long)st->number, st->ntok,
+                        c.err.msg);
         }
         en_trace_step(w, PE_TRACE_COMPUTE, st, t0, rt_now_ns());
         if (s == PE_OK && w->p < e->pp - 1)

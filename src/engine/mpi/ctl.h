@@ -5,8 +5,17 @@
  * never meet the backend's. A message's tag is its kind and its engine's generation (the
  * engines a process made before it with pe_config.mpi, the same count on every process):
  * a message left over from an earlier engine (a beat, a failure sent to a process that had
- * stopped listening) is dropped, even if MPI hands this engine the same context id. The
- * body is bytes, packed field after field (the processes run one binary on one
+ * stopped listening) is dropped by the next engine's control thread.
+ *
+ * The communicator is made by the first engine and kept for every later one, never freed.
+ * A left-over message still on its way when its communicator was freed would land in the
+ * next communicator MPI gives the same context id, carrying the old one's sequence number:
+ * OpenMPI's ob1 then matches it in place of a message of the new one, and drops that
+ * message for good (seen: a step never reached a worker, so the job hung, or its TP ranks
+ * ran different steps). In one communicator the left-overs keep their order and are
+ * simply read and dropped.
+ *
+ * The body is bytes, packed field after field (the processes run one binary on one
  * architecture).
  */
 #ifndef PE_ENGINE_MPI_CTL_H

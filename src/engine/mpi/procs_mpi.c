@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "backend/mpi/be_mpi.h"
+#include "engine/engine_testing.h"
 #include "engine/mpi/ctl.h"
 #include "engine/procs.h"
 #include "runtime/clock.h"
@@ -22,6 +23,9 @@
 static int started_mpi; /* pe_mpi_init called MPI_Init_thread (main thread only) */
 static atomic_int lost_process; /* a process of the job was lost: MPI cannot finalize */
 static int generations; /* engines made with pe_config.mpi so far (their creators' thread) */
+/* The control channel's communicator, made by the first such engine and never freed (ctl.h
+ * says why). */
+static MPI_Comm ctl_comm = MPI_COMM_NULL;
 
 /* Whether a launcher started this process as part of a job (OpenMPI, PMIx, Slurm's PMI). */
 static int launched_by_mpi(void)
@@ -136,12 +140,14 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
         free(c);
         return pe_fail(err, PE_ENOMEM, "out of host memory for the control channel");
     }
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
+    if (ctl_comm == MPI_COMM_NULL && MPI_Comm_dup(MPI_COMM_WORLD, &ctl_comm) != MPI_SUCCESS) {
+        ctl_comm = MPI_COMM_NULL;
         free(c->fail_reqs);
         free(c);
         return pe_fail(err, PE_ECOMM, "MPI_Comm_dup of MPI_COMM_WORLD failed");
     }
-    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ctl_comm, MPI_ERRORS_RETURN);
+    c->comm = ctl_comm;
     int *ub = NULL, has_ub = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
     const int most = has_ub && ub ? *ub / CTL_KINDS : 4096; /* MPI promises 32767 */
@@ -493,7 +499,6 @@ void en_procs_destroy(pe_engine *e)
     for (int q = 0; !done && q < e->procs.n; q++)
         if (c->fail_reqs[q] != MPI_REQUEST_NULL)
             MPI_Request_free(&c->fail_reqs[q]);
-    MPI_Comm_free(&c->comm);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->out_mu);
@@ -504,4 +509,14 @@ void en_procs_destroy(pe_engine *e)
     if (done)
         free(c);
     e->procs.ctl = NULL;
+}
+
+pe_status en_send_late_message(pe_engine *e)
+{
+    en_ctl *c = e->procs.ctl;
+    if (!c || e->procs.me == 0)
+        return PE_OK;
+    return MPI_Send(NULL, 0, MPI_BYTE, 0, ctl_tag_of(c, CTL_BEAT), c->comm) == MPI_SUCCESS
+               ? PE_OK
+               : PE_ECOMM;
 }

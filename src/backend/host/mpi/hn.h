@@ -48,7 +48,8 @@ typedef struct hn_ctx {
 typedef struct hn_wire {
     int32_t op, root, bad, from; /* bad: a rank of the sender failed its checks */
     uint64_t count;
-    char pad[40];
+    uint64_t number; /* the world's collectives before this one (0, 1, ...) */
+    char pad[32];
 } hn_wire;
 
 struct hb_net {
@@ -72,6 +73,7 @@ struct hb_net {
     MPI_Request *reqs;  /* (2 * nprocs) */
     MPI_Status *sts;    /* (nprocs) */
     int *from;          /* (nprocs) the process of each receive posted */
+    uint64_t calls;     /* collectives run so far (the leader's count, in hdr.number) */
     pe_status st;       /* the leader's result */
     pe_err msg;         /* and its message when st != PE_OK ("" for an abort) */
 };

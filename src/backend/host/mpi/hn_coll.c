@@ -100,14 +100,17 @@ static pe_status check_headers(hb_world *w, const hn_wire *mine, pe_err *err)
             return pe_fail(err, PE_ECOMM, "%s: a rank of %d..%d (another process) passed "
                            "invalid arguments or disagreed with its neighbours (see its error)",
                            hb_op_name(op), net->lo[p], net->lo[p + 1] - 1);
-        if (h->op != mine->op || h->count != mine->count || h->root != mine->root)
+        if (h->op != mine->op || h->count != mine->count || h->root != mine->root ||
+            h->number != mine->number)
             return pe_fail(err, PE_ECOMM,
-                           "rank %d called %s(count=%llu, root=%d) while rank %d (another "
-                           "process) called %s(count=%llu, root=%d); every rank must call the "
-                           "same collectives in the same order with the same count and root",
+                           "rank %d called %s(count=%llu, root=%d) as its collective #%llu "
+                           "while rank %d (another process) called %s(count=%llu, root=%d) as "
+                           "its #%llu; every rank must call the same collectives in the same "
+                           "order with the same count and root",
                            mine->from, hb_op_name(op), (unsigned long long)mine->count,
-                           mine->root, h->from, hb_op_name((hb_op)h->op),
-                           (unsigned long long)h->count, h->root);
+                           mine->root, (unsigned long long)mine->number, h->from,
+                           hb_op_name((hb_op)h->op), (unsigned long long)h->count, h->root,
+                           (unsigned long long)h->number);
         if (net->got[p] != net->rb[p])
             return pe_fail(err, PE_ECOMM, "%s: the leader of ranks %d..%d sent %zu bytes where "
                            "%zu were expected", hb_op_name(op), net->lo[p], net->lo[p + 1] - 1,
@@ -207,7 +210,7 @@ static pe_status leader(hb_world *w, hb_op op, size_t count, int root, int bad, 
 {
     hb_net *net = w->net;
     net->hdr = (hn_wire){.op = (int32_t)op, .root = root, .bad = bad, .from = w->lo,
-                         .count = (uint64_t)count};
+                         .count = (uint64_t)count, .number = net->calls++};
     pe_status s = PE_OK;
     if (!bad && !plan(w, op, count, root)) {
         s = pe_fail(err, PE_ENOMEM, "out of memory for the blocks of %zu elements", count);
