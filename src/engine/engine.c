@@ -308,12 +308,6 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
         s = en_comms_create(e, &err);
     if (e->procs.ctl)
         s = en_procs_agree(e, s, &err);
-    if (s == PE_OK) {
-        if (pthread_create(&e->router, NULL, en_router_main, e) != 0)
-            s = pe_fail(&err, PE_ENOMEM, "cannot start the router thread");
-        else
-            e->router_started = 1;
-    }
     if (s != PE_OK) {
         pe_set_last_error(err.msg);
         pe_engine_destroy(e);
@@ -371,6 +365,19 @@ static pe_status load_on_workers(pe_engine *e, const char *model_path, pe_err *e
     return PE_OK;
 }
 
+/* The router thread, for an MLP whose requests' tasks enter several queues (router.c); with
+ * one queue the client threads dispatch, and decoders run their sequences through the
+ * replicas' threads: no router. */
+static pe_status start_router(pe_engine *e, pe_err *err)
+{
+    if (en_direct_dispatch(e))
+        return PE_OK;
+    if (pthread_create(&e->router, NULL, en_router_main, e) != 0)
+        return pe_fail(err, PE_ENOMEM, "cannot start the router thread");
+    e->router_started = 1;
+    return PE_OK;
+}
+
 static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
 {
     if (e->procs.ctl) /* the others may have found a decoder there: they agree on this */
@@ -382,6 +389,8 @@ static pe_status load_mlp(pe_engine *e, const char *path, pe_err *err)
     if (s != PE_OK)
         return s;
     s = plan_model(e, err);
+    if (s == PE_OK)
+        s = start_router(e, err);
     if (s != PE_OK) {
         md_mlp_free(&e->model);
         free(e->layer_kinds);

@@ -1,7 +1,8 @@
 /* engine_internal.h: the engine's own structures, shared by the files of src/engine/.
  *
  * Threads: the client threads (pe_submit, pe_poll, ...), one router thread that turns
- * requests into tasks, and one worker thread per device (rt_worker). Requests travel:
+ * requests into tasks (an MLP's, under TP or gpipe: engine.c, start_router), and one worker
+ * thread per device (rt_worker). Requests travel:
  *   pe_submit -> in-queue -> router -> worker in-queues (stage 0, or every stage for gpipe)
  *   -> stage to stage (stream) -> the last part done completes the request -> out-queue.
  */
