@@ -357,12 +357,7 @@ static void submit_and_drain(pe_engine *e, int vocab, int failing_replica, int *
     for (int i = 0; i < nseq(); i++) {
         int32_t prompt[TG_MAXPROMPT];
         pe_seq_params p;
-        pe_seq_params_init(&p);
-        p.prompt = prompt;
-        p.prompt_len = tg_prompt(prompt, i, vocab, 300);
-        p.max_tokens = FAIL_MAX_TOKENS;
-        p.ignore_eos = 1;
-        p.user = (void *)(intptr_t)i;
+        tg_params(&p, prompt, i, vocab, 300, FAIL_MAX_TOKENS);
         uint64_t id;
         if (pe_seq_submit(e, &p, &id) != PE_OK)
             fail_msg("pe_seq_submit before any step: %s", pe_last_error());

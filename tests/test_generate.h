@@ -31,6 +31,19 @@ static inline size_t tg_prompt(int32_t prompt[TG_MAXPROMPT], int i, int vocab, u
     return lens[i];
 }
 
+/* Sequence i's params: its prompt (tg_prompt with seed, written into prompt), max_tokens
+ * tokens ignoring EOS, greedy, user = i. */
+static inline void tg_params(pe_seq_params *p, int32_t prompt[TG_MAXPROMPT], int i, int vocab,
+                             uint64_t seed, int max_tokens)
+{
+    pe_seq_params_init(p);
+    p->prompt = prompt;
+    p->prompt_len = tg_prompt(prompt, i, vocab, seed);
+    p->max_tokens = max_tokens;
+    p->ignore_eos = 1;
+    p->user = (void *)(intptr_t)i;
+}
+
 /* How tg_generate samples: greedy; with a temperature, top-k and top-p (TP gathers each
  * rank's top-k candidates); with a temperature and top-p only (TP gathers the rows whole). */
 typedef enum tg_sampling { TG_GREEDY = 0, TG_SAMPLED_TOP_K, TG_SAMPLED_ALL } tg_sampling;
@@ -56,12 +69,7 @@ static inline int tg_generate(pe_engine *e, int vocab, int nseq, int G, tg_sampl
     for (int i = 0; i < nseq; i++) {
         int32_t prompt[TG_MAXPROMPT];
         pe_seq_params p;
-        pe_seq_params_init(&p);
-        p.prompt = prompt;
-        p.prompt_len = tg_prompt(prompt, i, vocab, 100);
-        p.max_tokens = G;
-        p.ignore_eos = 1;
-        p.user = (void *)(intptr_t)i;
+        tg_params(&p, prompt, i, vocab, 100, G);
         if (how != TG_GREEDY) {
             p.sampling.temperature = 0.9f;
             p.sampling.top_k = how == TG_SAMPLED_TOP_K ? 40 : 0;

@@ -114,7 +114,7 @@ pe_status cb_nccl_new_id(cb_nccl_id *id, pe_err *err)
 
 /* g's NCCL part with no communicator yet: the handles, and for a group that spans
  * processes one float on each local rank's GPU for the barrier. */
-static pe_status nccl_part_new(cb_group *g, pe_err *err)
+pe_status cb_nccl_prepare(cb_group *g, pe_err *err)
 {
     struct cb_nccl *x = calloc(1, sizeof *x);
     if (x) {
@@ -147,8 +147,6 @@ static pe_status nccl_part_new(cb_group *g, pe_err *err)
     (void)cudaSetDevice(prev);
     return s;
 }
-
-pe_status cb_nccl_prepare(cb_group *g, pe_err *err) { return nccl_part_new(g, err); }
 
 pe_status cb_nccl_join(cb_group *g, const cb_nccl_id *id, pe_err *err)
 {
@@ -192,7 +190,7 @@ pe_status cb_nccl_split(cb_group *parent, const int *colors, const int *group, c
     pe_status s = PE_OK;
     for (int gi = 0; gi < ngroups && s == PE_OK; gi++)
         if (groups[gi]) /* NULL: only other processes' ranks */
-            s = nccl_part_new(groups[gi], err);
+            s = cb_nccl_prepare(groups[gi], err);
     if (s != PE_OK)
         return s; /* the caller destroys the groups; a NULL comm is skipped */
     /* One thread splits every local rank: inside one NCCL group, or the first call would
