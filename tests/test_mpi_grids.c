@@ -6,11 +6,13 @@
  * runs 8 sequences of different prompt lengths (greedy, then sampled with a seed and top-5
  * logprobs) and pe_score over 20 positions, and checks them against a one-process engine
  * on one device: the same tokens, top-k ids and logprobs within 1e-4, logits within 1e-4
- * of their scale. The other processes follow. Then a grid whose size does not match the
- * processes' devices must be refused on every process, naming the process count, and
- * pe_mpi_agree must give every process the first failure. Before the grids, each other
- * process sends process 0 a control message that arrives after process 0's engine is gone:
- * the engines after it must drop it and lose none of their own.
+ * of their scale. The other processes follow. Then a second engine with pe_config.mpi
+ * while one exists must be refused on every process (and the first one still answer), a
+ * grid whose size does not match the processes' devices must be refused on every process,
+ * naming the process count, and pe_mpi_agree must give every process the first failure.
+ * Before the grids, each other process sends process 0 a control message that arrives
+ * after process 0's engine is gone: the engines after it must drop it and lose none of
+ * their own.
  *
  * Not cmocka: a failed check on process 0 must end the whole job (MPI_Abort), or the
  * followers would wait for it forever. So it takes only the helpers that say why instead of
@@ -173,6 +175,31 @@ static void late_message_of_an_earlier_engine(const char *dir)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A second engine with pe_config.mpi while one exists is refused on every process, naming
+ * the fix; the first one still runs after it. */
+static void second_engine_is_refused(const char *dir, int vocab, const answers *one)
+{
+    grid g = {nprocs, 1, 1};
+    pe_engine *e = NULL, *second = NULL;
+    if (create(dir, g, 1, 1, &e) != PE_OK)
+        die("dp%d: create/load: %s", nprocs, pe_last_error());
+    pe_status s = create(dir, g, 1, 1, &second);
+    if (s != PE_EINVAL || second)
+        die("a second MPI engine was not refused (status %d)", (int)s);
+    if (!strstr(pe_last_error(), "destroy it first"))
+        die("the refusal of a second MPI engine does not name the fix: %s", pe_last_error());
+    if (me == 0) {
+        static answers got;
+        run_all(e, vocab, &got);
+        expect_same(one, &got, vocab, "the first engine after a second one was refused");
+        free(got.logits);
+        printf("ok: %s\n", pe_last_error());
+    } else if (pe_engine_follow(e) != PE_OK) {
+        die("dp%d after the refusal: pe_engine_follow: %s", nprocs, pe_engine_last_error(e));
+    }
+    pe_engine_destroy(e);
+}
+
 /* A grid of 3 ranks over nprocs processes of one device each: refused on every process. */
 static void wrong_process_count_is_refused(const char *dir)
 {
@@ -253,6 +280,7 @@ int main(int argc, char **argv)
         check_grid(gpt2_dir, gpt2_vocab, g, &one_gpt2, "gpt2");
         check_grid(llama_dir, llama_vocab, g, &one_llama, "llama");
     }
+    second_engine_is_refused(llama_dir, llama_vocab, &one_llama);
     wrong_process_count_is_refused(llama_dir);
     outcomes_are_agreed();
     if (me == 0) {

@@ -121,7 +121,8 @@ typedef struct pe_config {
                               * (pe_mpi_init; docs/multinode.md): every process creates and
                               * loads the engine with the same config, devices lists its own
                               * (the same count on each), world ranks are process-major; process
-                              * 0 takes the requests and the others call pe_engine_follow.
+                              * 0 takes the requests and the others call pe_engine_follow;
+                              * one such engine at a time per process.
                               * 0 (pe_config_init): this process alone */
 } pe_config;
 

@@ -26,6 +26,9 @@ static int generations; /* engines made with pe_config.mpi so far (their creator
 /* The control channel's communicator, made by the first such engine and never freed (ctl.h
  * says why). */
 static MPI_Comm ctl_comm = MPI_COMM_NULL;
+/* Such engines between en_procs_init and en_procs_destroy: at most one works, since their
+ * control threads would take each other's messages from ctl_comm. */
+static atomic_int live_engines;
 
 /* Whether a launcher started this process as part of a job (OpenMPI, PMIx, Slurm's PMI). */
 static int launched_by_mpi(void)
@@ -161,7 +164,11 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
     atomic_init(&c->told, 0);
     atomic_init(&c->stopping, 0);
     atomic_init(&c->started, 0);
-    p->ctl = c;
+    p->ctl = c; /* from here on, a failure is agreed with the other processes */
+    if (atomic_fetch_add(&live_engines, 1) > 0)
+        return pe_fail(err, PE_EINVAL, "another engine with pe_config.mpi exists in this "
+                       "process: destroy it first (one MPI engine at a time per process; "
+                       "docs/multinode.md)");
     return PE_OK;
 }
 
@@ -509,6 +516,7 @@ void en_procs_destroy(pe_engine *e)
     if (done)
         free(c);
     e->procs.ctl = NULL;
+    atomic_fetch_sub(&live_engines, 1);
 }
 
 pe_status en_send_late_message(pe_engine *e)
