@@ -119,6 +119,21 @@ static void expect_same(const answers *one, const answers *got, int vocab, const
         die("%s, against one process: %s", what, why);
 }
 
+/* Process 0 runs e and checks its answers against one's; the others follow. */
+static void run_or_follow(pe_engine *e, int vocab, const answers *one, const char *what)
+{
+    if (me == 0) {
+        static answers got;
+        run_all(e, vocab, &got);
+        expect_same(one, &got, vocab, what);
+        free(got.logits);
+        printf("ok: %s gives one process's tokens, logprobs and logits\n", what);
+        fflush(stdout);
+    } else if (pe_engine_follow(e) != PE_OK) {
+        die("%s: pe_engine_follow: %s", what, pe_engine_last_error(e));
+    }
+}
+
 /* One grid over the job: process 0 checks it against one, the others follow. */
 static void check_grid(const char *dir, int vocab, grid g, const answers *one,
                        const char *model)
@@ -138,16 +153,7 @@ static void check_grid(const char *dir, int vocab, grid g, const answers *one,
     for (int r = 0; r < info.world && r < 64; r++)
         if (info.weight_bytes[r] == 0 || info.kv_bytes[r] == 0)
             die("%s: pe_engine_info has no weight or KV bytes for rank %d", what, r);
-    if (me == 0) {
-        static answers got;
-        run_all(e, vocab, &got);
-        expect_same(one, &got, vocab, what);
-        free(got.logits);
-        printf("ok: %s gives one process's tokens, logprobs and logits\n", what);
-        fflush(stdout);
-    } else if (pe_engine_follow(e) != PE_OK) {
-        die("%s: pe_engine_follow: %s", what, pe_engine_last_error(e));
-    }
+    run_or_follow(e, vocab, one, what);
     pe_engine_destroy(e);
 }
 
@@ -188,15 +194,9 @@ static void second_engine_is_refused(const char *dir, int vocab, const answers *
         die("a second MPI engine was not refused (status %d)", (int)s);
     if (!strstr(pe_last_error(), "destroy it first"))
         die("the refusal of a second MPI engine does not name the fix: %s", pe_last_error());
-    if (me == 0) {
-        static answers got;
-        run_all(e, vocab, &got);
-        expect_same(one, &got, vocab, "the first engine after a second one was refused");
-        free(got.logits);
+    if (me == 0)
         printf("ok: %s\n", pe_last_error());
-    } else if (pe_engine_follow(e) != PE_OK) {
-        die("dp%d after the refusal: pe_engine_follow: %s", nprocs, pe_engine_last_error(e));
-    }
+    run_or_follow(e, vocab, one, "the first MPI engine, after a second one was refused");
     pe_engine_destroy(e);
 }
 
