@@ -17,10 +17,10 @@ void en_allow_steps(pe_engine *e, long n);
  * there since. */
 int en_replica_sequences(pe_engine *e, int d);
 
-/* A process other than 0 sends process 0 one more control message of e's (a beat), as one
- * late on the network would be: call it once process 0 has destroyed e, before destroying
- * e here. Every later engine must drop it and lose none of its own messages. PE_OK and
- * nothing sent on process 0 or without MPI. */
+/* MPI builds (test_mpi_grids): a process other than 0 sends process 0 one more control
+ * message of e's (a beat), as one late on the network would be: call it once process 0 has
+ * destroyed e, before destroying e here. Every later engine must drop it and lose none of
+ * its own messages. PE_OK and nothing sent on process 0. */
 pe_status en_send_late_message(pe_engine *e);
 
 #endif

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "engine/engine_testing.h"
 
 #if !PE_HAVE_MPI
 
@@ -82,8 +81,6 @@ pe_status en_procs_follow(pe_engine *e, pe_err *err)
 }
 
 void en_procs_destroy(pe_engine *e) { (void)e; }
-
-pe_status en_send_late_message(pe_engine *e) { return (void)e, PE_OK; }
 
 #else
 typedef int pe_procs_none_unused; /* MPI builds: src/engine/mpi/procs_mpi.c */

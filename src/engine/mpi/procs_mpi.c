@@ -143,13 +143,15 @@ pe_status en_procs_init(pe_engine *e, pe_err *err)
         free(c);
         return pe_fail(err, PE_ENOMEM, "out of host memory for the control channel");
     }
-    if (ctl_comm == MPI_COMM_NULL && MPI_Comm_dup(MPI_COMM_WORLD, &ctl_comm) != MPI_SUCCESS) {
-        ctl_comm = MPI_COMM_NULL;
-        free(c->fail_reqs);
-        free(c);
-        return pe_fail(err, PE_ECOMM, "MPI_Comm_dup of MPI_COMM_WORLD failed");
+    if (ctl_comm == MPI_COMM_NULL) {
+        if (MPI_Comm_dup(MPI_COMM_WORLD, &ctl_comm) != MPI_SUCCESS) {
+            ctl_comm = MPI_COMM_NULL;
+            free(c->fail_reqs);
+            free(c);
+            return pe_fail(err, PE_ECOMM, "MPI_Comm_dup of MPI_COMM_WORLD failed");
+        }
+        MPI_Comm_set_errhandler(ctl_comm, MPI_ERRORS_RETURN);
     }
-    MPI_Comm_set_errhandler(ctl_comm, MPI_ERRORS_RETURN);
     c->comm = ctl_comm;
     int *ub = NULL, has_ub = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
