@@ -119,6 +119,8 @@ static pe_engine *open_config_sched(const char *dir, const config *c, pe_tp_embe
     cfg.tp = c->tp;
     cfg.threads = c->threads;
     cfg.kv_tokens = 2048; /* 64 sequences of 2 blocks (PROMPT + the tokens <= 32) */
+    cfg.prefix_caching = 0; /* every run computes its prompts: runs repeat the same prompts,
+                             * which the cache would skip (the prefill's time to first token) */
     cfg.tp_embedding = emb;
     cfg.schedule = sched;
     cfg.microbatches = m;

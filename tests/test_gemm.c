@@ -301,7 +301,7 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
         hb_simd_use(versions[v]);
         for (int threads = 1; threads <= 2; threads++) {
             assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
-            for (int p = HB_LINEAR_AUTO; p <= HB_LINEAR_SGEMM; p++) {
+            for (int p = HB_LINEAR_AUTO; p <= HB_LINEAR_PACKED; p++) {
                 linear_path = (hb_linear_path)p;
                 for (size_t i = 0; i < nM; i++)
                     for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
@@ -396,6 +396,56 @@ static void test_sgemm_path_does_not_depend_on_threads(void **state)
         }
 }
 
+/* The packed GEMM computes each output as one chain of fused multiply-adds in k order,
+ * whatever tile it falls in: row m of a call has the bits of a call with fewer rows, and
+ * the vector micro-kernel (AVX-512 where the CPU has it) gives the portable loops' bits.
+ * K = 401 crosses the slices of K twice and ends on an odd bf16 column. */
+static void test_packed_gemm_rows_match_fewer_rows_and_the_portable_kernel(void **state)
+{
+    be_device *dev = *state;
+    const size_t M = 40, N = 77, K = 401, Ms[] = {1, 13, 25};
+    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
+    for (int bf = 0; bf < 2; bf++) {
+        pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+        float *x = matrix(M, K, K, 801), *W = matrix(N, K, K, 802), *b = matrix(1, N, N, 803);
+        /* fp32: x and W keep every bit, so that a product's rounding shows (round_to_bf16
+         * rounds its input) */
+        uint16_t *xh = bf ? round_to_bf16(x, M * K) : NULL;
+        uint16_t *Wh = bf ? round_to_bf16(W, N * K) : NULL;
+        const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
+        float *all[2], *part = malloc(M * N * sizeof *part);
+        for (int v = 0; v < 2; v++) {
+            hb_simd_use(versions[v]);
+            all[v] = malloc(M * N * sizeof *all[v]);
+            assert_int_equal(hb_linear_with(dev, HB_LINEAR_PACKED, dt, M, N, K, xin, Win, b,
+                                            BE_ACT_NONE, all[v], 0, NULL),
+                             PE_OK);
+            for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+                assert_int_equal(hb_linear_with(dev, HB_LINEAR_PACKED, dt, Ms[i], N, K, xin,
+                                                Win, b, BE_ACT_NONE, part, 0, NULL),
+                                 PE_OK);
+                if (memcmp(part, all[v], Ms[i] * N * sizeof *part) != 0)
+                    fail_msg("packed GEMM (%s, %s W): %zu rows gave other bits than the first "
+                             "%zu of %zu rows",
+                             versions[v]->name, bf ? "bf16" : "fp32", Ms[i], Ms[i], M);
+            }
+        }
+        hb_simd_use(NULL);
+        if (memcmp(all[0], all[1], M * N * sizeof *all[0]) != 0)
+            fail_msg("packed GEMM, %s W: the %s micro-kernel gave other bits than the portable "
+                     "one",
+                     bf ? "bf16" : "fp32", versions[0]->name);
+        free(all[0]);
+        free(all[1]);
+        free(part);
+        free(x);
+        free(W);
+        free(b);
+        free(xh);
+        free(Wh);
+    }
+}
+
 static void test_strided_batched_matches_each_product(void **state)
 {
     be_device *dev = *state;
@@ -482,6 +532,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_sgemm_path_does_not_depend_on_threads, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_packed_gemm_rows_match_fewer_rows_and_the_portable_kernel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

@@ -81,6 +81,40 @@ static void gemv_bf16_c(float *y, size_t ldy, const float *x, size_t M, const ui
         }
 }
 
+void hb_gemm_tile_c(float *C, size_t ldc, const float *A, const float *B, size_t kc, int mr,
+                    int nr, int add, const float *bias)
+{
+    for (int m = 0; m < mr; m++)
+        for (int n = 0; n < nr; n++) {
+            float s = add ? C[(size_t)m * ldc + (size_t)n] : bias ? bias[n] : 0.0f;
+            for (size_t k = 0; k < kc; k++)
+                s = fmaf(A[k * HB_MR + (size_t)m], B[k * HB_NR + (size_t)n], s);
+            C[(size_t)m * ldc + (size_t)n] = s;
+        }
+}
+
+void hb_pack_w_c(float *B, const void *W, int w_bf16, size_t ldw, size_t kc, int nr)
+{
+    for (size_t k = 0; k < kc; k++)
+        for (int n = 0; n < HB_NR; n++) {
+            size_t at = (size_t)n * ldw + k;
+            B[k * HB_NR + (size_t)n] = n >= nr  ? 0.0f
+                                       : w_bf16 ? pe_k_from_bf16(((const uint16_t *)W)[at])
+                                                : ((const float *)W)[at];
+        }
+}
+
+void hb_pack_x_c(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr)
+{
+    for (int r = 0; r < HB_MR; r++)
+        for (size_t k = 0; k < K; k++) {
+            size_t at = (size_t)r * ldx + k;
+            A[k * HB_MR + (size_t)r] = r >= mr   ? 0.0f
+                                       : x_bf16 ? pe_k_from_bf16(((const uint16_t *)x)[at])
+                                                : ((const float *)x)[at];
+        }
+}
+
 static void gelu_c(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -104,6 +138,9 @@ static const hb_simd portable = {
     .silu_mul = silu_mul_c,
     .gemv_f32 = gemv_f32_c,
     .gemv_bf16 = gemv_bf16_c,
+    .gemm_tile = hb_gemm_tile_c,
+    .pack_w = hb_pack_w_c,
+    .pack_x = hb_pack_x_c,
 };
 
 const hb_simd *hb_simd_portable(void) { return &portable; }
@@ -344,7 +381,7 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
 
 /* The GEMV kernels. M = 1 and 2: 4 rows of W against 1 or 2 rows of x (4 or 8 independent
  * accumulators); M = 3..8: one row of W against every row of x (M accumulators), so W is
- * read once and in order; M > 8 (a bf16 W up to HB_GEMV_MAX_M_BF16 = 32 rows of x on the
+ * read once and in order; M > 8 (a bf16 W up to HB_GEMV_MAX_M_BF16 = 16 rows of x on the
  * AUTO path, any M when the GEMV path is forced; hb_linear.c passes at most HB_GEMV_ROWS a
  * call): 4x2 tiles over pairs of rows of x, the tile of W from L1 after the first pair. Every output is the same
  * sequence of FMAs over k in steps of 8, then its lanes' sum and the tail, in every
@@ -471,6 +508,9 @@ static const hb_simd avx2 = {
     .silu_mul = silu_mul_avx2,
     .gemv_f32 = gemv_f32_avx2,
     .gemv_bf16 = gemv_bf16_avx2,
+    .gemm_tile = hb_gemm_tile_c,
+    .pack_w = hb_pack_w_c,
+    .pack_x = hb_pack_x_c,
 };
 
 const hb_simd *hb_simd_avx2(void)
@@ -487,7 +527,9 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void find_best(void)
 {
-    best = hb_simd_avx2();
+    best = hb_simd_avx512();
+    if (!best)
+        best = hb_simd_avx2();
     if (!best)
         best = &portable;
 }
