@@ -93,26 +93,28 @@ void hb_gemm_tile_c(float *C, size_t ldc, const float *A, const float *B, size_t
         }
 }
 
+/* dst(cols, width) = the first cols columns of src(rows, ld)^T, fp32 or bf16 (widened,
+ * exact), zeros for the rows rows..width-1 that src lacks: a panel of the packed GEMM. */
+static void pack_panel_c(float *dst, size_t width, const void *src, int bf16, size_t ld,
+                         size_t cols, int rows)
+{
+    for (size_t k = 0; k < cols; k++)
+        for (size_t r = 0; r < width; r++) {
+            size_t at = r * ld + k;
+            dst[k * width + r] = (int)r >= rows ? 0.0f
+                                 : bf16         ? pe_k_from_bf16(((const uint16_t *)src)[at])
+                                                : ((const float *)src)[at];
+        }
+}
+
 void hb_pack_w_c(float *B, const void *W, int w_bf16, size_t ldw, size_t kc, int nr)
 {
-    for (size_t k = 0; k < kc; k++)
-        for (int n = 0; n < HB_NR; n++) {
-            size_t at = (size_t)n * ldw + k;
-            B[k * HB_NR + (size_t)n] = n >= nr  ? 0.0f
-                                       : w_bf16 ? pe_k_from_bf16(((const uint16_t *)W)[at])
-                                                : ((const float *)W)[at];
-        }
+    pack_panel_c(B, HB_NR, W, w_bf16, ldw, kc, nr);
 }
 
 void hb_pack_x_c(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr)
 {
-    for (int r = 0; r < HB_MR; r++)
-        for (size_t k = 0; k < K; k++) {
-            size_t at = (size_t)r * ldx + k;
-            A[k * HB_MR + (size_t)r] = r >= mr   ? 0.0f
-                                       : x_bf16 ? pe_k_from_bf16(((const uint16_t *)x)[at])
-                                                : ((const float *)x)[at];
-        }
+    pack_panel_c(A, HB_MR, x, x_bf16, ldx, K, mr);
 }
 
 static void gelu_c(float *x, size_t n)
