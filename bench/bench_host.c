@@ -5,12 +5,15 @@
  *     small's qkv, MLP and LM head), by the three ways of part 3 of the design:
  *       blis   BLIS's bli_sgemm_ex with an rntm_t of T threads (one call; libblis.so.4 is
  *              dlopen'ed with RTLD_DEEPBIND, so its BLAS symbols never meet OpenBLAS's);
- *       slice  one single-threaded OpenBLAS sgemm per pool thread on a slice of N (the
- *              host backend's path for M > 8), fp32 W; slice16: bf16 W widened per tile;
- *       own    the host backend's GEMV kernel at every M (its path for M <= 8), fp32 W;
+ *       slice  single-threaded OpenBLAS sgemm calls over the pool on slices of N (the
+ *              host backend's path beyond the GEMV without AVX-512), fp32 W; slice16:
+ *              bf16 W widened per tile;
+ *       pack   the packed GEMM (hb_packed.c; the path beyond the GEMV with AVX-512), fp32
+ *              W; pack16: bf16 W widened as it is packed;
+ *       own    the host backend's GEMV kernel at every M (its path for small M), fp32 W;
  *              own16: bf16 W read as bf16;
  *     W rotates through copies that together exceed the caches, so every call reads W
- *     from memory, as a forward pass does;
+ *     from memory, as a forward pass does; the ways take turns, one call each per round;
  *   - the GEMV's bytes of W per second, fp32 and bf16, M = 1 and 8, as a ratio to the
  *     bandwidth;
  *   - attention per decode step (one layer, 12 heads of 64, fp32 and bf16 KV) at positions
