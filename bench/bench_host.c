@@ -432,7 +432,8 @@ static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double ge
         timing t = {bu_min(times[w], (size_t)rounds), bu_median(times[w], (size_t)rounds)};
         gf[w] = flop / t.best * 1e-9;
         cJSON_AddItemToObject(row, way_names[w], timing_json(t, flop, "flop_per_s"));
-        if (w != WAY_SLICE16 && w != WAY_PACK16 && w != WAY_OWN16 && (fastest < 0 || gf[w] > gf[fastest]))
+        const int bf16_w = w == WAY_SLICE16 || w == WAY_PACK16 || w == WAY_OWN16;
+        if (!bf16_w && (fastest < 0 || gf[w] > gf[fastest]))
             fastest = w;
         if (N == 50257 && (M == 1 || M == 8) && (w == WAY_OWN || w == WAY_OWN16))
             gemv_bytes[M == 8][w == WAY_OWN16] =

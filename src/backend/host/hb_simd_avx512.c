@@ -1,6 +1,6 @@
 /* hb_simd_avx512.c: the AVX-512 version of hb_simd.h: the AVX2 loops, with the packed
- * GEMM's micro-kernel and its packing of W in AVX-512F (a target attribute, chosen at run
- * time with __builtin_cpu_supports, so the build needs no -mavx512f).
+ * GEMM's micro-kernel and its packing of W and x in AVX-512F (a target attribute, chosen at
+ * run time with __builtin_cpu_supports, so the build needs no -mavx512f).
  *
  * The micro-kernel keeps a 12 x 32 tile of C in 24 registers. Each step of k loads one row
  * of the W panel (2 registers) and broadcasts the 12 values of the x panel, 24 fused
@@ -54,7 +54,6 @@ AVX512 static void gemm_tile_avx512(float *C, size_t ldc, const float *A, const 
         hi##i = _mm512_fmadd_ps(a, w1, hi##i);                                                 \
     }
     for (size_t k = 0; k < kc; k++, A += HB_MR, B += HB_NR) {
-        _mm_prefetch((const char *)(B + 8 * HB_NR), _MM_HINT_T0);
         const __m512 w0 = _mm512_load_ps(B), w1 = _mm512_load_ps(B + 16);
         ROWS(STEP)
     }
@@ -115,8 +114,9 @@ AVX512 static inline __m512 row16(const void *W, int w_bf16, size_t at)
  * streams for the hardware prefetcher, so each load also asks for the same place 32 rows
  * on (the next W panel; a prefetch never faults, past the end of src too). Measured from
  * memory, bf16: 0.36-0.39 ns an element with, 0.52 without. */
-AVX512 static inline __attribute__((always_inline)) void pack_panel_avx512(float *dst, int width, const void *src, int bf16,
-                                            size_t ld, size_t cols, int rows)
+AVX512 static inline __attribute__((always_inline)) void
+pack_panel_avx512(float *dst, int width, const void *src, int bf16, size_t ld, size_t cols,
+                  int rows)
 {
     const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
     size_t k = 0;
@@ -136,7 +136,8 @@ AVX512 static inline __attribute__((always_inline)) void pack_panel_avx512(float
                     _mm512_storeu_ps(d + (size_t)i * HB_NR, r[i]);
             else
                 UNROLL16 for (int i = 0; i < 16; i++)
-                    _mm512_mask_storeu_ps(d + (size_t)i * (size_t)width, lanes(width, half), r[i]);
+                    _mm512_mask_storeu_ps(d + (size_t)i * (size_t)width, lanes(width, half),
+                                          r[i]);
         }
     if (k < cols) {
         if (width == HB_NR)
