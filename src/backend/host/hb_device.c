@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -109,7 +110,24 @@ static pe_status hb_device_describe(int id, be_device_desc *out, pe_err *err)
 
 /* ---- life cycle --------------------------------------------------------------------- */
 
+/* Host devices open one at a time. Opening loads an hwloc topology, and hwloc dlopens its
+ * plugins; DRD once reported a device's first store, to memory it had just allocated, as
+ * conflicting with another opening thread's accesses inside dlopen (test_collectives_drd:
+ * memory the allocator handed from one thread to the other without an order DRD sees).
+ * One open at a time orders them; hwloc's calls take turns anyway (runtime/topology.c). */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static pe_status open_device(int id, be_device **out, pe_err *err);
+
 static pe_status hb_open(int id, be_device **out, pe_err *err)
+{
+    pthread_mutex_lock(&open_mu);
+    pe_status s = open_device(id, out, err);
+    pthread_mutex_unlock(&open_mu);
+    return s;
+}
+
+static pe_status open_device(int id, be_device **out, pe_err *err)
 {
     *out = NULL;
     if (id < 0 || id >= HB_DEVICE_COUNT)
