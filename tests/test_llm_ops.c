@@ -516,6 +516,11 @@ static void test_attention_matches_the_naive_twin(void **state)
         {"hd 6", PE_DTYPE_FP32, 2, 1, 6, 3, 0, 2, {7, 1}, {0, 11}},
         {"hd 10 bf16 window", PE_DTYPE_BF16, 4, 2, 10, 5, 4, 2, {9, 1}, {6, 15}},
         {"hd 72", PE_DTYPE_FP32, 2, 2, 72, 16, 0, 2, {3, 1}, {30, 2}},
+        /* one decode alone: its KV heads split into runs by the thread count (1 thread: one
+         * run of 3; 2 threads: runs of 2 and 1), bf16 read as bf16 (2 query heads a KV
+         * head), then fp32 with a head_dim of 9 vectors */
+        {"lone decode bf16", PE_DTYPE_BF16, 6, 3, 64, 16, 0, 1, {1}, {40}},
+        {"lone decode fp32 hd72", PE_DTYPE_FP32, 3, 3, 72, 16, 0, 1, {1}, {37}},
         /* a long prefill chunk: several row pieces per KV head */
         {"long prefill", PE_DTYPE_FP32, 4, 2, 64, 16, 0, 1, {small ? 40 : 130}, {small ? 5 : 200}},
     };
@@ -570,6 +575,45 @@ static void test_vector_exp_is_within_3_ulp(void **state)
             if (!(p[i] > 0.99f * FLT_MIN && p[i] < 1.01f * FLT_MIN))
                 fail_msg("avx2 exp below -87.34 gave %g, not about FLT_MIN", (double)p[i]);
     }
+}
+
+/* Attention's bf16 loops (scores_bf16, accum_bf16), which widen keys and values in
+ * registers, give the bits of the fp32 loops on the widened rows, for head_dims with and
+ * without a tail and key counts with and without one. */
+static void test_bf16_attention_loops_equal_the_fp32_loops_on_widened_rows(void **state)
+{
+    (void)state;
+    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
+    const int hds[] = {64, 10, 72, 128}, nks[] = {1, 3, 4, 16, 17};
+    enum { MAXK = 17, MAXD = 128 };
+    for (int v = 0; v < 2; v++)
+        for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+            for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++) {
+                const int hd = hds[a], nk = nks[b];
+                const size_t n = (size_t)nk * (size_t)hd;
+                uint16_t K[MAXK * MAXD], V[MAXK * MAXD];
+                float Kf[MAXK * MAXD], Vf[MAXK * MAXD], q[MAXD], p[MAXK];
+                float s16[MAXK], s32[MAXK], acc16[MAXD], acc32[MAXD];
+                float *r = fvec(2 * n + (size_t)hd + (size_t)nk, 300 + 10 * a + b, 1.0f);
+                for (size_t i = 0; i < n; i++) {
+                    K[i] = pe_k_to_bf16(r[i]);
+                    V[i] = pe_k_to_bf16(r[n + i]);
+                }
+                memcpy(q, r + 2 * n, (size_t)hd * sizeof *q);
+                for (int t = 0; t < nk; t++)
+                    p[t] = fabsf(r[2 * n + (size_t)hd + (size_t)t]);
+                versions[v]->widen(Kf, K, n);
+                versions[v]->widen(Vf, V, n);
+                versions[v]->scores_bf16(s16, q, K, nk, hd, 0.125f);
+                versions[v]->scores(s32, q, Kf, nk, hd, 0.125f);
+                assert_memory_equal(s16, s32, (size_t)nk * sizeof *s16);
+                for (int d = 0; d < hd; d++)
+                    acc16[d] = acc32[d] = q[d];
+                versions[v]->accum_bf16(acc16, p, V, nk, hd);
+                versions[v]->accum(acc32, p, Vf, nk, hd);
+                assert_memory_equal(acc16, acc32, (size_t)hd * sizeof *acc16);
+                free(r);
+            }
 }
 
 /* The vectorized GELU and SwiGLU (hb_simd gelu, silu_mul) against the functions in double,
@@ -974,6 +1018,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_attention_rejects_bad_steps_with_a_message, setup,
                                         teardown),
         cmocka_unit_test(test_vector_gelu_and_silu_are_within_a_few_ulp),
+        cmocka_unit_test(test_bf16_attention_loops_equal_the_fp32_loops_on_widened_rows),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),

@@ -1,8 +1,13 @@
 /* hb_attention.c: paged attention on a host device (attention.h's layout and rules).
  *
- * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, KV head): the query heads
- * of the KV head's group are computed together, so each block of keys and values is read
- * (and, in a bf16 pool, widened) once per group and row piece. Keys go block by block
+ * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, a run of KV heads): the query
+ * heads of a KV head's group are computed together, so each block of keys and values is read
+ * (and, in a bf16 pool, widened) once per group and row piece. A prefill piece takes one KV
+ * head; a decode-sized one (at most HB_ATTN_RUN_ROWS rows) takes a run of them, so that it
+ * reads each block's keys of those heads, then their values, as two contiguous runs of the
+ * pool that the hardware prefetcher follows, instead of 1-4 KiB pieces of it scattered a
+ * block's size apart (at position 1000 a decode step's attention read the KV cache at a
+ * third of the GEMVs' pace). Which heads share a unit changes no result. Keys go block by block
  * (block_tokens positions, contiguous per head in the pool) with an online softmax: per
  * query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
@@ -19,22 +24,43 @@
 #include "kernels/attention.h"
 
 #define HB_ATTN_ROWS 16           /* query rows of a chunk in one unit */
+#define HB_ATTN_RUN_ROWS 4        /* pieces of at most this many rows take a run of KV heads */
+#define HB_ATTN_BF16_QUERIES 2    /* query heads per KV head up to which bf16 KV is not widened */
 #define HB_ATTN_INLINE_WORK 32768 /* below this many (key x head x dim) products: no region */
 
 typedef struct attn_job {
     const be_kv *kv;
     const be_attn *a;
     int layer, bf16, group; /* group: query heads per KV head */
+    int run;                /* KV heads per unit of a decode-sized piece */
     const size_t *first;    /* (nchunks + 1) first unit of each chunk */
     const hb_simd *simd;
     be_device *dev;
 } attn_job;
 
-/* Floats of per-thread scratch a unit needs: acc, m, l, the scores, widened K and V. */
-static size_t unit_floats(int group, int hd, int B)
+/* Query vectors of a unit, at most: a prefill piece's rows on one KV head, or a decode
+ * piece's on a run of them. */
+static size_t unit_queries(int group, int run)
 {
-    size_t q = (size_t)HB_ATTN_ROWS * (size_t)group;
+    size_t prefill = (size_t)HB_ATTN_ROWS, decode = (size_t)HB_ATTN_RUN_ROWS * (size_t)run;
+    return (prefill > decode ? prefill : decode) * (size_t)group;
+}
+
+/* Floats of per-thread scratch a unit needs: acc, m, l, the scores, widened K and V. */
+static size_t unit_floats(int group, int run, int hd, int B)
+{
+    size_t q = unit_queries(group, run);
     return q * (size_t)hd + 2 * q + ((size_t)B + 16) + 2 * (size_t)B * (size_t)hd;
+}
+
+/* KV heads per unit for a chunk of n rows: a run for decode-sized chunks, else one. */
+static int heads_per_unit(int32_t n, int run) { return n <= HB_ATTN_RUN_ROWS ? run : 1; }
+
+/* Units of a chunk of n rows over kvh KV heads. */
+static size_t chunk_units(int32_t n, int kvh, int run)
+{
+    size_t per = (size_t)heads_per_unit(n, run);
+    return (size_t)(n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (((size_t)kvh + per - 1) / per);
 }
 
 /* The chunk holding unit u: the last c with first[c] <= u. */
@@ -51,14 +77,17 @@ static size_t chunk_of(const size_t *first, size_t nchunks, size_t u)
     return lo;
 }
 
-/* One query head q(hd) against nk keys K(nk, hd) and values V(nk, hd), folded into its
- * online softmax: running max *m, running sum *l, unnormalized output acc(hd). p: (nk)
- * scratch for the scores, then the weights. */
+/* One query head q(hd) against nk keys K(nk, hd) and values V(nk, hd), fp32 or (bf16) read
+ * as bf16, folded into its online softmax: running max *m, running sum *l, unnormalized
+ * output acc(hd). p: (nk) scratch for the scores, then the weights. */
 static void attend_keys(const hb_simd *simd, float *acc, float *m, float *l, float *p,
-                        const float *q, const float *K, const float *V, int nk, int hd,
+                        const float *q, const void *K, const void *V, int bf16, int nk, int hd,
                         float scale)
 {
-    simd->scores(p, q, K, nk, hd, scale);
+    if (bf16)
+        simd->scores_bf16(p, q, K, nk, hd, scale);
+    else
+        simd->scores(p, q, K, nk, hd, scale);
     float mx = p[0];
     for (int t = 1; t < nk; t++)
         mx = p[t] > mx ? p[t] : mx;
@@ -69,24 +98,35 @@ static void attend_keys(const hb_simd *simd, float *acc, float *m, float *l, flo
         *m = mx;
     }
     *l += simd->exp_sum(p, nk, *m);
-    simd->accum(acc, p, V, nk, hd);
+    if (bf16)
+        simd->accum_bf16(acc, p, V, nk, hd);
+    else
+        simd->accum(acc, p, V, nk, hd);
 }
 
-/* Rows [t_lo, t_hi] of KV head g's keys and values in block `block`, as fp32: pointers
- * into an fp32 pool, or the rows widened into kbuf and vbuf from a bf16 one. */
+/* Rows [t_lo, t_hi] of KV head g's keys and values in block `block`: pointers into the
+ * pool, fp32 or bf16 (then *bf16 = 1), or, when widen is set, the rows of a bf16 pool widened
+ * into kbuf and vbuf (fp32). */
 static void block_rows(const attn_job *j, int32_t block, int g, int32_t t_lo, int32_t t_hi,
-                       float *kbuf, float *vbuf, const float **K, const float **V)
+                       int widen, float *kbuf, float *vbuf, const void **K, const void **V,
+                       int *bf16)
 {
     const pe_k_kv_shape s = j->kv->shape;
     size_t ki = pe_k_kv_index(s, block, j->layer, 0, g, t_lo);
     size_t vi = pe_k_kv_index(s, block, j->layer, 1, g, t_lo);
-    if (j->bf16) {
+    *bf16 = 0;
+    if (j->bf16 && widen) {
         const uint16_t *pool = j->kv->base;
         size_t len = (size_t)(t_hi - t_lo + 1) * (size_t)s.head_dim;
         j->simd->widen(kbuf, pool + ki, len);
         j->simd->widen(vbuf, pool + vi, len);
         *K = kbuf;
         *V = vbuf;
+    } else if (j->bf16) {
+        const uint16_t *pool = j->kv->base;
+        *K = pool + ki;
+        *V = pool + vi;
+        *bf16 = 1;
     } else {
         const float *pool = j->kv->base;
         *K = pool + ki;
@@ -94,14 +134,14 @@ static void block_rows(const attn_job *j, int32_t block, int g, int32_t t_lo, in
     }
 }
 
-/* Asks for KV head g's keys and values in block `block` ahead of their use: a block is
- * 1-4 KiB per head, too short for the hardware prefetcher to catch it before decode's
+/* Asks for KV heads g..g+heads-1's keys and values in block `block` ahead of their use: a
+ * block is 1-4 KiB per head, too short for the hardware prefetcher to catch it before decode's
  * few FMAs per key are done (the next block of a sequence lies anywhere in the pool). */
-static void prefetch_block(const attn_job *j, int32_t block, int g)
+static void prefetch_block(const attn_job *j, int32_t block, int g, int heads)
 {
     const pe_k_kv_shape s = j->kv->shape;
     const size_t elem = j->bf16 ? 2 : 4;
-    const size_t bytes = (size_t)s.block_tokens * (size_t)s.head_dim * elem;
+    const size_t bytes = (size_t)heads * (size_t)s.block_tokens * (size_t)s.head_dim * elem;
     const char *k = (const char *)j->kv->base + pe_k_kv_index(s, block, j->layer, 0, g, 0) * elem;
     const char *v = (const char *)j->kv->base + pe_k_kv_index(s, block, j->layer, 1, g, 0) * elem;
     for (size_t o = 0; o < bytes; o += 64) {
@@ -119,12 +159,15 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
     const int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
     const int32_t *bt = a->block_tables + ch[PE_K_CHUNK_BT];
-    const int g = (int)(local % kvh);
-    const int32_t i0 = (int32_t)(local / kvh) * HB_ATTN_ROWS;
+    const int per = heads_per_unit(n, j->run), runs = ((int)kvh + per - 1) / per;
+    const int g0 = (int)(local % (size_t)runs) * per;
+    const int g1 = g0 + per < (int)kvh ? g0 + per : (int)kvh; /* KV heads [g0, g1) */
+    const int32_t i0 = (int32_t)(local / (size_t)runs) * HB_ATTN_ROWS;
     const int32_t i1 = i0 + HB_ATTN_ROWS < n ? i0 + HB_ATTN_ROWS : n;
-    const size_t nq = (size_t)(i1 - i0) * (size_t)G, qmax = (size_t)HB_ATTN_ROWS * (size_t)G;
+    const size_t rows = (size_t)(i1 - i0), nq = rows * (size_t)G * (size_t)(g1 - g0);
+    const size_t qmax = unit_queries(G, j->run);
 
-    float *acc = tls;                                       /* (nq, hd), query i-i0, head hh */
+    float *acc = tls; /* (nq, hd): query (g - g0, i - i0, hh) at ((g - g0) rows + i - i0) G + hh */
     float *m = acc + qmax * h, *l = m + qmax;               /* (nq) running max and sum */
     float *p = l + qmax;                                    /* (B) scores, then weights */
     float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h; /* (B, hd) widened K, V */
@@ -133,36 +176,45 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
         m[q] = -INFINITY;
         l[q] = 0.0f;
     }
+    /* a bf16 block is widened once when several query heads read it, else read as bf16 */
+    const int widen = rows * (size_t)G > HB_ATTN_BF16_QUERIES;
     /* blocks from the first key the piece's first row sees to its last row's position */
     const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
     for (int32_t kb = k_lo / B; kb <= p_hi / B; kb++) {
         const int32_t b0 = kb * B; /* position of the block's row 0 */
         const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
         const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
-        const float *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
+        const void *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
+        int kv_bf16;
         if (kb < p_hi / B)
-            prefetch_block(j, bt[kb + 1], g);
-        block_rows(j, bt[kb], g, t_lo, t_hi, kbuf, vbuf, &K, &V);
-        for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
-            const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
-            const int32_t lo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
-            const int32_t hi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
-            if (lo > hi)
-                continue;
-            const size_t off = (size_t)(lo - t_lo) * h;
-            for (int hh = 0; hh < G; hh++) {
-                const size_t qi = (size_t)(i - i0) * (size_t)G + (size_t)hh;
-                const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
-                                  (size_t)(g * G + hh) * h;
-                attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv, K + off, V + off,
-                            hi - lo + 1, hd, a->scale);
+            prefetch_block(j, bt[kb + 1], g0, g1 - g0);
+        for (int g = g0; g < g1; g++) {
+            block_rows(j, bt[kb], g, t_lo, t_hi, widen, kbuf, vbuf, &K, &V, &kv_bf16);
+            for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
+                const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
+                const int32_t lo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
+                const int32_t hi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
+                if (lo > hi)
+                    continue;
+                const size_t off = (size_t)(lo - t_lo) * h;
+                for (int hh = 0; hh < G; hh++) {
+                    const size_t qi = ((size_t)(g - g0) * rows + (size_t)(i - i0)) * (size_t)G +
+                                      (size_t)hh;
+                    const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
+                                      (size_t)(g * G + hh) * h;
+                    const size_t at = off * (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
+                    attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv,
+                                (const char *)K + at, (const char *)V + at, kv_bf16,
+                                hi - lo + 1, hd, a->scale);
+                }
             }
         }
     }
     for (size_t qi = 0; qi < nq; qi++) {
-        const size_t i = qi / (size_t)G, hh = qi % (size_t)G;
+        const size_t hh = qi % (size_t)G, i = qi / (size_t)G % rows;
+        const size_t g = (size_t)g0 + qi / (size_t)G / rows;
         float *o = a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride +
-                   ((size_t)g * (size_t)G + hh) * h;
+                   (g * (size_t)G + hh) * h;
         const float inv = 1.0f / l[qi];
         for (size_t d = 0; d < h; d++)
             o[d] = acc[qi * h + d] * inv;
@@ -245,6 +297,15 @@ pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
     if (st != PE_OK)
         return st;
 
+    /* KV heads per decode unit: all of them, split so that the decode chunks make at least
+     * one unit per thread */
+    size_t decode_chunks = 0;
+    for (size_t c = 0; c < a->nchunks; c++)
+        decode_chunks += a->chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS;
+    size_t splits = decode_chunks ? ((size_t)dev->nthreads + decode_chunks - 1) / decode_chunks
+                                  : 1;
+    splits = splits < (size_t)kvh ? splits : (size_t)kvh;
+    const int run = (int)(((size_t)kvh + splits - 1) / splits);
     size_t *first = hb_call_scratch(dev, (a->nchunks + 1) * sizeof *first, "attention");
     if (!first)
         return PE_ENOMEM;
@@ -253,14 +314,14 @@ pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
     for (size_t c = 0; c < a->nchunks; c++) {
         const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
         size_t n = (size_t)ch[PE_K_CHUNK_N];
-        first[c + 1] = first[c] + (n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (size_t)kvh;
+        first[c + 1] = first[c] + chunk_units((int32_t)n, kvh, run);
         work += (double)n * ((double)ch[PE_K_CHUNK_POS0] + (double)n) * (double)width;
     }
-    st = hb_scratch_reserve(dev, unit_floats(a->heads / kvh, hd, kv->shape.block_tokens) *
+    st = hb_scratch_reserve(dev, unit_floats(a->heads / kvh, run, hd, kv->shape.block_tokens) *
                                      sizeof(float), "attention");
     if (st != PE_OK)
         return st;
-    attn_job j = {kv, a, layer, kv->dtype == PE_DTYPE_BF16, a->heads / kvh, first,
+    attn_job j = {kv, a, layer, kv->dtype == PE_DTYPE_BF16, a->heads / kvh, run, first,
                   hb_simd_get(), dev};
     size_t units = first[a->nchunks];
     hb_for(dev, units, work < HB_ATTN_INLINE_WORK ? units : 1, attn_units, &j);

@@ -23,6 +23,18 @@ static void scores_c(float *s, const float *q, const float *K, int nk, int hd, f
     }
 }
 
+static void scores_bf16_c(float *s, const float *q, const uint16_t *K, int nk, int hd,
+                          float scale)
+{
+    for (int t = 0; t < nk; t++) {
+        const uint16_t *k = K + (size_t)t * (size_t)hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++)
+            dot += q[d] * pe_k_from_bf16(k[d]);
+        s[t] = dot * scale;
+    }
+}
+
 static float exp_sum_c(float *p, int n, float m)
 {
     float sum = 0.0f;
@@ -45,6 +57,15 @@ static void accum_c(float *acc, const float *p, const float *V, int nk, int hd)
         const float *v = V + (size_t)t * (size_t)hd;
         for (int d = 0; d < hd; d++)
             acc[d] += p[t] * v[d];
+    }
+}
+
+static void accum_bf16_c(float *acc, const float *p, const uint16_t *V, int nk, int hd)
+{
+    for (int t = 0; t < nk; t++) {
+        const uint16_t *v = V + (size_t)t * (size_t)hd;
+        for (int d = 0; d < hd; d++)
+            acc[d] += p[t] * pe_k_from_bf16(v[d]);
     }
 }
 
@@ -132,9 +153,11 @@ static void silu_mul_c(float *out, const float *g, const float *u, size_t n)
 static const hb_simd portable = {
     .name = "portable",
     .scores = scores_c,
+    .scores_bf16 = scores_bf16_c,
     .exp_sum = exp_sum_c,
     .rescale = rescale_c,
     .accum = accum_c,
+    .accum_bf16 = accum_bf16_c,
     .widen = widen_c,
     .gelu = gelu_c,
     .silu_mul = silu_mul_c,
@@ -191,34 +214,40 @@ AVX2 static inline float finish_bf16(__m256 acc, const float *x, const uint16_t 
     return s;
 }
 
-AVX2 static void scores_avx2(float *s, const float *q, const float *K, int nk, int hd,
-                             float scale)
-{
-    const size_t h = (size_t)hd, h8 = h & ~(size_t)7;
-    int t = 0;
-    for (; t + 4 <= nk; t += 4) {
-        const float *k0 = K + (size_t)t * h, *k1 = k0 + h, *k2 = k1 + h, *k3 = k2 + h;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t d = 0; d < h8; d += 8) {
-            __m256 qv = load_f32(q + d);
-            a0 = _mm256_fmadd_ps(qv, load_f32(k0 + d), a0);
-            a1 = _mm256_fmadd_ps(qv, load_f32(k1 + d), a1);
-            a2 = _mm256_fmadd_ps(qv, load_f32(k2 + d), a2);
-            a3 = _mm256_fmadd_ps(qv, load_f32(k3 + d), a3);
-        }
-        s[t] = finish_f32(a0, q, k0, h8, h) * scale;
-        s[t + 1] = finish_f32(a1, q, k1, h8, h) * scale;
-        s[t + 2] = finish_f32(a2, q, k2, h8, h) * scale;
-        s[t + 3] = finish_f32(a3, q, k3, h8, h) * scale;
+/* s(t) = scale * q . K(t) for nk keys, 4 at a time; KT float or uint16_t (bf16, widened in
+ * registers: the same FMAs as on the widened keys). */
+#define SCORES_KERNEL(SUF, KT, LOAD_K, FINISH)                                                 \
+    AVX2 static void scores_##SUF(float *s, const float *q, const KT *K, int nk, int hd,      \
+                                  float scale)                                                \
+    {                                                                                          \
+        const size_t h = (size_t)hd, h8 = h & ~(size_t)7;                                     \
+        int t = 0;                                                                             \
+        for (; t + 4 <= nk; t += 4) {                                                          \
+            const KT *k0 = K + (size_t)t * h, *k1 = k0 + h, *k2 = k1 + h, *k3 = k2 + h;       \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
+            for (size_t d = 0; d < h8; d += 8) {                                               \
+                __m256 qv = load_f32(q + d);                                                   \
+                a0 = _mm256_fmadd_ps(qv, LOAD_K(k0 + d), a0);                                 \
+                a1 = _mm256_fmadd_ps(qv, LOAD_K(k1 + d), a1);                                 \
+                a2 = _mm256_fmadd_ps(qv, LOAD_K(k2 + d), a2);                                 \
+                a3 = _mm256_fmadd_ps(qv, LOAD_K(k3 + d), a3);                                 \
+            }                                                                                  \
+            s[t] = FINISH(a0, q, k0, h8, h) * scale;                                          \
+            s[t + 1] = FINISH(a1, q, k1, h8, h) * scale;                                      \
+            s[t + 2] = FINISH(a2, q, k2, h8, h) * scale;                                      \
+            s[t + 3] = FINISH(a3, q, k3, h8, h) * scale;                                      \
+        }                                                                                      \
+        for (; t < nk; t++) {                                                                  \
+            const KT *k0 = K + (size_t)t * h;                                                  \
+            __m256 a0 = _mm256_setzero_ps();                                                   \
+            for (size_t d = 0; d < h8; d += 8)                                                 \
+                a0 = _mm256_fmadd_ps(load_f32(q + d), LOAD_K(k0 + d), a0);                    \
+            s[t] = FINISH(a0, q, k0, h8, h) * scale;                                          \
+        }                                                                                      \
     }
-    for (; t < nk; t++) {
-        const float *k0 = K + (size_t)t * h;
-        __m256 a0 = _mm256_setzero_ps();
-        for (size_t d = 0; d < h8; d += 8)
-            a0 = _mm256_fmadd_ps(load_f32(q + d), load_f32(k0 + d), a0);
-        s[t] = finish_f32(a0, q, k0, h8, h) * scale;
-    }
-}
+
+SCORES_KERNEL(avx2, float, load_f32, finish_f32)
+SCORES_KERNEL(bf16_avx2, uint16_t, load_bf16, finish_bf16)
 
 /* exp(x), 8 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in
  * r, times 2^n). Arguments below -87.3 give about 1e-38 instead of a denormal or 0; NaN
@@ -329,37 +358,44 @@ AVX2 static void rescale_avx2(float *acc, float c, int hd)
         acc[d] *= c;
 }
 
-/* acc += p(t) V(t) over t, 8 columns of 8 at a time so 8 FMA chains run side by side. */
-AVX2 static void accum_avx2(float *acc, const float *p, const float *V, int nk, int hd)
-{
-    const size_t h = (size_t)hd;
-    size_t d = 0;
-    for (; d + 64 <= h; d += 64) {
-        __m256 a[8];
-        UNROLL8 for (int j = 0; j < 8; j++)
-            a[j] = _mm256_loadu_ps(acc + d + 8 * (size_t)j);
-        for (int t = 0; t < nk; t++) {
-            const __m256 pv = _mm256_set1_ps(p[t]);
-            const float *v = V + (size_t)t * h + d;
-            UNROLL8 for (int j = 0; j < 8; j++)
-                a[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8 * j), a[j]);
-        }
-        UNROLL8 for (int j = 0; j < 8; j++)
-            _mm256_storeu_ps(acc + d + 8 * (size_t)j, a[j]);
+/* acc += p(t) V(t) over t, 8 columns of 8 at a time so 8 FMA chains run side by side; VT
+ * float or uint16_t (bf16, widened in registers: the same FMAs as on the widened values). */
+#define ACCUM_KERNEL(SUF, VT, LOAD_V, ELEM)                                                    \
+    AVX2 static void accum_##SUF(float *acc, const float *p, const VT *V, int nk, int hd)     \
+    {                                                                                          \
+        const size_t h = (size_t)hd;                                                           \
+        size_t d = 0;                                                                          \
+        for (; d + 64 <= h; d += 64) {                                                         \
+            __m256 a[8];                                                                       \
+            UNROLL8 for (int j = 0; j < 8; j++)                                                \
+                a[j] = _mm256_loadu_ps(acc + d + 8 * (size_t)j);                               \
+            for (int t = 0; t < nk; t++) {                                                     \
+                const __m256 pv = _mm256_set1_ps(p[t]);                                        \
+                const VT *v = V + (size_t)t * h + d;                                           \
+                UNROLL8 for (int j = 0; j < 8; j++)                                            \
+                    a[j] = _mm256_fmadd_ps(pv, LOAD_V(v + 8 * j), a[j]);                       \
+            }                                                                                  \
+            UNROLL8 for (int j = 0; j < 8; j++)                                                \
+                _mm256_storeu_ps(acc + d + 8 * (size_t)j, a[j]);                               \
+        }                                                                                      \
+        for (; d + 8 <= h; d += 8) {                                                           \
+            __m256 a = _mm256_loadu_ps(acc + d);                                               \
+            for (int t = 0; t < nk; t++)                                                       \
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), LOAD_V(V + (size_t)t * h + d), a);  \
+            _mm256_storeu_ps(acc + d, a);                                                      \
+        }                                                                                      \
+        for (; d < h; d++) {                                                                   \
+            float a = acc[d];                                                                  \
+            for (int t = 0; t < nk; t++)                                                       \
+                a += p[t] * ELEM(V[(size_t)t * h + d]);                                        \
+            acc[d] = a;                                                                        \
+        }                                                                                      \
     }
-    for (; d + 8 <= h; d += 8) {
-        __m256 a = _mm256_loadu_ps(acc + d);
-        for (int t = 0; t < nk; t++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(V + (size_t)t * h + d), a);
-        _mm256_storeu_ps(acc + d, a);
-    }
-    for (; d < h; d++) {
-        float a = acc[d];
-        for (int t = 0; t < nk; t++)
-            a += p[t] * V[(size_t)t * h + d];
-        acc[d] = a;
-    }
-}
+
+#define AS_FLOAT(x) (x)
+ACCUM_KERNEL(avx2, float, load_f32, AS_FLOAT)
+ACCUM_KERNEL(bf16_avx2, uint16_t, load_bf16, pe_k_from_bf16)
+#undef AS_FLOAT
 
 AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
 {
@@ -391,15 +427,15 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
  * kernel. LOAD_W is load_f32 or load_bf16. */
 #define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH)                                                 \
     AVX2 static void gemv_4x2_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
-                                    size_t K)                                                 \
+                                    size_t K, size_t q)                                       \
     {                                                                                          \
-        const size_t k8 = K & ~(size_t)7;                                                     \
-        const WT *w0 = W, *w1 = W + K, *w2 = W + 2 * K, *w3 = W + 3 * K;                      \
+        const size_t k8 = K & ~(size_t)7, ahead = q == 1 ? 4 * K : 2 * K;                     \
+        const WT *w0 = W, *w1 = W + q * K, *w2 = W + 2 * q * K, *w3 = W + 3 * q * K;          \
         const float *x0 = x, *x1 = x + K;                                                      \
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                    \
         __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                    \
         for (size_t k = 0; k < k8; k += 8) {                                                   \
-            PREFETCH4(w0, w1, w2, w3, k + 4 * K);                                             \
+            PREFETCH4(w0, w1, w2, w3, k + ahead);                                             \
             __m256 v0 = LOAD_W(w0 + k), v1 = LOAD_W(w1 + k), v2 = LOAD_W(w2 + k),             \
                    v3 = LOAD_W(w3 + k);                                                       \
             __m256 u0 = load_f32(x0 + k), u1 = load_f32(x1 + k);                              \
@@ -413,21 +449,22 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
             a13 = _mm256_fmadd_ps(u1, v3, a13);                                               \
         }                                                                                      \
         y[0] = FINISH(a00, x0, w0, k8, K);                                                    \
-        y[1] = FINISH(a01, x0, w1, k8, K);                                                    \
-        y[2] = FINISH(a02, x0, w2, k8, K);                                                    \
-        y[3] = FINISH(a03, x0, w3, k8, K);                                                    \
+        y[q] = FINISH(a01, x0, w1, k8, K);                                                    \
+        y[2 * q] = FINISH(a02, x0, w2, k8, K);                                                \
+        y[3 * q] = FINISH(a03, x0, w3, k8, K);                                                \
         y[ldy] = FINISH(a10, x1, w0, k8, K);                                                  \
-        y[ldy + 1] = FINISH(a11, x1, w1, k8, K);                                              \
-        y[ldy + 2] = FINISH(a12, x1, w2, k8, K);                                              \
-        y[ldy + 3] = FINISH(a13, x1, w3, k8, K);                                              \
+        y[ldy + q] = FINISH(a11, x1, w1, k8, K);                                              \
+        y[ldy + 2 * q] = FINISH(a12, x1, w2, k8, K);                                          \
+        y[ldy + 3 * q] = FINISH(a13, x1, w3, k8, K);                                          \
     }                                                                                          \
-    AVX2 static void gemv_4x1_##SUF(float *y, const float *x, const WT *W, size_t K)          \
+    AVX2 static void gemv_4x1_##SUF(float *y, const float *x, const WT *W, size_t K,          \
+                                    size_t q)                                                 \
     {                                                                                          \
-        const size_t k8 = K & ~(size_t)7;                                                     \
-        const WT *w0 = W, *w1 = W + K, *w2 = W + 2 * K, *w3 = W + 3 * K;                      \
+        const size_t k8 = K & ~(size_t)7, ahead = q == 1 ? 4 * K : 2 * K;                     \
+        const WT *w0 = W, *w1 = W + q * K, *w2 = W + 2 * q * K, *w3 = W + 3 * q * K;          \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                           \
         for (size_t k = 0; k < k8; k += 8) {                                                   \
-            PREFETCH4(w0, w1, w2, w3, k + 4 * K);                                             \
+            PREFETCH4(w0, w1, w2, w3, k + ahead);                                             \
             __m256 u = load_f32(x + k);                                                        \
             a0 = _mm256_fmadd_ps(u, LOAD_W(w0 + k), a0);                                      \
             a1 = _mm256_fmadd_ps(u, LOAD_W(w1 + k), a1);                                      \
@@ -435,9 +472,9 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
             a3 = _mm256_fmadd_ps(u, LOAD_W(w3 + k), a3);                                      \
         }                                                                                      \
         y[0] = FINISH(a0, x, w0, k8, K);                                                      \
-        y[1] = FINISH(a1, x, w1, k8, K);                                                      \
-        y[2] = FINISH(a2, x, w2, k8, K);                                                      \
-        y[3] = FINISH(a3, x, w3, k8, K);                                                      \
+        y[q] = FINISH(a1, x, w1, k8, K);                                                      \
+        y[2 * q] = FINISH(a2, x, w2, k8, K);                                                  \
+        y[3 * q] = FINISH(a3, x, w3, k8, K);                                                  \
     }                                                                                          \
     AVX2 static void gemv_1x1_##SUF(float *y, const float *x, const WT *w, size_t K)          \
     {                                                                                          \
@@ -485,13 +522,23 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
             return;                                                                            \
         }                                                                                      \
         size_t n = 0;                                                                          \
-        for (; n + 4 <= nrows; n += 4) {                                                       \
-            size_t m = 0;                                                                      \
-            for (; m + 2 <= M; m += 2)                                                         \
-                gemv_4x2_##SUF(y + m * ldy + n, ldy, x + m * K, W + n * K, K);                \
-            if (m < M)                                                                         \
-                gemv_4x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K);                     \
-        }                                                                                      \
+        if (M <= 2) { /* 4 streams: rows i, q + i, 2q + i, 3q + i of the call's 4q */         \
+            const size_t q = nrows / 4;                                                       \
+            for (size_t i = 0; i < q; i++) {                                                   \
+                if (M == 2)                                                                    \
+                    gemv_4x2_##SUF(y + i, ldy, x, W + i * K, K, q);                           \
+                else                                                                           \
+                    gemv_4x1_##SUF(y + i, x, W + i * K, K, q);                                \
+            }                                                                                  \
+            n = 4 * q;                                                                         \
+        } else                                                                                 \
+            for (; n + 4 <= nrows; n += 4) {                                                   \
+                size_t m = 0;                                                                  \
+                for (; m + 2 <= M; m += 2)                                                     \
+                    gemv_4x2_##SUF(y + m * ldy + n, ldy, x + m * K, W + n * K, K, 1);         \
+                if (m < M)                                                                     \
+                    gemv_4x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K, 1);              \
+            }                                                                                  \
         for (; n < nrows; n++)                                                                 \
             for (size_t m = 0; m < M; m++)                                                     \
                 gemv_1x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K);                     \
@@ -503,9 +550,11 @@ GEMV_KERNELS(bf16, uint16_t, load_bf16, finish_bf16)
 static const hb_simd avx2 = {
     .name = "avx2",
     .scores = scores_avx2,
+    .scores_bf16 = scores_bf16_avx2,
     .exp_sum = exp_sum_avx2,
     .rescale = rescale_avx2,
     .accum = accum_avx2,
+    .accum_bf16 = accum_bf16_avx2,
     .widen = widen_avx2,
     .gelu = gelu_avx2,
     .silu_mul = silu_mul_avx2,
