@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/host/hb_internal.h"
@@ -167,12 +168,26 @@ static const char *hb_last_error(const be_device *dev) { return dev ? dev->err.m
 
 /* ---- memory ------------------------------------------------------------------------- */
 
+/* Device memory of HB_HUGE_MIN bytes or more (weights, the KV pool) is asked for in
+ * transparent huge pages: decode reads all of it every step, in long runs (the GEMV's
+ * streams) and scattered ones (a sequence's KV blocks), and with 4 KiB pages those reads
+ * miss the TLB. Measured with pengine generate on the 124m GPT-2, bf16: 7.1-7.7 against
+ * 6.5-6.8 ms a token near position 10, 9.6 against 7.9-9.2 near 950. */
+#define HB_HUGE_PAGE ((size_t)2 << 20)
+#define HB_HUGE_MIN ((size_t)4 << 20)
+
 static pe_status hb_alloc(be_device *dev, size_t bytes, void **out)
 {
     *out = NULL;
     void *p = NULL;
-    /* 0 bytes still gives a unique pointer that free accepts. */
-    int rc = posix_memalign(&p, HB_ALIGN, bytes ? bytes : 1);
+    const int huge = bytes >= HB_HUGE_MIN;
+    /* whole huge pages, so that the advice covers the block and nothing else; 0 bytes
+     * still gives a unique pointer that free accepts */
+    size_t size = huge ? (bytes + HB_HUGE_PAGE - 1) / HB_HUGE_PAGE * HB_HUGE_PAGE
+                       : bytes ? bytes : 1;
+    int rc = posix_memalign(&p, huge ? HB_HUGE_PAGE : HB_ALIGN, size);
+    if (rc == 0 && huge)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages */
     if (rc != 0)
         return hb_fail(dev, PE_ENOMEM,
                        "cannot allocate %zu bytes on host device %d (%s); use a smaller batch "

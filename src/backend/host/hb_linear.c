@@ -27,6 +27,7 @@
 
 #define HB_GEMV_TILE 64                 /* rows of W per GEMV piece */
 #define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
+#define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 2, at least */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
 #define HB_SGEMM_COLS 512               /* output columns per sgemm call, about */
 #define HB_WIDEN_TILE_FLOATS (1u << 20) /* a thread's widened tile of bf16 W: 4 MiB */
@@ -45,6 +46,7 @@ typedef struct lin_job {
     uint16_t *ybf;   /* (M, N) bf16 y, or NULL */
     size_t cols;     /* output columns per sgemm call (sgemm_cols) */
     size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
+    size_t tile;     /* rows of W per GEMV tile */
 } lin_job;
 
 /* Bias (unless the sums hold it already), activation and rounding of the columns [n0, n0 +
@@ -81,8 +83,8 @@ static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
 {
     const lin_job *j = arg;
     (void)thread;
-    for (size_t nb = n0; nb < n1; nb += HB_GEMV_TILE) {
-        size_t nn = n1 - nb < HB_GEMV_TILE ? n1 - nb : HB_GEMV_TILE;
+    for (size_t nb = n0; nb < n1; nb += j->tile) {
+        size_t nn = n1 - nb < j->tile ? n1 - nb : j->tile;
         for (size_t mb = 0; mb < j->M; mb += HB_GEMV_ROWS) {
             size_t mm = j->M - mb < HB_GEMV_ROWS ? j->M - mb : HB_GEMV_ROWS;
             float *out = j->sums + mb * j->N + nb;
@@ -241,7 +243,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     HB_NEED(dev, W, K, "linear");
     const int bf16 = dtype == PE_DTYPE_BF16;
     lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, W, b, act,
-                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0};
+                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0, 0};
     if (K == 0) { /* empty sums: y = act(b) */
         for (size_t m = 0; m < M; m++)
             for (size_t n = 0; n < N; n++)
@@ -264,7 +266,13 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     }
     if (gemv) {
         double work = (double)M * (double)N * (double)K;
-        hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : HB_GEMV_TILE, gemv_cols, &j);
+        j.tile = HB_GEMV_TILE;
+        if (M <= 2) { /* the 4-stream kernel: long streams, HB_GEMV_PIECES pieces a thread */
+            size_t pieces = (size_t)HB_GEMV_PIECES * (size_t)hb_compute_threads(dev);
+            size_t tile = (N + pieces - 1) / pieces;
+            j.tile = tile > HB_GEMV_TILE ? (tile + 15) / 16 * 16 : HB_GEMV_TILE;
+        }
+        hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : j.tile, gemv_cols, &j);
         return PE_OK;
     }
     if (bf16) {
