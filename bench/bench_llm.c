@@ -12,7 +12,8 @@
  *   - prefill of 128-token prompts at batch 1 and 8: FLOP/s >= 0.75 x sgemm at the same M;
  *   - decode at batch 1 at positions ~10 and ~1000: ms/token; weight bytes/s >= 0.8 x the
  *     bandwidth at ~10 (at ~1000 the KV cache's bytes are printed beside the weights');
- *     position 1000 <= 1.3 x position 10;
+ *     position 1000 <= 1.3 x position 10 (the two take turns over 3 rounds, each the best
+ *     of its runs);
  *   - decode at batch 8 and 32: tok/s;
  *   - bf16 decode tok/s >= 1.6 x fp32;
  *   - loading a bf16 checkpoint: peak RSS <= 1.2 x the checkpoint's bytes (a child process).
@@ -353,17 +354,26 @@ static cJSON *bench_model(model *m, pe_dtype dt, int *ok, double *decode1_tok_s)
     /* decode at batch 1, positions ~10 and ~1000 */
     const int G = g_quick ? 12 : 33;
     const int positions[2] = {8, mi.context >= 1100 ? 990 : mi.context - G - 2};
-    double ms[2] = {0, 0};
+    double ms[2] = {0, 0}, bws[2] = {0, 0};
     const double wbytes = step_weight_bytes(&mi, dt);
-    for (int k = 0; k < 2; k++) {
-        double bw = read_bandwidth(); /* before and after, the better: as for the sgemm */
-        if (run(e, 1, positions[k], G, mi.vocab, 20 + (uint64_t)k, &tm) != 0) {
-            *ok = 0;
-            break;
+    /* the two positions take turns over the rounds, each figure the best of its runs, the
+     * bandwidth the best of its reads before and after them: a busy moment of the shared
+     * machine then falls on both alike, as for the prefill */
+    const int rounds = g_quick ? 1 : 3;
+    for (int r = 0; r < rounds && *ok; r++)
+        for (int k = 0; k < 2; k++) {
+            double bw = read_bandwidth();
+            if (run(e, 1, positions[k], G, mi.vocab, 20 + (uint64_t)k, &tm) != 0) {
+                *ok = 0;
+                break;
+            }
+            double gap = median_gap(&tm), bw_after = read_bandwidth();
+            bw = bw_after > bw ? bw_after : bw;
+            ms[k] = r == 0 || gap < ms[k] ? gap : ms[k];
+            bws[k] = bw > bws[k] ? bw : bws[k];
         }
-        ms[k] = median_gap(&tm);
-        double bw_after = read_bandwidth();
-        bw = bw_after > bw ? bw_after : bw;
+    for (int k = 0; k < 2 && *ok; k++) {
+        const double bw = bws[k];
         /* the bytes a token reads: the weights, and the KV cache up to its position (the
          * middle of the run's G tokens); the target is judged where the weights are nearly
          * all of them, at position ~8, and position ~1000 is held to its own cost ratio */
