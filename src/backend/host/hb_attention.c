@@ -2,12 +2,13 @@
  *
  * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, a run of KV heads): the query
  * heads of a KV head's group are computed together, so each block of keys and values is read
- * (and, in a bf16 pool, widened) once per group and row piece. A prefill piece takes one KV
+ * once per group and row piece (in a bf16 pool: widened once into scratch, or read as bf16
+ * where it serves at most HB_ATTN_BF16_QUERIES query heads). A prefill piece takes one KV
  * head; a decode-sized one (at most HB_ATTN_RUN_ROWS rows) takes a run of them, so that it
  * reads each block's keys of those heads, then their values, as two contiguous runs of the
- * pool that the hardware prefetcher follows, instead of 1-4 KiB pieces of it scattered a
- * block's size apart (at position 1000 a decode step's attention read the KV cache at a
- * third of the GEMVs' pace). Which heads share a unit changes no result. Keys go block by block
+ * pool, instead of 1-4 KiB pieces of it scattered a block's size apart (bench_host, one
+ * layer's step at position 1000 on 2 threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16
+ * against 1.65 and 2.0). Which heads share a unit changes no result. Keys go block by block
  * (block_tokens positions, contiguous per head in the pool) with an online softmax: per
  * query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are

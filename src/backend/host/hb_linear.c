@@ -25,7 +25,7 @@
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 
-#define HB_GEMV_TILE 64                 /* rows of W per GEMV piece */
+#define HB_GEMV_TILE 64                 /* rows of W per GEMV piece (M <= 2: at least) */
 #define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
 #define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 2, at least */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
