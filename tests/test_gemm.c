@@ -326,7 +326,7 @@ static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
     const size_t N = 203, K = 333;
     for (int bf = 0; bf < 2; bf++) {
         pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
-        const size_t M = bf ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M;
+        const size_t M = hb_simd_get()->gemv_max_m[bf];
         float *x = matrix(M, K, K, 501), *W = matrix(N, K, K, 502), *b = matrix(1, N, N, 503);
         uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
         const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
@@ -368,7 +368,7 @@ static void test_sgemm_path_does_not_depend_on_threads(void **state)
     const size_t K = tu_small() ? 96 : 768;
     for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
         for (int bf = 0; bf < 2; bf++) {
-            size_t M = mn[i][0] + (bf ? HB_GEMV_MAX_M_BF16 : 0), N = mn[i][1];
+            size_t M = mn[i][0] + hb_simd_get()->gemv_max_m[bf], N = mn[i][1];
             pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
             float *x = matrix(M, K, K, 600 + i), *W = matrix(N, K, K, 700 + i);
             uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
@@ -444,6 +444,45 @@ static void test_packed_gemm_rows_match_fewer_rows_and_the_portable_kernel(void 
         free(xh);
         free(Wh);
     }
+}
+
+/* The AVX-512 GEMV gives the AVX2 GEMV's bits at every M: each half of its registers runs
+ * the AVX2 kernel's chain of FMAs on one row of W, and is finished as the AVX2 kernel
+ * finishes it. Rows of W in its 4 quarters and beyond them, K with and without a tail,
+ * more than 8 rows of x (further passes). */
+static void test_avx512_gemv_gives_the_avx2_bits(void **state)
+{
+    (void)state;
+    const hb_simd *wide = hb_simd_avx512(), *avx2 = hb_simd_avx2();
+    if (!wide || !avx2) {
+        print_message("    (no AVX-512F on this CPU: nothing to compare)\n");
+        return;
+    }
+    const size_t Ns[] = {1, 5, 64, 67}, Ks[] = {8, 29, 333}, maxM = 20;
+    for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
+        for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++) {
+            const size_t N = Ns[a], K = Ks[c];
+            float *x = matrix(maxM, K, K, 800 + a), *W = matrix(N, K, K, 900 + c);
+            uint16_t *Wh = round_to_bf16(W, N * K);
+            float *y[2] = {malloc(maxM * N * sizeof(float)), malloc(maxM * N * sizeof(float))};
+            for (size_t M = 1; M <= maxM; M++)
+                for (int bf = 0; bf < 2; bf++) {
+                    const hb_simd *v[2] = {wide, avx2};
+                    for (int i = 0; i < 2; i++)
+                        if (bf)
+                            v[i]->gemv_bf16(y[i], N, x, M, Wh, K, N);
+                        else
+                            v[i]->gemv_f32(y[i], N, x, M, W, K, N);
+                    if (memcmp(y[0], y[1], M * N * sizeof(float)) != 0)
+                        fail_msg("GEMV M=%zu N=%zu K=%zu %s W: AVX-512 gave other bits than "
+                                 "AVX2", M, N, K, bf ? "bf16" : "fp32");
+                }
+            free(y[0]);
+            free(y[1]);
+            free(x);
+            free(W);
+            free(Wh);
+        }
 }
 
 static void test_strided_batched_matches_each_product(void **state)
@@ -534,6 +573,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_packed_gemm_rows_match_fewer_rows_and_the_portable_kernel, setup, teardown),
+        cmocka_unit_test(test_avx512_gemv_gives_the_avx2_bits),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

@@ -140,11 +140,8 @@ void hb_packed_gemm(const struct hb_simd *simd, float *C, size_t ldc, const floa
                     float *work);
 
 /* ---- Linear (hb_linear.c) ---- */
-/* Rows of x up to which linear runs the GEMV kernel (fp32 W, bf16 W); beyond, the packed
- * GEMM (AVX-512) or the sgemm slices. Measured by bench_host (docs/architecture.md): with
- * bf16 W the GEMV reads half the bytes, so it stays ahead longer. */
-#define HB_GEMV_MAX_M 8
-#define HB_GEMV_MAX_M_BF16 16
+/* Up to hb_simd's gemv_max_m rows of x, linear runs the GEMV kernel; beyond, the packed
+ * GEMM (AVX-512) or the sgemm slices. */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);

@@ -1,7 +1,7 @@
 /* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
  * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
  *
- * Decode-shaped (M <= HB_GEMV_MAX_M, or HB_GEMV_MAX_M_BF16 for bf16 W): hb_simd's GEMV
+ * Decode-shaped (M up to hb_simd's gemv_max_m, for fp32 or bf16 W): hb_simd's GEMV
  * kernel, the output columns split over the threads in tiles of rows of W, so W is read
  * once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
  * output is the same sum whatever the tile, the thread count or M.
@@ -253,7 +253,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     }
     j.cols = sgemm_cols(N);
     const int gemv = path == HB_LINEAR_GEMV ||
-                     (path == HB_LINEAR_AUTO && M <= (bf16 ? HB_GEMV_MAX_M_BF16 : HB_GEMV_MAX_M));
+                     (path == HB_LINEAR_AUTO && M <= j.simd->gemv_max_m[bf16]);
     if (!gemv && (path == HB_LINEAR_PACKED || (path == HB_LINEAR_AUTO && j.simd->packed_first)))
         return linear_packed(dev, &j, x);
     if (bf16) { /* x widened to fp32 (exact), M x K: small next to W */

@@ -166,53 +166,14 @@ static const hb_simd portable = {
     .gemm_tile = hb_gemm_tile_c,
     .pack_w = hb_pack_w_c,
     .pack_x = hb_pack_x_c,
+    .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
 };
 
 const hb_simd *hb_simd_portable(void) { return &portable; }
 
 /* ---- AVX2 + FMA -------------------------------------------------------------------- */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
-#define AVX2 __attribute__((target("avx2,fma")))
-/* Unrolls a loop over accumulators so they stay in registers (GCC does not at -O2). */
-#define UNROLL8 _Pragma("GCC unroll 8")
-
-AVX2 static inline float hsum(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-/* 8 bf16 values widened to fp32 (a shift of each into the upper half of a 32-bit lane). */
-AVX2 static inline __m256 load_bf16(const uint16_t *p)
-{
-    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AVX2 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
-
-/* One dot product's end: the vector sum's lanes, then the tail [k8, K) in order. */
-AVX2 static inline float finish_f32(__m256 acc, const float *x, const float *w, size_t k8,
-                                    size_t K)
-{
-    float s = hsum(acc);
-    for (size_t k = k8; k < K; k++)
-        s += x[k] * w[k];
-    return s;
-}
-
-AVX2 static inline float finish_bf16(__m256 acc, const float *x, const uint16_t *w, size_t k8,
-                                     size_t K)
-{
-    float s = hsum(acc);
-    for (size_t k = k8; k < K; k++)
-        s += x[k] * pe_k_from_bf16(w[k]);
-    return s;
-}
+#include "backend/host/hb_simd_x86.h"
 
 /* s(t) = scale * q . K(t) for nk keys, 4 at a time; KT float or uint16_t (bf16, widened in
  * registers: the same FMAs as on the widened keys). */
@@ -565,6 +526,7 @@ static const hb_simd avx2 = {
     .gemm_tile = hb_gemm_tile_c,
     .pack_w = hb_pack_w_c,
     .pack_x = hb_pack_x_c,
+    .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
 };
 
 const hb_simd *hb_simd_avx2(void)

@@ -18,6 +18,14 @@
 #define HB_MR 12
 #define HB_NR 32
 
+/* Rows of x up to which linear prefers a version's GEMV to a GEMM (gemv_max_m; measured by
+ * bench_host, docs/architecture.md). The AVX2 GEMV (and the portable one): 8 with fp32 W,
+ * 16 with bf16 W, which reads half the bytes and so stays ahead longer. The AVX-512 GEMV,
+ * twice the FMAs an instruction: 32 either way. */
+#define HB_GEMV_MAX_M_AVX2 8
+#define HB_GEMV_MAX_M_BF16_AVX2 16
+#define HB_GEMV_MAX_M_AVX512 32
+
 typedef struct hb_simd {
     const char *name; /* "avx512", "avx2" or "portable" */
     /* s(nk) = scale * (q(hd) . K(nk, hd) row t) */
@@ -61,6 +69,9 @@ typedef struct hb_simd {
     void (*pack_x)(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr);
     /* linear prefers the packed GEMM to OpenBLAS's sgemm (measured: bench_host) */
     int packed_first;
+    /* rows of x up to which linear runs this version's GEMV rather than a GEMM, for fp32
+     * and bf16 W (measured: bench_host; docs/architecture.md) */
+    size_t gemv_max_m[2];
 } hb_simd;
 
 /* The best version this CPU runs (AVX-512, else AVX2 with FMA, else portable). */

@@ -1,6 +1,7 @@
 /* hb_simd_avx512.c: the AVX-512 version of hb_simd.h: the AVX2 loops, with the packed
- * GEMM's micro-kernel and its packing of W and x in AVX-512F (a target attribute, chosen at
- * run time with __builtin_cpu_supports, so the build needs no -mavx512f).
+ * GEMM's micro-kernel, its packing of W and x, and the GEMV at M >= 3 in AVX-512F (a target
+ * attribute, chosen at run time with __builtin_cpu_supports, so the build needs no
+ * -mavx512f).
  *
  * The micro-kernel keeps a 12 x 32 tile of C in 24 registers. Each step of k loads one row
  * of the W panel (2 registers) and broadcasts the 12 values of the x panel, 24 fused
@@ -12,9 +13,9 @@
 #include <pthread.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "backend/host/hb_simd_x86.h"
 
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 #if HB_MR != 12 || HB_NR != 32
 #error "the AVX-512 micro-kernel is written for a 12 x 32 tile"
@@ -23,6 +24,9 @@
 /* Unrolls a loop over an array of registers, so that it stays in registers (GCC does not
  * at -O2). */
 #define UNROLL16 _Pragma("GCC unroll 16")
+
+/* The AVX2 loops, which this version keeps where AVX-512 gains nothing. */
+static const hb_simd *avx2_loops;
 
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
@@ -159,6 +163,115 @@ AVX512 static void pack_x_avx512(float *A, const void *x, int x_bf16, size_t ldx
     pack_panel_avx512(A, HB_MR, x, x_bf16, ldx, K, mr);
 }
 
+/* ---- the GEMV at M >= 3 ---------------------------------------------------------------
+ * The AVX2 GEMV (hb_simd.c) sums each output in 8 lanes over k in steps of 8; at M = 8 one
+ * core ran it at about 32 GFMA/s, half of what the packed GEMM reaches, so decode batches
+ * were bound by the FMAs, not by W's bytes (bench_host). Here a 512-bit register holds the
+ * same 8-lane step of two rows of W (lanes 0-7 one row, 8-15 the other), and x's step is
+ * broadcast to both halves: each lane runs the AVX2 kernel's chain of FMAs, and each half
+ * is finished as the AVX2 kernel finishes it. So the outputs keep their bits, and every
+ * instruction does twice the FMAs.
+ *
+ * A call's rows of W are taken 4 at a time, from its 4 quarters (rows i, q + i, 2q + i,
+ * 3q + i of 4q), as the AVX2 kernel does at M <= 2: 4 long streams. Up to 8 rows of x per
+ * pass (2 x 8 accumulators); more take further passes over the same rows of W, from the
+ * caches. M <= 2, bound by W's bytes, and the rows beyond the 4 quarters go to the AVX2
+ * kernel. */
+
+/* Steps k..k+7 of rows a and b of W as one register (a in lanes 0-7, b in 8-15). */
+AVX512 static inline __m512 pair_f32(const float *a, const float *b)
+{
+    __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+AVX512 static inline __m512 pair_bf16(const uint16_t *a, const uint16_t *b)
+{
+    __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+        _mm_loadu_si128((const __m128i *)(const void *)b), 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* x's 8 floats at p in both halves. */
+AVX512 static inline __m512 both_halves(const float *p)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+AVX512 static inline __m256 low_half(__m512 v) { return _mm512_castps512_ps256(v); }
+
+AVX512 static inline __m256 high_half(__m512 v)
+{
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+/* y(MM, ldy) at columns 0, q, 2q, 3q = x(MM, K) . rows 0, q, 2q, 3q of W, MM <= 8 */
+#define GEMV512_KERNELS(SUF, WT, PAIR, FINISH)                                                 \
+    AVX512 static inline __attribute__((always_inline)) void gemv_4xm_##SUF(                  \
+        float *y, size_t ldy, const float *x, const WT *W, size_t K, size_t q, const int MM)  \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7, ahead = q == 1 ? 4 * K : 2 * K;                     \
+        const WT *w0 = W, *w1 = W + q * K, *w2 = W + 2 * q * K, *w3 = W + 3 * q * K;          \
+        __m512 a[8], b[8]; /* a[m]: rows 0 and q against x row m; b[m]: rows 2q and 3q */     \
+        UNROLL8 for (int m = 0; m < MM; m++)                                                   \
+            a[m] = b[m] = _mm512_setzero_ps();                                                 \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            _mm_prefetch((const char *)(w0 + k + ahead), _MM_HINT_T0);                        \
+            _mm_prefetch((const char *)(w1 + k + ahead), _MM_HINT_T0);                        \
+            _mm_prefetch((const char *)(w2 + k + ahead), _MM_HINT_T0);                        \
+            _mm_prefetch((const char *)(w3 + k + ahead), _MM_HINT_T0);                        \
+            const __m512 v01 = PAIR(w0 + k, w1 + k), v23 = PAIR(w2 + k, w3 + k);              \
+            UNROLL8 for (int m = 0; m < MM; m++) {                                             \
+                const __m512 u = both_halves(x + (size_t)m * K + k);                           \
+                a[m] = _mm512_fmadd_ps(u, v01, a[m]);                                          \
+                b[m] = _mm512_fmadd_ps(u, v23, b[m]);                                          \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL8 for (int m = 0; m < MM; m++) {                                                 \
+            const float *xm = x + (size_t)m * K;                                               \
+            float *ym = y + (size_t)m * ldy;                                                   \
+            ym[0] = FINISH(low_half(a[m]), xm, w0, k8, K);                                     \
+            ym[q] = FINISH(high_half(a[m]), xm, w1, k8, K);                                    \
+            ym[2 * q] = FINISH(low_half(b[m]), xm, w2, k8, K);                                 \
+            ym[3 * q] = FINISH(high_half(b[m]), xm, w3, k8, K);                                \
+        }                                                                                      \
+    }                                                                                          \
+    AVX512 static void gemv_4xM_##SUF(float *y, size_t ldy, const float *x, size_t M,         \
+                                      const WT *W, size_t K, size_t q)                         \
+    {                                                                                          \
+        switch (M) {                                                                           \
+        case 3: gemv_4xm_##SUF(y, ldy, x, W, K, q, 3); break;                                  \
+        case 4: gemv_4xm_##SUF(y, ldy, x, W, K, q, 4); break;                                  \
+        case 5: gemv_4xm_##SUF(y, ldy, x, W, K, q, 5); break;                                  \
+        case 6: gemv_4xm_##SUF(y, ldy, x, W, K, q, 6); break;                                  \
+        case 7: gemv_4xm_##SUF(y, ldy, x, W, K, q, 7); break;                                  \
+        default: gemv_4xm_##SUF(y, ldy, x, W, K, q, 8); break;                                 \
+        }                                                                                      \
+    }                                                                                          \
+    AVX512 static void gemv_##SUF##_avx512(float *y, size_t ldy, const float *x, size_t M,    \
+                                           const WT *W, size_t K, size_t nrows)               \
+    {                                                                                          \
+        const size_t q = nrows / 4;                                                            \
+        for (size_t m0 = 0; m0 < M; m0 += 8) {                                                 \
+            const size_t mm = M - m0 < 8 ? M - m0 : 8;                                         \
+            float *ym = y + m0 * ldy;                                                          \
+            const float *xm = x + m0 * K;                                                      \
+            if (mm < 3 || q == 0) {                                                            \
+                avx2_loops->gemv_##SUF(ym, ldy, xm, mm, W, K, nrows);                          \
+                continue;                                                                      \
+            }                                                                                  \
+            for (size_t i = 0; i < q; i++)                                                     \
+                gemv_4xM_##SUF(ym + i, ldy, xm, mm, W + i * K, K, q);                          \
+            if (4 * q < nrows)                                                                 \
+                avx2_loops->gemv_##SUF(ym + 4 * q, ldy, xm, mm, W + 4 * q * K, K,              \
+                                       nrows - 4 * q);                                         \
+        }                                                                                      \
+    }
+
+GEMV512_KERNELS(f32, float, pair_f32, finish_f32)
+GEMV512_KERNELS(bf16, uint16_t, pair_bf16, finish_bf16)
+
 static hb_simd avx512;
 static const hb_simd *found;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -169,12 +282,17 @@ static void find(void)
     __builtin_cpu_init();
     if (!avx2 || !__builtin_cpu_supports("avx512f"))
         return;
+    avx2_loops = avx2;
     avx512 = *avx2;
     avx512.name = "avx512";
+    avx512.gemv_f32 = gemv_f32_avx512;
+    avx512.gemv_bf16 = gemv_bf16_avx512;
     avx512.gemm_tile = gemm_tile_avx512;
     avx512.pack_w = pack_w_avx512;
     avx512.pack_x = pack_x_avx512;
     avx512.packed_first = 1;
+    avx512.gemv_max_m[0] = HB_GEMV_MAX_M_AVX512;
+    avx512.gemv_max_m[1] = HB_GEMV_MAX_M_AVX512;
     found = &avx512;
 }
 
