@@ -568,12 +568,11 @@ static cJSON *bench_attention(be_device *d, int heads, int kv_heads, int hd, pe_
     const size_t rows = (size_t)nseq * (size_t)ntok, es = dt == PE_DTYPE_BF16 ? 2 : 4;
     attn_ctx c = {.d = d};
     c.kv.shape = (pe_k_kv_shape){.nlayers = 1, .kv_heads = kv_heads, .block_tokens = B,
-                                 .head_dim = hd};
+                                 .head_dim = hd, .nblocks = (size_t)nseq * (size_t)nb};
     c.kv.dtype = dt;
-    c.kv.nblocks = (size_t)nseq * (size_t)nb;
-    c.kv.base = dev_alloc(d, c.kv.nblocks * pe_k_kv_block_elems(c.kv.shape) * es, 0x3c);
+    c.kv.base = dev_alloc(d, c.kv.shape.nblocks * pe_k_kv_block_elems(c.kv.shape) * es, 0x3c);
     int32_t *chunks = malloc((size_t)nseq * PE_K_CHUNK_FIELDS * sizeof *chunks);
-    int32_t *tables = malloc(c.kv.nblocks * sizeof *tables);
+    int32_t *tables = malloc(c.kv.shape.nblocks * sizeof *tables);
     for (int s = 0; s < nseq; s++) {
         int32_t *f = chunks + (size_t)s * PE_K_CHUNK_FIELDS;
         f[PE_K_CHUNK_ROW0] = s * ntok;
@@ -581,12 +580,12 @@ static cJSON *bench_attention(be_device *d, int heads, int kv_heads, int hd, pe_
         f[PE_K_CHUNK_POS0] = len - ntok;
         f[PE_K_CHUNK_BT] = s * nb;
     }
-    for (size_t i = 0; i < c.kv.nblocks; i++)
+    for (size_t i = 0; i < c.kv.shape.nblocks; i++)
         tables[i] = (int32_t)i;
     void *dchunks = dev_alloc(d, (size_t)nseq * PE_K_CHUNK_FIELDS * sizeof *chunks, 0);
-    void *dtables = dev_alloc(d, c.kv.nblocks * sizeof *tables, 0);
+    void *dtables = dev_alloc(d, c.kv.shape.nblocks * sizeof *tables, 0);
     PE_OK_OR_DIE(d, ops->copy_h2d(d, dchunks, chunks, (size_t)nseq * PE_K_CHUNK_FIELDS * 4));
-    PE_OK_OR_DIE(d, ops->copy_h2d(d, dtables, tables, c.kv.nblocks * sizeof *tables));
+    PE_OK_OR_DIE(d, ops->copy_h2d(d, dtables, tables, c.kv.shape.nblocks * sizeof *tables));
     const size_t width = (size_t)heads * (size_t)hd;
     c.a = (be_attn){.rows = rows, .q = dev_alloc(d, rows * width * 4, 0x3c), .q_stride = width,
                     .out = dev_alloc(d, rows * width * 4, 0), .out_stride = width,

@@ -233,10 +233,10 @@ static timing time_attention(pe_dtype dt, int32_t pos, int nseq)
 {
     const int H = 12, hd = 64, B = 16;
     const int32_t per_seq = (pos + 1 + B - 1) / B;
-    attn_bench b = {.kv = {.dtype = dt, .nblocks = (size_t)(per_seq * nseq),
+    attn_bench b = {.kv = {.dtype = dt,
                            .shape = {.nlayers = 1, .kv_heads = H, .block_tokens = B,
-                                     .head_dim = hd}}};
-    size_t elems = b.kv.nblocks * pe_k_kv_block_elems(b.kv.shape);
+                                     .head_dim = hd, .nblocks = (size_t)(per_seq * nseq)}}};
+    size_t elems = b.kv.shape.nblocks * pe_k_kv_block_elems(b.kv.shape);
     float *vals = xalloc(elems * sizeof *vals);
     fill(vals, elems, 7);
     if (dt == PE_DTYPE_BF16) {

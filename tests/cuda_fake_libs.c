@@ -435,14 +435,14 @@ cudaError_t cb_launch_silu_mul(cudaStream_t s, float *out, const float *gate_up,
 }
 
 cudaError_t cb_launch_kv_append(cudaStream_t s, void *pool, int bf16, pe_k_kv_shape shape,
-                                size_t nblocks, int layer, const float *k, const float *v,
-                                size_t stride, const int32_t *slots, size_t rows)
+                                int layer, const float *k, const float *v, size_t stride,
+                                const int32_t *slots, size_t rows)
 {
     (void)s;
     const size_t hd = (size_t)shape.head_dim;
     for (size_t r = 0; r < rows; r++) {
         int32_t slot = slots[r];
-        if (slot < 0 || (size_t)slot >= nblocks * (size_t)shape.block_tokens)
+        if (slot < 0 || (size_t)slot >= shape.nblocks * (size_t)shape.block_tokens)
             continue; /* as the grid: never outside the pool */
         int32_t block = slot / shape.block_tokens;
         int row = (int)(slot % shape.block_tokens);

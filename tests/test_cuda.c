@@ -811,8 +811,10 @@ static void kv_append_stores_rows_at_their_slots(void **state)
     NEED_GPUS(1);
     be_device *d = NULL;
     assert_int_equal(ops->open(0, &d, NULL), PE_OK);
-    const pe_k_kv_shape s = {.nlayers = 3, .kv_heads = 2, .block_tokens = 16, .head_dim = 24};
-    const size_t nblocks = 6, elems = nblocks * pe_k_kv_block_elems(s);
+    const size_t nblocks = 6;
+    const pe_k_kv_shape s = {.nlayers = 3, .kv_heads = 2, .block_tokens = 16, .head_dim = 24,
+                             .nblocks = nblocks};
+    const size_t elems = nblocks * pe_k_kv_block_elems(s);
     const size_t rows = 7, stride = (size_t)s.kv_heads * (size_t)s.head_dim + 5;
     const int32_t slots[7] = {17, 0, 95, -1, 40, 96, 63}; /* -1 and 96 are outside the pool */
     for (int bf16 = 0; bf16 < 2; bf16++) {
@@ -825,8 +827,7 @@ static void kv_append_stores_rows_at_their_slots(void **state)
         void *dpool = upload_bytes(d, pool, elems * es);
         float *dk = upload(d, k, rows * stride), *dv = upload(d, v, rows * stride);
         int32_t *dslots = upload_bytes(d, slots, sizeof slots);
-        be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32,
-                    .nblocks = nblocks, .shape = s};
+        be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32, .shape = s};
         assert_int_equal(ops->kv_append(d, &kv, 1, dk, dv, stride, dslots, rows), PE_OK);
         download_bytes(d, got, dpool, elems * es);
         for (size_t r = 0; r < rows; r++) {
@@ -876,8 +877,8 @@ typedef struct attn_step {
 static void check_attention(be_device *d, const attn_case *ac, const attn_step *st, int bf16,
                             uint64_t seed)
 {
-    const pe_k_kv_shape s = {.nlayers = 2, .kv_heads = ac->kv_heads, .block_tokens = 16,
-                             .head_dim = ac->head_dim};
+    pe_k_kv_shape s = {.nlayers = 2, .kv_heads = ac->kv_heads, .block_tokens = 16,
+                       .head_dim = ac->head_dim};
     const int hd = ac->head_dim, B = 16, layer = 1;
     size_t rows = 0, ntables = 0;
     int32_t max_keys = 0, chunks[6 * PE_K_CHUNK_FIELDS], bt_at[6];
@@ -893,6 +894,7 @@ static void check_attention(be_device *d, const attn_case *ac, const attn_step *
         max_keys = len > max_keys ? len : max_keys;
     }
     const size_t nblocks = ntables + 3; /* three blocks nobody uses */
+    s.nblocks = nblocks;
     int32_t *tables = malloc(ntables * sizeof *tables);
     for (size_t i = 0; i < ntables; i++)
         tables[i] = (int32_t)i;
@@ -934,8 +936,7 @@ static void check_attention(be_device *d, const attn_case *ac, const attn_step *
     int32_t *dchunks = upload_bytes(d, chunks, (size_t)st->nchunks * PE_K_CHUNK_FIELDS * 4);
     int32_t *dtables = upload_bytes(d, tables, ntables * sizeof *tables);
     poison(d, dout, rows * out_stride * sizeof(float));
-    be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32, .nblocks = nblocks,
-                .shape = s};
+    be_kv kv = {.base = dpool, .dtype = bf16 ? PE_DTYPE_BF16 : PE_DTYPE_FP32, .shape = s};
     be_attn a = {.rows = rows, .q = dq, .q_stride = q_stride, .out = dout,
                  .out_stride = out_stride, .heads = ac->heads, .scale = scale,
                  .window = ac->window, .nchunks = (size_t)st->nchunks, .chunks = dchunks,
@@ -1232,8 +1233,9 @@ static void decoder_ops_refuse_bad_arguments(void **state)
     assert_int_equal(ops->open(0, &d, NULL), PE_OK);
     float *buf = dev_bytes(d, 4096 * sizeof(float));
     int32_t *ibuf = dev_bytes(d, 64 * sizeof(int32_t));
-    const pe_k_kv_shape s = {.nlayers = 2, .kv_heads = 2, .block_tokens = 16, .head_dim = 8};
-    be_kv kv = {.base = buf, .dtype = PE_DTYPE_FP32, .nblocks = 4, .shape = s};
+    const pe_k_kv_shape s = {.nlayers = 2, .kv_heads = 2, .block_tokens = 16, .head_dim = 8,
+                             .nblocks = 4};
+    be_kv kv = {.base = buf, .dtype = PE_DTYPE_FP32, .shape = s};
     be_attn a = {.rows = 1, .q = buf, .q_stride = 32, .out = buf, .out_stride = 32, .heads = 4,
                  .scale = 0.5f, .nchunks = 1, .chunks = ibuf, .block_tables = ibuf,
                  .max_keys = 1};

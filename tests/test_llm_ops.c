@@ -282,9 +282,9 @@ typedef struct pool {
 static pool make_pool(pe_dtype dt, int nlayers, int kvh, int B, int hd, size_t nblocks,
                       uint64_t seed)
 {
-    pool p = {.kv = {.dtype = dt, .nblocks = nblocks,
+    pool p = {.kv = {.dtype = dt,
                      .shape = {.nlayers = nlayers, .kv_heads = kvh, .block_tokens = B,
-                               .head_dim = hd}}};
+                               .head_dim = hd, .nblocks = nblocks}}};
     p.elems = nblocks * pe_k_kv_block_elems(p.kv.shape);
     float *v = fvec(p.elems, seed, 1.0f);
     if (dt == PE_DTYPE_BF16) {

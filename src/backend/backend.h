@@ -51,12 +51,11 @@ typedef struct be_device_desc {
 /* The activation of a Linear layer (linear), applied in fp32 after the bias. */
 typedef enum be_act { BE_ACT_NONE = 0, BE_ACT_RELU, BE_ACT_GELU } be_act;
 
-/* A worker's paged KV pool: nblocks blocks laid out as kernels/attention.h says, for the
- * layers and KV heads of shape, in dtype (fp32, or bf16: values rounded when stored). */
+/* A worker's paged KV pool: shape.nblocks blocks laid out as kernels/attention.h says, for
+ * the layers and KV heads of shape, in dtype (fp32, or bf16: values rounded when stored). */
 typedef struct be_kv {
-    void *base;          /* device: nblocks * pe_k_kv_block_elems(shape) elements */
+    void *base; /* device: shape.nblocks * pe_k_kv_block_elems(shape) elements */
     pe_dtype dtype;
-    size_t nblocks;
     pe_k_kv_shape shape;
 } be_kv;
 

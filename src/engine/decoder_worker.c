@@ -62,7 +62,7 @@ static pe_status send_stream(en_worker *w, const en_step *st, size_t T, pe_err *
 
 size_t en_kv_pool_bytes(const pe_engine *e, const en_worker *w)
 {
-    return w->kv.nblocks * md_kv_block_bytes(&e->dec.cfg, w->kv.shape.nlayers,
+    return w->kv.shape.nblocks * md_kv_block_bytes(&e->dec.cfg, w->kv.shape.nlayers,
                                              w->kv.shape.kv_heads, w->kv.shape.block_tokens,
                                              w->kv.dtype);
 }
@@ -78,9 +78,8 @@ pe_status en_decoder_load(en_worker *w, pe_err *err)
     if (s != PE_OK)
         return s;
     w->kv.dtype = e->cfg.dtype;
-    w->kv.nblocks = e->kv_blocks;
     w->kv.shape = (pe_k_kv_shape){part.last - part.first, sh.KVH, e->sched_cfg.block_tokens,
-                                  cfg->hd};
+                                  cfg->hd, e->kv_blocks};
     size_t kv_bytes = en_kv_pool_bytes(e, w);
     s = ops->alloc(w->dev, kv_bytes, &w->kv.base);
     if (s != PE_OK)

@@ -200,7 +200,7 @@ int md_tp_check(const md_config *c, int tp, char *msg, size_t len)
 size_t md_kv_block_bytes(const md_config *c, int layers, int kv_heads, int block_tokens,
                          pe_dtype dtype)
 {
-    pe_k_kv_shape s = {layers, kv_heads, block_tokens, c->hd};
+    pe_k_kv_shape s = {layers, kv_heads, block_tokens, c->hd, 0}; /* a block: no pool */
     return pe_k_kv_block_elems(s) * (dtype == PE_DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float));
 }
 

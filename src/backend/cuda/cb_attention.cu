@@ -127,7 +127,7 @@ __device__ inline size_t key_at(const cb_attn_args &a, const int32_t *bt, int32_
                                 int kh)
 {
     int32_t b = bt[j / a.shape.block_tokens];
-    if (b < 0 || (size_t)b >= a.nblocks)
+    if (b < 0 || (size_t)b >= a.shape.nblocks)
         return SIZE_MAX;
     return pe_k_kv_index(a.shape, b, a.layer, v, kh, (int)(j % a.shape.block_tokens));
 }

@@ -23,9 +23,9 @@ static pe_status check_pool(be_device *dev, const char *op, const be_kv *kv, int
     if (layer < 0 || layer >= s.nlayers)
         return pe_fail(&dev->err, PE_EINVAL, "%s: layer %d is outside the pool's %d layers", op,
                        layer, s.nlayers);
-    if (kv->nblocks > SIZE_MAX / pe_k_kv_block_elems(s) / 4)
+    if (s.nblocks > SIZE_MAX / pe_k_kv_block_elems(s) / 4)
         return pe_fail(&dev->err, PE_EINVAL, "%s: a pool of %zu blocks overflows", op,
-                       kv->nblocks);
+                       s.nblocks);
     return PE_OK;
 }
 
@@ -45,8 +45,8 @@ pe_status cb_kv_append(be_device *dev, const be_kv *kv, int layer, const float *
                        stride);
     return cb_check_launch(dev,
                            cb_launch_kv_append(dev->stream, kv->base, kv->dtype == PE_DTYPE_BF16,
-                                               kv->shape, kv->nblocks, layer, k, v, stride,
-                                               slots, rows),
+                                               kv->shape, layer, k, v, stride, slots,
+                                               rows),
                            "kv_append kernel launch");
 }
 
@@ -88,7 +88,6 @@ pe_status cb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
         .pool = kv->base,
         .bf16 = kv->dtype == PE_DTYPE_BF16,
         .shape = s,
-        .nblocks = kv->nblocks,
         .layer = layer,
         .q = a->q,
         .q_stride = a->q_stride,

@@ -162,13 +162,14 @@ extern "C" cudaError_t cb_launch_silu_mul(cudaStream_t s, float *out, const floa
 }
 
 extern "C" cudaError_t cb_launch_kv_append(cudaStream_t s, void *pool, int bf16,
-                                           pe_k_kv_shape shape, size_t nblocks, int layer,
-                                           const float *k, const float *v, size_t stride,
-                                           const int32_t *slots, size_t rows)
+                                           pe_k_kv_shape shape, int layer, const float *k,
+                                           const float *v, size_t stride, const int32_t *slots,
+                                           size_t rows)
 {
     size_t n = rows * (size_t)shape.kv_heads * (size_t)shape.head_dim;
     if (n == 0)
         return cudaSuccess;
     return cb::launch(kv_append_elems, grid_for(n, kThreads), kThreads, s, pool, bf16, shape,
-                      nblocks * (size_t)shape.block_tokens, layer, k, v, stride, slots, rows);
+                      shape.nblocks * (size_t)shape.block_tokens, layer, k, v, stride, slots,
+                      rows);
 }

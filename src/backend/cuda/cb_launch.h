@@ -53,18 +53,17 @@ cudaError_t cb_launch_rope(cudaStream_t s, float *x, size_t rows, size_t stride,
 /* out(rows, n) = silu(gate_up[:, :n]) * gate_up[:, n:] */
 cudaError_t cb_launch_silu_mul(cudaStream_t s, float *out, const float *gate_up, size_t rows,
                                size_t n);
-/* k and v rows (rows, stride) into layer `layer` of a pool of nblocks blocks, at slots(rows);
- * a slot outside the pool is skipped */
+/* k and v rows (rows, stride) into layer `layer` of a pool of shape.nblocks blocks, at
+ * slots(rows); a slot outside the pool is skipped */
 cudaError_t cb_launch_kv_append(cudaStream_t s, void *pool, int bf16, pe_k_kv_shape shape,
-                                size_t nblocks, int layer, const float *k, const float *v,
-                                size_t stride, const int32_t *slots, size_t rows);
+                                int layer, const float *k, const float *v, size_t stride,
+                                const int32_t *slots, size_t rows);
 
 /* One attention call as the grids take it (backend.h's be_kv and be_attn, flattened). */
 typedef struct cb_attn_args {
-    const void *pool; /* (nblocks, pe_k_kv_block_elems(shape)), fp32 or bf16 */
+    const void *pool; /* (shape.nblocks, pe_k_kv_block_elems(shape)), fp32 or bf16 */
     int bf16;
     pe_k_kv_shape shape;
-    size_t nblocks;
     int layer;
     const float *q; /* (rows, q_stride) */
     size_t q_stride;

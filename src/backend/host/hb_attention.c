@@ -258,12 +258,12 @@ static pe_status check_chunks(be_device *dev, const be_kv *kv, const be_attn *a)
         const int32_t *bt = a->block_tables + bto;
         int32_t last = pos0 + n - 1;
         for (int32_t kb = pe_k_attn_first(pos0, a->window) / B; kb <= last / B; kb++)
-            if (bt[kb] < 0 || (size_t)bt[kb] >= kv->nblocks)
+            if (bt[kb] < 0 || (size_t)bt[kb] >= kv->shape.nblocks)
                 return hb_fail(dev, PE_EINVAL,
                                "attention on host device %d: chunk %zu's block table entry %d "
                                "is block %d, outside the pool's %zu blocks; check the "
                                "sequence's block table",
-                               dev->id, c, kb, bt[kb], kv->nblocks);
+                               dev->id, c, kb, bt[kb], kv->shape.nblocks);
     }
     return PE_OK;
 }

@@ -18,9 +18,9 @@ pe_status hb_kv_check(be_device *dev, const be_kv *kv, int layer, const char *op
     if (kv->dtype != PE_DTYPE_FP32 && kv->dtype != PE_DTYPE_BF16)
         return hb_fail(dev, PE_EINVAL, "%s on host device %d: KV pool dtype %d is not fp32 or "
                        "bf16", op, dev->id, (int)kv->dtype);
-    if (kv->nblocks && !kv->base)
+    if (kv->shape.nblocks && !kv->base)
         return hb_fail(dev, PE_EINVAL, "%s on host device %d: the KV pool of %zu blocks has "
-                       "no memory (base is NULL)", op, dev->id, kv->nblocks);
+                       "no memory (base is NULL)", op, dev->id, kv->shape.nblocks);
     if (layer < 0 || layer >= s.nlayers)
         return hb_fail(dev, PE_EINVAL,
                        "%s on host device %d: layer %d is outside the pool's layers [0, %d); "
@@ -76,14 +76,14 @@ pe_status hb_kv_append(be_device *dev, const be_kv *kv, int layer, const float *
                        "heads x head_dim %d of a row; pass the row length of k and v",
                        dev->id, stride, kv->shape.kv_heads, kv->shape.head_dim);
     /* Every slot is checked before anything is stored: a bad one leaves the pool as it was. */
-    size_t slots_in_pool = kv->nblocks * (size_t)kv->shape.block_tokens;
+    size_t slots_in_pool = kv->shape.nblocks * (size_t)kv->shape.block_tokens;
     for (size_t r = 0; r < rows; r++)
         if (slots[r] < 0 || (size_t)slots[r] >= slots_in_pool)
             return hb_fail(dev, PE_EINVAL,
                            "kv_append on host device %d: row %zu's slot %d is outside the "
                            "pool's %zu slots (%zu blocks of %d); check the sequence's block "
                            "table",
-                           dev->id, r, (int)slots[r], slots_in_pool, kv->nblocks,
+                           dev->id, r, (int)slots[r], slots_in_pool, kv->shape.nblocks,
                            kv->shape.block_tokens);
     append_job j = {kv, layer, kv->dtype == PE_DTYPE_BF16, k, v, stride, slots};
     hb_for(dev, rows, hb_row_grain(2 * width), append_rows, &j);

@@ -232,7 +232,7 @@ pe_status en_procs_same_backend(pe_engine *e, pe_err *err)
 
 /* What pe_engine_info reports of a worker of another process. */
 typedef struct loaded_worker {
-    uint64_t weight_bytes, kv_nblocks;
+    uint64_t weight_bytes;
     pe_k_kv_shape kv_shape;
     int32_t kv_dtype, threads;
 } loaded_worker;
@@ -247,7 +247,7 @@ pe_status en_procs_share_loaded(pe_engine *e, pe_err *err)
         return pe_fail(err, PE_ENOMEM, "out of host memory sharing the workers' sizes");
     for (int i = 0; i < p->local; i++) {
         const en_worker *w = &e->workers[p->first + i];
-        all[p->first + i] = (loaded_worker){w->weights.arena_bytes, w->kv.nblocks, w->kv.shape,
+        all[p->first + i] = (loaded_worker){w->weights.arena_bytes, w->kv.shape,
                                             (int32_t)w->kv.dtype, w->threads};
     }
     const int bytes = (int)(p->local * sizeof *all);
@@ -260,7 +260,6 @@ pe_status en_procs_share_loaded(pe_engine *e, pe_err *err)
         if (en_procs_holds(p, r))
             continue;
         w->weights.arena_bytes = all[r].weight_bytes; /* no arena here: nothing to free */
-        w->kv.nblocks = all[r].kv_nblocks;
         w->kv.shape = all[r].kv_shape;
         w->kv.dtype = (pe_dtype)all[r].kv_dtype;
         w->threads = all[r].threads;
