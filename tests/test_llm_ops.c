@@ -523,6 +523,14 @@ static void test_attention_matches_the_naive_twin(void **state)
         {"lone decode fp32 hd72", PE_DTYPE_FP32, 3, 3, 72, 16, 0, 1, {1}, {37}},
         /* a long prefill chunk: several row pieces per KV head */
         {"long prefill", PE_DTYPE_FP32, 4, 2, 64, 16, 0, 1, {small ? 40 : 130}, {small ? 5 : 200}},
+        /* decode chunks past one span of keys (16 blocks): their spans merged, one of 3 rows
+         * whose first two rows see no key of its last span (block 16 of 4 positions starts
+         * at position 64), one chunk alone in its span, the rest short */
+        {"spans fp32", PE_DTYPE_FP32, 4, 2, 64, 4, 0, 4, {1, 3, 1, 1}, {200, 62, 40, 130}},
+        {"spans bf16 GQA", PE_DTYPE_BF16, 6, 2, 64, 4, 0, 2, {1, 2}, {255, 300}},
+        /* ... with a window: its first keys fall inside a span; a lone long decode */
+        {"spans window", PE_DTYPE_FP32, 4, 4, 64, 4, 90, 2, {1, 4}, {220, 100}},
+        {"spans lone bf16", PE_DTYPE_BF16, 12, 12, 64, 16, 0, 1, {1}, {small ? 300 : 700}},
     };
     /* the vector loops this CPU runs, then the portable ones */
     const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};

@@ -1,14 +1,21 @@
 /* hb_attention.c: paged attention on a host device (attention.h's layout and rules).
  *
- * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, a run of KV heads): the query
- * heads of a KV head's group are computed together, so each block of keys and values is read
- * once per group and row piece (in a bf16 pool: widened once into scratch, or read as bf16
- * where it serves at most HB_ATTN_BF16_QUERIES query heads). A prefill piece takes one KV
- * head; a decode-sized one (at most HB_ATTN_RUN_ROWS rows) takes a run of them, so that it
- * reads each block's keys of those heads, then their values, as two contiguous runs of the
- * pool, instead of 1-4 KiB pieces of it scattered a block's size apart (bench_host, one
- * layer's step at position 1000 on 2 threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16
- * against 1.65 and 2.0). Which heads share a unit changes no result. Keys go block by block
+ * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, a run of KV heads, a span of
+ * keys): the query heads of a KV head's group are computed together, so each block of keys
+ * and values is read once per group and row piece (in a bf16 pool: widened once into
+ * scratch, or read as bf16 where it serves at most HB_ATTN_BF16_QUERIES query heads). A
+ * prefill piece takes one KV head and all its keys. A decode-sized one (at most
+ * HB_ATTN_RUN_ROWS rows) takes a run of KV heads, so that it reads each block's keys of those
+ * heads, then their values, as two contiguous runs of the pool, instead of 1-4 KiB pieces of
+ * it scattered a block's size apart (bench_host, one layer's step at position 1000 on 2
+ * threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16 against 1.65 and 2.0). Past
+ * HB_ATTN_SPAN_BLOCKS blocks its keys are split into spans of that many blocks, counted from
+ * position 0, each a unit with its own running max, sum and output; a second pass merges a
+ * query's spans in their order. Spans come before head runs: a unit of every KV head over
+ * a span of a sequence whose blocks were taken in order reads one run of the layer-major
+ * pool, which the hardware prefetcher follows. Neither the spans (fixed by position) nor
+ * which heads share a unit depend on the thread count, so no result does. Keys go block by
+ * block
  * (block_tokens positions, contiguous per head in the pool) with an online softmax: per
  * query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
@@ -28,6 +35,7 @@
 #define HB_ATTN_RUN_ROWS 4        /* pieces of at most this many rows take a run of KV heads */
 #define HB_ATTN_BF16_QUERIES 2    /* query heads per KV head up to which bf16 KV is not widened */
 #define HB_ATTN_INLINE_WORK 32768 /* below this many (key x head x dim) products: no region */
+#define HB_ATTN_SPAN_BLOCKS 16    /* blocks of keys a decode unit reads, at most */
 
 typedef struct attn_job {
     const be_kv *kv;
@@ -35,6 +43,8 @@ typedef struct attn_job {
     int layer, bf16, group; /* group: query heads per KV head */
     int run;                /* KV heads per unit of a decode-sized piece */
     const size_t *first;    /* (nchunks + 1) first unit of each chunk */
+    const size_t *parts_at; /* (nchunks + 1) where a chunk's spans' partials start in parts */
+    float *parts;           /* per split chunk (spans, rows, heads, hd + 2): acc, m, l */
     const hb_simd *simd;
     be_device *dev;
 } attn_job;
@@ -57,11 +67,31 @@ static size_t unit_floats(int group, int run, int hd, int B)
 /* KV heads per unit for a chunk of n rows: a run for decode-sized chunks, else one. */
 static int heads_per_unit(int32_t n, int run) { return n <= HB_ATTN_RUN_ROWS ? run : 1; }
 
-/* Units of a chunk of n rows over kvh KV heads. */
-static size_t chunk_units(int32_t n, int kvh, int run)
+/* The first and last blocks of keys that chunk ch's rows read (B positions a block). */
+static void chunk_blocks(const be_attn *a, const int32_t *ch, int B, int32_t *kb0, int32_t *kb1)
+{
+    const int32_t n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
+    *kb0 = pe_k_attn_first(pos0, a->window) / B;
+    *kb1 = (pos0 + n - 1) / B;
+}
+
+/* Spans of keys of chunk ch: several for a decode-sized chunk whose keys reach past one
+ * span (spans are the blocks [s S, (s + 1) S), S = HB_ATTN_SPAN_BLOCKS), else 1. */
+static int32_t chunk_spans(const be_attn *a, const int32_t *ch, int B)
+{
+    int32_t kb0, kb1;
+    chunk_blocks(a, ch, B, &kb0, &kb1);
+    return ch[PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS
+               ? kb1 / HB_ATTN_SPAN_BLOCKS - kb0 / HB_ATTN_SPAN_BLOCKS + 1
+               : 1;
+}
+
+/* Units of a chunk of n rows over kvh KV heads, in spans of keys. */
+static size_t chunk_units(int32_t n, int kvh, int run, int32_t spans)
 {
     size_t per = (size_t)heads_per_unit(n, run);
-    return (size_t)(n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (((size_t)kvh + per - 1) / per);
+    return (size_t)(n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (((size_t)kvh + per - 1) / per) *
+           (size_t)spans;
 }
 
 /* The chunk holding unit u: the last c with first[c] <= u. */
@@ -161,9 +191,12 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     const int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
     const int32_t *bt = a->block_tables + ch[PE_K_CHUNK_BT];
     const int per = heads_per_unit(n, j->run), runs = ((int)kvh + per - 1) / per;
+    const int32_t spans = chunk_spans(a, ch, B);
+    const size_t rest = local / (size_t)runs;
     const int g0 = (int)(local % (size_t)runs) * per;
     const int g1 = g0 + per < (int)kvh ? g0 + per : (int)kvh; /* KV heads [g0, g1) */
-    const int32_t i0 = (int32_t)(local / (size_t)runs) * HB_ATTN_ROWS;
+    const int32_t span = (int32_t)(rest % (size_t)spans);
+    const int32_t i0 = (int32_t)(rest / (size_t)spans) * HB_ATTN_ROWS;
     const int32_t i1 = i0 + HB_ATTN_ROWS < n ? i0 + HB_ATTN_ROWS : n;
     const size_t rows = (size_t)(i1 - i0), nq = rows * (size_t)G * (size_t)(g1 - g0);
     const size_t qmax = unit_queries(G, j->run);
@@ -179,15 +212,22 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     }
     /* a bf16 block is widened once when several query heads read it, else read as bf16 */
     const int widen = rows * (size_t)G > HB_ATTN_BF16_QUERIES;
-    /* blocks from the first key the piece's first row sees to its last row's position */
+    /* blocks from the first key the piece's first row sees to its last row's position, in
+     * the unit's span */
     const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
-    for (int32_t kb = k_lo / B; kb <= p_hi / B; kb++) {
+    int32_t kb_lo = k_lo / B, kb_hi = p_hi / B;
+    if (spans > 1) {
+        const int32_t s0 = (kb_lo / HB_ATTN_SPAN_BLOCKS + span) * HB_ATTN_SPAN_BLOCKS;
+        kb_lo = kb_lo > s0 ? kb_lo : s0;
+        kb_hi = kb_hi < s0 + HB_ATTN_SPAN_BLOCKS - 1 ? kb_hi : s0 + HB_ATTN_SPAN_BLOCKS - 1;
+    }
+    for (int32_t kb = kb_lo; kb <= kb_hi; kb++) {
         const int32_t b0 = kb * B; /* position of the block's row 0 */
         const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
         const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
         const void *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
         int kv_bf16;
-        if (kb < p_hi / B)
+        if (kb < kb_hi)
             prefetch_block(j, bt[kb + 1], g0, g1 - g0);
         for (int g = g0; g < g1; g++) {
             block_rows(j, bt[kb], g, t_lo, t_hi, widen, kbuf, vbuf, &K, &V, &kv_bf16);
@@ -213,13 +253,63 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     }
     for (size_t qi = 0; qi < nq; qi++) {
         const size_t hh = qi % (size_t)G, i = qi / (size_t)G % rows;
-        const size_t g = (size_t)g0 + qi / (size_t)G / rows;
-        float *o = a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride +
-                   (g * (size_t)G + hh) * h;
+        const size_t g = (size_t)g0 + qi / (size_t)G / rows, head = g * (size_t)G + hh;
+        if (spans > 1) { /* a decode chunk's one piece: i0 = 0, rows = n */
+            float *part = j->parts + j->parts_at[c] +
+                          (((size_t)span * rows + i) * (size_t)a->heads + head) * (h + 2);
+            memcpy(part, acc + qi * h, h * sizeof *part);
+            part[h] = m[qi];
+            part[h + 1] = l[qi];
+            continue;
+        }
+        float *o = a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride + head * h;
         const float inv = 1.0f / l[qi];
         for (size_t d = 0; d < h; d++)
             o[d] = acc[qi * h + d] * inv;
     }
+}
+
+/* Chunk c's output, where its keys went in spans: each query's spans' outputs, sums and
+ * maxima merged in the spans' order (a span the query sees no key of has l = 0). */
+static void merge_spans(const attn_job *j, size_t c)
+{
+    const be_attn *a = j->a;
+    const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+    const int32_t spans = chunk_spans(a, ch, j->kv->shape.block_tokens);
+    if (spans < 2)
+        return;
+    const size_t n = (size_t)ch[PE_K_CHUNK_N], H = (size_t)a->heads;
+    const size_t h = (size_t)j->kv->shape.head_dim, w = h + 2;
+    const float *parts = j->parts + j->parts_at[c];
+    for (size_t i = 0; i < n; i++)
+        for (size_t q = 0; q < H; q++) {
+            float *o = a->out + ((size_t)ch[PE_K_CHUNK_ROW0] + i) * a->out_stride + q * h;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int32_t s = 0; s < spans; s++) {
+                const float *p = parts + (((size_t)s * n + i) * H + q) * w;
+                mx = p[h + 1] > 0.0f && p[h] > mx ? p[h] : mx;
+            }
+            memset(o, 0, h * sizeof *o);
+            for (int32_t s = 0; s < spans; s++) {
+                const float *p = parts + (((size_t)s * n + i) * H + q) * w;
+                if (!(p[h + 1] > 0.0f))
+                    continue;
+                const float f = expf(p[h] - mx);
+                sum += p[h + 1] * f;
+                for (size_t d = 0; d < h; d++)
+                    o[d] += p[d] * f;
+            }
+            const float inv = 1.0f / sum;
+            for (size_t d = 0; d < h; d++)
+                o[d] *= inv;
+        }
+}
+
+static void merge_range(void *arg, size_t c0, size_t c1, int thread)
+{
+    (void)thread;
+    for (size_t c = c0; c < c1; c++)
+        merge_spans(arg, c);
 }
 
 static void attn_units(void *arg, size_t u0, size_t u1, int thread)
@@ -298,33 +388,56 @@ pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
     if (st != PE_OK)
         return st;
 
-    /* KV heads per decode unit: all of them, split so that the decode chunks make at least
-     * one unit per thread */
-    size_t decode_chunks = 0;
-    for (size_t c = 0; c < a->nchunks; c++)
-        decode_chunks += a->chunks[c * PE_K_CHUNK_FIELDS + PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS;
-    size_t splits = decode_chunks ? ((size_t)dev->nthreads + decode_chunks - 1) / decode_chunks
-                                  : 1;
-    splits = splits < (size_t)kvh ? splits : (size_t)kvh;
-    const int run = (int)(((size_t)kvh + splits - 1) / splits);
-    size_t *first = hb_call_scratch(dev, (a->nchunks + 1) * sizeof *first, "attention");
-    if (!first)
-        return PE_ENOMEM;
-    double work = 0; /* key x query-head x dim products, to decide on a region */
-    first[0] = 0;
+    /* KV heads per decode unit: all of them, split so that the decode chunks' spans make at
+     * least one unit per thread */
+    const int B = kv->shape.block_tokens;
+    const size_t part_floats = (size_t)a->heads * ((size_t)hd + 2); /* a row's: acc, m, l */
+    size_t decode_spans = 0, nparts = 0; /* floats of the split chunks' partials */
     for (size_t c = 0; c < a->nchunks; c++) {
         const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
-        size_t n = (size_t)ch[PE_K_CHUNK_N];
-        first[c + 1] = first[c] + chunk_units((int32_t)n, kvh, run);
+        const int32_t spans = chunk_spans(a, ch, B);
+        if (ch[PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS)
+            decode_spans += (size_t)spans;
+        if (spans > 1)
+            nparts += (size_t)spans * (size_t)ch[PE_K_CHUNK_N] * part_floats;
+    }
+    size_t splits = decode_spans ? ((size_t)dev->nthreads + decode_spans - 1) / decode_spans : 1;
+    splits = splits < (size_t)kvh ? splits : (size_t)kvh;
+    const int run = (int)(((size_t)kvh + splits - 1) / splits);
+    /* call scratch: first (nchunks + 1), parts_at (nchunks + 1), then the partials */
+    const size_t index_bytes = (2 * (a->nchunks + 1) * sizeof(size_t) + 63) / 64 * 64;
+    char *call = hb_call_scratch(dev, index_bytes + nparts * sizeof(float), "attention");
+    if (!call)
+        return PE_ENOMEM;
+    size_t *first = (size_t *)(void *)call, *parts_at = first + a->nchunks + 1;
+    double work = 0; /* key x query-head x dim products, to decide on a region */
+    first[0] = parts_at[0] = 0;
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+        const size_t n = (size_t)ch[PE_K_CHUNK_N];
+        const int32_t spans = chunk_spans(a, ch, B);
+        first[c + 1] = first[c] + chunk_units((int32_t)n, kvh, run, spans);
+        parts_at[c + 1] = parts_at[c] + (spans > 1 ? (size_t)spans * n * part_floats : 0);
         work += (double)n * ((double)ch[PE_K_CHUNK_POS0] + (double)n) * (double)width;
     }
     st = hb_scratch_reserve(dev, unit_floats(a->heads / kvh, run, hd, kv->shape.block_tokens) *
                                      sizeof(float), "attention");
     if (st != PE_OK)
         return st;
-    attn_job j = {kv, a, layer, kv->dtype == PE_DTYPE_BF16, a->heads / kvh, run, first,
-                  hb_simd_get(), dev};
+    attn_job j = {.kv = kv,
+                  .a = a,
+                  .layer = layer,
+                  .bf16 = kv->dtype == PE_DTYPE_BF16,
+                  .group = a->heads / kvh,
+                  .run = run,
+                  .first = first,
+                  .parts_at = parts_at,
+                  .parts = (float *)(void *)(call + index_bytes),
+                  .simd = hb_simd_get(),
+                  .dev = dev};
     size_t units = first[a->nchunks];
     hb_for(dev, units, work < HB_ATTN_INLINE_WORK ? units : 1, attn_units, &j);
+    if (nparts) /* a split chunk's merge reads (spans, n, heads, hd + 2) floats */
+        hb_for(dev, a->nchunks, nparts < HB_ATTN_INLINE_WORK ? a->nchunks : 1, merge_range, &j);
     return PE_OK;
 }
