@@ -15,9 +15,8 @@
  * a span of a sequence whose blocks were taken in order reads one run of the layer-major
  * pool, which the hardware prefetcher follows. Neither the spans (fixed by position) nor
  * which heads share a unit depend on the thread count, so no result does. Keys go block by
- * block
- * (block_tokens positions, contiguous per head in the pool) with an online softmax: per
- * query a running max m, a running sum l and an unnormalized output acc; a block whose
+ * block (block_tokens positions, contiguous per head in the pool) with an online softmax:
+ * per query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
  * hb_simd's (AVX2/FMA where the CPU has it).
  *
