@@ -383,11 +383,12 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
  * and 3q + i of 4q), so that W is read as 4 long sequential streams: 4 adjacent rows made 4
  * streams of one row each, which reached 0.55-0.62 of the read bandwidth on an AMD EPYC
  * (0.87-1.1 now; bench_host); M = 3..8: one row of W against every row of x (M
- * accumulators), so W is read once and in order; M > 8 (a bf16 W up to HB_GEMV_MAX_M_BF16 =
- * 16 rows of x on the AUTO path, any M when the GEMV path is forced; hb_linear.c passes at
- * most HB_GEMV_ROWS a call): 4x2 tiles over pairs of rows of x, the tile of W from L1 after
- * the first pair. Every output is the same sequence of FMAs over k in steps of 8, then its
- * lanes' sum and the tail, in every kernel. LOAD_W is load_f32 or load_bf16. */
+ * accumulators), so W is read once and in order; M > 8 (a bf16 W up to
+ * HB_GEMV_MAX_M_BF16_AVX2 = 16 rows of x on the AUTO path, any M when the GEMV path is
+ * forced; hb_linear.c passes at most HB_GEMV_ROWS a call): 4x2 tiles over pairs of rows of
+ * x, the tile of W from L1 after the first pair. Every output is the same sequence of FMAs
+ * over k in steps of 8, then its lanes' sum and the tail, in every kernel, and in the
+ * AVX-512 GEMV (hb_simd_avx512.c) too. LOAD_W is load_f32 or load_bf16. */
 #define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH)                                                 \
     AVX2 static void gemv_4x2_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
                                     size_t K, size_t q)                                       \
