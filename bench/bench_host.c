@@ -8,10 +8,8 @@
  *       slice  single-threaded OpenBLAS sgemm calls over the pool on slices of N (the
  *              host backend's path beyond the GEMV without AVX-512), fp32 W; slice16:
  *              bf16 W widened per tile;
- *       pack   the packed GEMM (hb_packed.c; the path beyond the GEMV with AVX-512), fp32
- *              W; pack16: bf16 W widened as it is packed;
- *       own    the host backend's GEMV kernel at every M (its path for small M), fp32 W;
- *              own16: bf16 W read as bf16;
+ *       own    the host backend's GEMV kernels at every M (its path at every M with
+ *              AVX-512, for small M with AVX2), fp32 W; own16: bf16 W read as bf16;
  *     W rotates through copies that together exceed the caches, so every call reads W
  *     from memory, as a forward pass does; the ways take turns, one call each per round;
  *   - the GEMV's bytes of W per second, fp32 and bf16, M = 1 and 8, as a ratio to the
@@ -119,14 +117,11 @@ typedef enum {
     WAY_BLIS = 0,
     WAY_SLICE,
     WAY_SLICE16,
-    WAY_PACK,
-    WAY_PACK16,
     WAY_OWN,
     WAY_OWN16,
     NWAYS
 } way;
-static const char *const way_names[NWAYS] = {"blis",   "slice", "slice16", "pack",
-                                             "pack16", "own",   "own16"};
+static const char *const way_names[NWAYS] = {"blis", "slice", "slice16", "own", "own16"};
 
 #ifdef PE_HAVE_BLIS_H
 typedef __typeof__(&bli_sgemm_ex) blis_sgemm_ex_fn;
@@ -172,14 +167,6 @@ static void run_linear(void *arg)
         break;
     case WAY_SLICE16:
         b->status |= hb_linear_with(dev, HB_LINEAR_SGEMM, PE_DTYPE_BF16, b->M, b->N, b->K,
-                                    b->xh, Wh, NULL, BE_ACT_NONE, b->y, 0, NULL);
-        break;
-    case WAY_PACK:
-        b->status |= hb_linear_with(dev, HB_LINEAR_PACKED, PE_DTYPE_FP32, b->M, b->N, b->K,
-                                    b->x, Wf, NULL, BE_ACT_NONE, b->y, 0, NULL);
-        break;
-    case WAY_PACK16:
-        b->status |= hb_linear_with(dev, HB_LINEAR_PACKED, PE_DTYPE_BF16, b->M, b->N, b->K,
                                     b->xh, Wh, NULL, BE_ACT_NONE, b->y, 0, NULL);
         break;
     case WAY_OWN:
@@ -432,16 +419,15 @@ static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double ge
         timing t = {bu_min(times[w], (size_t)rounds), bu_median(times[w], (size_t)rounds)};
         gf[w] = flop / t.best * 1e-9;
         cJSON_AddItemToObject(row, way_names[w], timing_json(t, flop, "flop_per_s"));
-        const int bf16_w = w == WAY_SLICE16 || w == WAY_PACK16 || w == WAY_OWN16;
+        const int bf16_w = w == WAY_SLICE16 || w == WAY_OWN16;
         if (!bf16_w && (fastest < 0 || gf[w] > gf[fastest]))
             fastest = w;
         if (N == 50257 && (M == 1 || M == 8) && (w == WAY_OWN || w == WAY_OWN16))
             gemv_bytes[M == 8][w == WAY_OWN16] =
                 (double)wn * (w == WAY_OWN16 ? 2.0 : 4.0) / t.best;
     }
-    printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N,
-           gf[WAY_BLIS], gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_PACK], gf[WAY_PACK16],
-           gf[WAY_OWN], gf[WAY_OWN16],
+    printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N, gf[WAY_BLIS],
+           gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_OWN], gf[WAY_OWN16],
            fastest >= 0 ? way_names[fastest] : "-",
            fastest >= 0 ? gf[WAY_OWN] / gf[fastest] : NAN);
     cJSON_AddStringToObject(row, "fastest_fp32", fastest >= 0 ? way_names[fastest] : "none");
@@ -452,14 +438,15 @@ static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double ge
 static void bench_linear(cJSON *root, double bw)
 {
     const int have_blis = load_blis();
-    /* M = 16 and 32 place the switch from the GEMV kernel to the sgemm slices */
+    /* M = 16 and 32 place the AVX2 switch from the GEMV kernel to the sgemm slices, and
+     * AVX-512's from its decode kernel to its prefill one (24) */
     const size_t Ms[] = {1, 8, 16, 32, 128, 1024}, Ns[] = {2304, 3072, 50257}, K = 768;
     cJSON *jl = cJSON_AddArrayToObject(root, "linear");
     printf("\nLinear y(M, N) = x(M, K) W(N, K)^T, K = %zu, GFLOP/s (best of repetitions); "
            "W from memory\n",
            K);
-    printf("%5s %6s | %8s %8s %8s %8s %8s %8s %8s | %-7s %s\n", "M", "N", "blis", "slice",
-           "slice16", "pack", "pack16", "own", "own16", "fastest", "own/fastest(fp32)");
+    printf("%5s %6s | %8s %8s %8s %8s %8s | %-7s %s\n", "M", "N", "blis", "slice", "slice16",
+           "own", "own16", "fastest", "own/fastest(fp32)");
     double gemv_bytes[2][2] = {{0}}; /* [M = 1, 8][fp32, bf16]: best bytes/s, N = 50257 */
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         size_t N = Ns[ni], wn = N * K;

@@ -197,6 +197,34 @@ static inline int tg_same_answers(const tg_answers *one, const tg_answers *got, 
     return 1;
 }
 
+/* got has the reference's answers bit for bit: every token, its logprob, and its top-k ids
+ * and logprobs. What a grid without TP gives on a batch-invariant host backend
+ * (hb_simd_batch_invariant), whichever sequences share its steps. */
+static inline int tg_identical_answers(const tg_answers *one, const tg_answers *got,
+                                       char why[TG_WHY])
+{
+    for (int i = 0; i < one->nseq; i++) {
+        if (got->ntok[i] != one->G) {
+            snprintf(why, TG_WHY, "sequence %d got %d tokens, not %d", i, got->ntok[i], one->G);
+            return 0;
+        }
+        for (int k = 0; k < one->G; k++)
+            if (got->tok[i][k] != one->tok[i][k] ||
+                memcmp(&got->lp[i][k], &one->lp[i][k], sizeof got->lp[i][k]) != 0 ||
+                memcmp(got->top[i][k], one->top[i][k], sizeof got->top[i][k]) != 0 ||
+                memcmp(got->top_ids[i][k], one->top_ids[i][k], sizeof got->top_ids[i][k])) {
+                snprintf(why, TG_WHY,
+                         "sequence %d token %d: %d (logprob %.9g, best %d %.9g) where the "
+                         "reference has %d (%.9g, best %d %.9g): not the same bits",
+                         i, k, got->tok[i][k], (double)got->lp[i][k], got->top_ids[i][k][0],
+                         (double)got->top[i][k][0], one->tok[i][k], (double)one->lp[i][k],
+                         one->top_ids[i][k][0], (double)one->top[i][k][0]);
+                return 0;
+            }
+    }
+    return 1;
+}
+
 /* pe_score at every position of a TG_NSCORE-token prompt (seed 55): (TG_NSCORE, vocab)
  * logits, to free; NULL when out of memory or pe_score failed. */
 static inline float *tg_score(pe_engine *e, int vocab, char why[TG_WHY])
@@ -216,10 +244,20 @@ static inline float *tg_score(pe_engine *e, int vocab, char why[TG_WHY])
     return logits;
 }
 
-/* tg_score's logits within 1e-4 of their scale (the largest |one|) of the reference's. */
-static inline int tg_same_logits(const float *one, const float *got, int vocab,
+/* tg_score's logits within 1e-4 of their scale (the largest |one|) of the reference's, or,
+ * when bits is set, with the same bits. */
+static inline int tg_same_logits(const float *one, const float *got, int vocab, int bits,
                                  char why[TG_WHY])
 {
+    if (bits) {
+        for (size_t i = 0; i < (size_t)TG_NSCORE * (size_t)vocab; i++)
+            if (memcmp(&got[i], &one[i], sizeof *got) != 0) {
+                snprintf(why, TG_WHY, "pe_score's logit %zu is %.9g, the reference's %.9g: "
+                         "not the same bits", i, (double)got[i], (double)one[i]);
+                return 0;
+            }
+        return 1;
+    }
     double d = 0, scale = 0;
     for (size_t i = 0; i < (size_t)TG_NSCORE * (size_t)vocab; i++) {
         d = fmax(d, fabs((double)got[i] - one[i]));

@@ -417,9 +417,46 @@ typedef struct attn_case {
     int32_t n[6], pos0[6]; /* each chunk's tokens and first position */
 } attn_case;
 
+/* A row's output has the same bits whatever chunk it is computed in (batch invariance):
+ * each chunk of step a, cut into pieces of `piece` rows run as steps of their own (1: every
+ * row a decode), gives the bits of the whole step, `whole`. */
+static void check_rows_in_pieces(be_device *dev, const be_kv *kv, int layer, const be_attn *a,
+                                 const float *whole, int32_t piece, const char *name)
+{
+    const size_t width = (size_t)a->heads * (size_t)kv->shape.head_dim;
+    float *out = poisoned(a->rows * a->out_stride);
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
+        for (int32_t i = 0; i < ch[PE_K_CHUNK_N]; i += piece) {
+            const int32_t n = ch[PE_K_CHUNK_N] - i < piece ? ch[PE_K_CHUNK_N] - i : piece;
+            int32_t part[PE_K_CHUNK_FIELDS];
+            part[PE_K_CHUNK_ROW0] = ch[PE_K_CHUNK_ROW0] + i;
+            part[PE_K_CHUNK_N] = n;
+            part[PE_K_CHUNK_POS0] = ch[PE_K_CHUNK_POS0] + i;
+            part[PE_K_CHUNK_BT] = ch[PE_K_CHUNK_BT];
+            be_attn one = *a;
+            one.nchunks = 1;
+            one.chunks = part;
+            one.out = out;
+            if (ops->attention(dev, kv, layer, &one) != PE_OK)
+                fail_msg("%s: attention of rows %d..%d alone: %s", name, i, i + n - 1,
+                         ops->last_error(dev));
+            for (int32_t r = 0; r < n; r++) {
+                const size_t at = (size_t)(part[PE_K_CHUNK_ROW0] + r) * a->out_stride;
+                if (memcmp(out + at, whole + at, width * sizeof *out) != 0)
+                    fail_msg("%s: chunk %zu's row %d in a piece of %d rows gave other bits "
+                             "than in the whole step",
+                             name, c, i + r, n);
+            }
+        }
+    }
+    free(out);
+}
+
 /* Runs one step of chunks through attention with every thread count, and checks each
  * query head of each row against pe_k_attend_naive. Rows outside every chunk and the
- * stride's gaps stay NaN. */
+ * stride's gaps stay NaN. Then each row alone and in pieces of 3 rows gives its bits in the
+ * step. */
 static void check_attention(be_device *dev, const attn_case *tc, uint64_t seed)
 {
     const int H = tc->heads, KVH = tc->kv_heads, hd = tc->head_dim, B = tc->block_tokens;
@@ -489,6 +526,8 @@ static void check_attention(be_device *dev, const attn_case *tc, uint64_t seed)
         free(first);
         first = out;
     }
+    check_rows_in_pieces(dev, &p.kv, layer, &a, first, 1, tc->name);
+    check_rows_in_pieces(dev, &p.kv, layer, &a, first, 3, tc->name);
     free(first);
     free(want);
     free(scores);
@@ -531,6 +570,10 @@ static void test_attention_matches_the_naive_twin(void **state)
         /* ... with a window: its first keys fall inside a span; a lone long decode */
         {"spans window", PE_DTYPE_FP32, 4, 4, 64, 4, 90, 2, {1, 4}, {220, 100}},
         {"spans lone bf16", PE_DTYPE_BF16, 12, 12, 64, 16, 0, 1, {1}, {small ? 300 : 700}},
+        /* prefill chunks across spans, with a window that starts inside one: a row folds
+         * the spans it sees as a decode's spans are merged */
+        {"spans prefill", PE_DTYPE_FP32, 4, 2, 64, 4, 0, 2, {37, 2}, {40, 250}},
+        {"spans prefill bf16 window", PE_DTYPE_BF16, 6, 3, 64, 4, 100, 1, {70}, {180}},
     };
     /* the vector loops this CPU runs, then the portable ones */
     const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};

@@ -8,13 +8,17 @@
  * HB_ATTN_RUN_ROWS rows) takes a run of KV heads, so that it reads each block's keys of those
  * heads, then their values, as two contiguous runs of the pool, instead of 1-4 KiB pieces of
  * it scattered a block's size apart (bench_host, one layer's step at position 1000 on 2
- * threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16 against 1.65 and 2.0). Past
- * HB_ATTN_SPAN_BLOCKS blocks its keys are split into spans of that many blocks, counted from
- * position 0, each a unit with its own running max, sum and output; a second pass merges a
- * query's spans in their order. Spans come before head runs: a unit of every KV head over
- * a span of a sequence whose blocks were taken in order reads one run of the layer-major
- * pool, which the hardware prefetcher follows. Neither the spans (fixed by position) nor
- * which heads share a unit depend on the thread count, so no result does. Keys go block by
+ * threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16 against 1.65 and 2.0).
+ *
+ * Past HB_ATTN_SPAN_BLOCKS blocks a query's keys go in spans of that many blocks, counted
+ * from position 0, each with its own running max, sum and output, folded into the query's
+ * result in span order (fold_span). A decode-sized chunk's spans are units of their own,
+ * folded by a second pass (spans come before head runs: a unit of every KV head over a span
+ * of a sequence whose blocks were taken in order reads one run of the layer-major pool,
+ * which the hardware prefetcher follows); a prefill piece folds its spans as it goes. So a
+ * query's output has the same bits whatever chunk it is in: alone, as a decode, or in any
+ * cut of a prompt (batch invariance). Neither the spans (fixed by position) nor which heads
+ * share a unit depend on the thread count, so no result does. Keys go block by
  * block (block_tokens positions, contiguous per head in the pool) with an online softmax:
  * per query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
@@ -56,41 +60,40 @@ static size_t unit_queries(int group, int run)
     return (prefill > decode ? prefill : decode) * (size_t)group;
 }
 
-/* Floats of per-thread scratch a unit needs: acc, m, l, the scores, widened K and V. */
+/* Floats of per-thread scratch a unit needs: a span's acc, m, l and the folded ones, the
+ * scores, widened K and V. */
 static size_t unit_floats(int group, int run, int hd, int B)
 {
     size_t q = unit_queries(group, run);
-    return q * (size_t)hd + 2 * q + ((size_t)B + 16) + 2 * (size_t)B * (size_t)hd;
+    return 2 * (q * (size_t)hd + 2 * q) + ((size_t)B + 16) + 2 * (size_t)B * (size_t)hd;
 }
 
 /* KV heads per unit for a chunk of n rows: a run for decode-sized chunks, else one. */
 static int heads_per_unit(int32_t n, int run) { return n <= HB_ATTN_RUN_ROWS ? run : 1; }
 
-/* The first and last blocks of keys that chunk ch's rows read (B positions a block). */
-static void chunk_blocks(const be_attn *a, const int32_t *ch, int B, int32_t *kb0, int32_t *kb1)
-{
-    const int32_t n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
-    *kb0 = pe_k_attn_first(pos0, a->window) / B;
-    *kb1 = (pos0 + n - 1) / B;
-}
-
-/* Spans of keys of chunk ch: several for a decode-sized chunk whose keys reach past one
- * span (spans are the blocks [s S, (s + 1) S), S = HB_ATTN_SPAN_BLOCKS), else 1. */
+/* Spans of keys chunk ch's rows reach (spans are the blocks [s S, (s + 1) S), S =
+ * HB_ATTN_SPAN_BLOCKS, counted from position 0), from the first row's first key's. */
 static int32_t chunk_spans(const be_attn *a, const int32_t *ch, int B)
 {
-    int32_t kb0, kb1;
-    chunk_blocks(a, ch, B, &kb0, &kb1);
-    return ch[PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS
-               ? kb1 / HB_ATTN_SPAN_BLOCKS - kb0 / HB_ATTN_SPAN_BLOCKS + 1
-               : 1;
+    const int32_t n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
+    const int32_t kb0 = pe_k_attn_first(pos0, a->window) / B, kb1 = (pos0 + n - 1) / B;
+    return kb1 / HB_ATTN_SPAN_BLOCKS - kb0 / HB_ATTN_SPAN_BLOCKS + 1;
 }
 
-/* Units of a chunk of n rows over kvh KV heads, in spans of keys. */
-static size_t chunk_units(int32_t n, int kvh, int run, int32_t spans)
+/* Whether chunk ch's spans are units of their own (a decode-sized chunk past one span), whose
+ * partials a second pass folds; else a unit folds its spans as it goes. */
+static int split_spans(const be_attn *a, const int32_t *ch, int B)
+{
+    return ch[PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS && chunk_spans(a, ch, B) > 1;
+}
+
+/* Units of a chunk of n rows over kvh KV heads, times unit_spans (its spans where they are
+ * split, else 1). */
+static size_t chunk_units(int32_t n, int kvh, int run, int32_t unit_spans)
 {
     size_t per = (size_t)heads_per_unit(n, run);
     return (size_t)(n + HB_ATTN_ROWS - 1) / HB_ATTN_ROWS * (((size_t)kvh + per - 1) / per) *
-           (size_t)spans;
+           (size_t)unit_spans;
 }
 
 /* The chunk holding unit u: the last c with first[c] <= u. */
@@ -132,6 +135,37 @@ static void attend_keys(const hb_simd *simd, float *acc, float *m, float *l, flo
         simd->accum_bf16(acc, p, V, nk, hd);
     else
         simd->accum(acc, p, V, nk, hd);
+}
+
+/* Folds a span's unnormalized output acc(hd), max m and sum l into a query's running ones
+ * o(hd), *mo, *lo, spans in order: the first span with keys is copied, a later one rescales
+ * both to the larger max. A query's output is then o / lo, the same bits however its spans
+ * were computed: in one unit, or as units of their own merged after. */
+static void fold_span(const hb_simd *simd, float *o, float *mo, float *lo, const float *acc,
+                      float m, float l, int hd)
+{
+    if (!(l > 0.0f)) /* the query sees no key of the span */
+        return;
+    if (!(*lo > 0.0f)) {
+        memcpy(o, acc, (size_t)hd * sizeof *o);
+        *mo = m;
+        *lo = l;
+        return;
+    }
+    const float mx = m > *mo ? m : *mo, fo = expf(*mo - mx), fs = expf(m - mx);
+    simd->rescale(o, fo, hd);
+    for (int d = 0; d < hd; d++)
+        o[d] += acc[d] * fs;
+    *lo = *lo * fo + l * fs;
+    *mo = mx;
+}
+
+/* out(hd) = o(hd) / l */
+static void normalize(float *out, const float *o, float l, int hd)
+{
+    const float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++)
+        out[d] = o[d] * inv;
 }
 
 /* Rows [t_lo, t_hi] of KV head g's keys and values in block `block`: pointers into the
@@ -180,6 +214,9 @@ static void prefetch_block(const attn_job *j, int32_t block, int g, int heads)
     }
 }
 
+/* One unit: rows [i0, i1) of chunk c on KV heads [g0, g1), over the spans [sp0, sp1] of its
+ * keys (numbered from position 0; one span for a split chunk's unit), each span's online
+ * softmax folded into the queries' results, or stored as a partial where split. */
 static void attn_unit(const attn_job *j, size_t u, float *tls)
 {
     const be_attn *a = j->a;
@@ -190,125 +227,128 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     const int32_t row0 = ch[PE_K_CHUNK_ROW0], n = ch[PE_K_CHUNK_N], pos0 = ch[PE_K_CHUNK_POS0];
     const int32_t *bt = a->block_tables + ch[PE_K_CHUNK_BT];
     const int per = heads_per_unit(n, j->run), runs = ((int)kvh + per - 1) / per;
-    const int32_t spans = chunk_spans(a, ch, B);
+    const int split = split_spans(a, ch, B);
+    const int32_t spans = split ? chunk_spans(a, ch, B) : 1;
     const size_t rest = local / (size_t)runs;
     const int g0 = (int)(local % (size_t)runs) * per;
     const int g1 = g0 + per < (int)kvh ? g0 + per : (int)kvh; /* KV heads [g0, g1) */
-    const int32_t span = (int32_t)(rest % (size_t)spans);
     const int32_t i0 = (int32_t)(rest / (size_t)spans) * HB_ATTN_ROWS;
     const int32_t i1 = i0 + HB_ATTN_ROWS < n ? i0 + HB_ATTN_ROWS : n;
     const size_t rows = (size_t)(i1 - i0), nq = rows * (size_t)G * (size_t)(g1 - g0);
     const size_t qmax = unit_queries(G, j->run);
 
     float *acc = tls; /* (nq, hd): query (g - g0, i - i0, hh) at ((g - g0) rows + i - i0) G + hh */
-    float *m = acc + qmax * h, *l = m + qmax;               /* (nq) running max and sum */
-    float *p = l + qmax;                                    /* (B) scores, then weights */
+    float *m = acc + qmax * h, *l = m + qmax;               /* (nq) a span's max and sum */
+    float *o = l + qmax, *mo = o + qmax * h, *lo = mo + qmax; /* the folded acc, m, l */
+    float *p = lo + qmax;                                   /* (B) scores, then weights */
     float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h; /* (B, hd) widened K, V */
-    memset(acc, 0, nq * h * sizeof *acc);
-    for (size_t q = 0; q < nq; q++) {
-        m[q] = -INFINITY;
-        l[q] = 0.0f;
-    }
+    for (size_t q = 0; q < nq; q++)
+        lo[q] = 0.0f;
     /* a bf16 block is widened once when several query heads read it, else read as bf16 */
     const int widen = rows * (size_t)G > HB_ATTN_BF16_QUERIES;
-    /* blocks from the first key the piece's first row sees to its last row's position, in
-     * the unit's span */
+    /* blocks from the first key the piece's first row sees to its last row's position */
     const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
-    int32_t kb_lo = k_lo / B, kb_hi = p_hi / B;
-    if (spans > 1) {
-        const int32_t s0 = (kb_lo / HB_ATTN_SPAN_BLOCKS + span) * HB_ATTN_SPAN_BLOCKS;
-        kb_lo = kb_lo > s0 ? kb_lo : s0;
-        kb_hi = kb_hi < s0 + HB_ATTN_SPAN_BLOCKS - 1 ? kb_hi : s0 + HB_ATTN_SPAN_BLOCKS - 1;
-    }
-    for (int32_t kb = kb_lo; kb <= kb_hi; kb++) {
-        const int32_t b0 = kb * B; /* position of the block's row 0 */
-        const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
-        const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
-        const void *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
-        int kv_bf16;
-        if (kb < kb_hi)
-            prefetch_block(j, bt[kb + 1], g0, g1 - g0);
-        for (int g = g0; g < g1; g++) {
-            block_rows(j, bt[kb], g, t_lo, t_hi, widen, kbuf, vbuf, &K, &V, &kv_bf16);
-            for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
-                const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
-                const int32_t lo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
-                const int32_t hi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
-                if (lo > hi)
-                    continue;
-                const size_t off = (size_t)(lo - t_lo) * h;
-                for (int hh = 0; hh < G; hh++) {
-                    const size_t qi = ((size_t)(g - g0) * rows + (size_t)(i - i0)) * (size_t)G +
-                                      (size_t)hh;
-                    const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
-                                      (size_t)(g * G + hh) * h;
-                    const size_t at = off * (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
-                    attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv,
-                                (const char *)K + at, (const char *)V + at, kv_bf16,
-                                hi - lo + 1, hd, a->scale);
+    const int32_t first_span = pe_k_attn_first(pos0, a->window) / B / HB_ATTN_SPAN_BLOCKS;
+    int32_t sp0 = k_lo / B / HB_ATTN_SPAN_BLOCKS, sp1 = p_hi / B / HB_ATTN_SPAN_BLOCKS;
+    if (split) /* this unit's one span */
+        sp0 = sp1 = first_span + (int32_t)(rest % (size_t)spans);
+    for (int32_t sp = sp0; sp <= sp1; sp++) {
+        memset(acc, 0, nq * h * sizeof *acc);
+        for (size_t q = 0; q < nq; q++) {
+            m[q] = -INFINITY;
+            l[q] = 0.0f;
+        }
+        int32_t kb_lo = sp * HB_ATTN_SPAN_BLOCKS, kb_hi = kb_lo + HB_ATTN_SPAN_BLOCKS - 1;
+        kb_lo = kb_lo > k_lo / B ? kb_lo : k_lo / B;
+        kb_hi = kb_hi < p_hi / B ? kb_hi : p_hi / B;
+        for (int32_t kb = kb_lo; kb <= kb_hi; kb++) {
+            const int32_t b0 = kb * B; /* position of the block's row 0 */
+            const int32_t t_lo = (k_lo > b0 ? k_lo : b0) - b0;
+            const int32_t t_hi = (p_hi < b0 + B - 1 ? p_hi : b0 + B - 1) - b0;
+            const void *K, *V; /* (t_hi - t_lo + 1, hd), row 0 = block row t_lo */
+            int kv_bf16;
+            if (kb < kb_hi)
+                prefetch_block(j, bt[kb + 1], g0, g1 - g0);
+            for (int g = g0; g < g1; g++) {
+                block_rows(j, bt[kb], g, t_lo, t_hi, widen, kbuf, vbuf, &K, &V, &kv_bf16);
+                for (int32_t i = i0; i < i1; i++) { /* the keys this row sees in the block */
+                    const int32_t qpos = pos0 + i, f = pe_k_attn_first(qpos, a->window);
+                    const int32_t klo = (f > b0 + t_lo ? f : b0 + t_lo) - b0;
+                    const int32_t khi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
+                    if (klo > khi)
+                        continue;
+                    const size_t off = (size_t)(klo - t_lo) * h;
+                    for (int hh = 0; hh < G; hh++) {
+                        const size_t qi =
+                            ((size_t)(g - g0) * rows + (size_t)(i - i0)) * (size_t)G +
+                            (size_t)hh;
+                        const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
+                                          (size_t)(g * G + hh) * h;
+                        const size_t at = off * (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
+                        attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv,
+                                    (const char *)K + at, (const char *)V + at, kv_bf16,
+                                    khi - klo + 1, hd, a->scale);
+                    }
                 }
             }
         }
+        for (size_t qi = 0; qi < nq; qi++) {
+            if (split) { /* a decode chunk's one piece: i0 = 0, rows = n */
+                const size_t hh = qi % (size_t)G, i = qi / (size_t)G % rows;
+                const size_t head = ((size_t)g0 + qi / (size_t)G / rows) * (size_t)G + hh;
+                float *part = j->parts + j->parts_at[c] +
+                              (((size_t)(sp - first_span) * rows + i) * (size_t)a->heads +
+                               head) * (h + 2);
+                memcpy(part, acc + qi * h, h * sizeof *part);
+                part[h] = m[qi];
+                part[h + 1] = l[qi];
+            } else {
+                fold_span(j->simd, o + qi * h, &mo[qi], &lo[qi], acc + qi * h, m[qi], l[qi], hd);
+            }
+        }
     }
+    if (split)
+        return;
     for (size_t qi = 0; qi < nq; qi++) {
         const size_t hh = qi % (size_t)G, i = qi / (size_t)G % rows;
-        const size_t g = (size_t)g0 + qi / (size_t)G / rows, head = g * (size_t)G + hh;
-        if (spans > 1) { /* a decode chunk's one piece: i0 = 0, rows = n */
-            float *part = j->parts + j->parts_at[c] +
-                          (((size_t)span * rows + i) * (size_t)a->heads + head) * (h + 2);
-            memcpy(part, acc + qi * h, h * sizeof *part);
-            part[h] = m[qi];
-            part[h + 1] = l[qi];
-            continue;
-        }
-        float *o = a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride + head * h;
-        const float inv = 1.0f / l[qi];
-        for (size_t d = 0; d < h; d++)
-            o[d] = acc[qi * h + d] * inv;
+        const size_t head = ((size_t)g0 + qi / (size_t)G / rows) * (size_t)G + hh;
+        normalize(a->out + ((size_t)row0 + (size_t)i0 + i) * a->out_stride + head * h,
+                  o + qi * h, lo[qi], hd);
     }
 }
 
-/* Chunk c's output, where its keys went in spans: each query's spans' outputs, sums and
- * maxima merged in the spans' order (a span the query sees no key of has l = 0). */
-static void merge_spans(const attn_job *j, size_t c)
+/* Chunk c's output, where its spans were units of their own: each query's spans folded in
+ * their order (a span the query sees no key of has l = 0), as a unit folds them. */
+static void merge_spans(const attn_job *j, size_t c, float *o)
 {
     const be_attn *a = j->a;
     const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
-    const int32_t spans = chunk_spans(a, ch, j->kv->shape.block_tokens);
-    if (spans < 2)
+    const int B = j->kv->shape.block_tokens;
+    if (!split_spans(a, ch, B))
         return;
+    const int32_t spans = chunk_spans(a, ch, B);
     const size_t n = (size_t)ch[PE_K_CHUNK_N], H = (size_t)a->heads;
-    const size_t h = (size_t)j->kv->shape.head_dim, w = h + 2;
+    const int hd = j->kv->shape.head_dim;
+    const size_t h = (size_t)hd, w = h + 2;
     const float *parts = j->parts + j->parts_at[c];
     for (size_t i = 0; i < n; i++)
         for (size_t q = 0; q < H; q++) {
-            float *o = a->out + ((size_t)ch[PE_K_CHUNK_ROW0] + i) * a->out_stride + q * h;
-            float mx = -INFINITY, sum = 0.0f;
+            float mo = -INFINITY, lo = 0.0f;
             for (int32_t s = 0; s < spans; s++) {
                 const float *p = parts + (((size_t)s * n + i) * H + q) * w;
-                mx = p[h + 1] > 0.0f && p[h] > mx ? p[h] : mx;
+                fold_span(j->simd, o, &mo, &lo, p, p[h], p[h + 1], hd);
             }
-            memset(o, 0, h * sizeof *o);
-            for (int32_t s = 0; s < spans; s++) {
-                const float *p = parts + (((size_t)s * n + i) * H + q) * w;
-                if (!(p[h + 1] > 0.0f))
-                    continue;
-                const float f = expf(p[h] - mx);
-                sum += p[h + 1] * f;
-                for (size_t d = 0; d < h; d++)
-                    o[d] += p[d] * f;
-            }
-            const float inv = 1.0f / sum;
-            for (size_t d = 0; d < h; d++)
-                o[d] *= inv;
+            normalize(a->out + ((size_t)ch[PE_K_CHUNK_ROW0] + i) * a->out_stride + q * h, o, lo,
+                      hd);
         }
 }
 
 static void merge_range(void *arg, size_t c0, size_t c1, int thread)
 {
-    (void)thread;
+    const attn_job *j = arg;
+    float *o = hb_tls(j->dev, thread); /* (hd) a query's folded output */
     for (size_t c = c0; c < c1; c++)
-        merge_spans(arg, c);
+        merge_spans(j, c, o);
 }
 
 static void attn_units(void *arg, size_t u0, size_t u1, int thread)
@@ -397,7 +437,7 @@ pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
         const int32_t spans = chunk_spans(a, ch, B);
         if (ch[PE_K_CHUNK_N] <= HB_ATTN_RUN_ROWS)
             decode_spans += (size_t)spans;
-        if (spans > 1)
+        if (split_spans(a, ch, B))
             nparts += (size_t)spans * (size_t)ch[PE_K_CHUNK_N] * part_floats;
     }
     size_t splits = decode_spans ? ((size_t)dev->nthreads + decode_spans - 1) / decode_spans : 1;
@@ -414,7 +454,7 @@ pe_status hb_attention(be_device *dev, const be_kv *kv, int layer, const be_attn
     for (size_t c = 0; c < a->nchunks; c++) {
         const int32_t *ch = a->chunks + c * PE_K_CHUNK_FIELDS;
         const size_t n = (size_t)ch[PE_K_CHUNK_N];
-        const int32_t spans = chunk_spans(a, ch, B);
+        const int32_t spans = split_spans(a, ch, B) ? chunk_spans(a, ch, B) : 1;
         first[c + 1] = first[c] + chunk_units((int32_t)n, kvh, run, spans);
         parts_at[c + 1] = parts_at[c] + (spans > 1 ? (size_t)spans * n * part_floats : 0);
         work += (double)n * ((double)ch[PE_K_CHUNK_POS0] + (double)n) * (double)width;

@@ -121,39 +121,15 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 /* Largest dimension a cblas call takes (blasint is int or int64 depending on the build). */
 #define HB_BLAS_MAX ((size_t)(sizeof(blasint) >= 8 ? (size_t)LLONG_MAX : (size_t)INT_MAX))
 
-/* ---- the packed GEMM (hb_packed.c) ---- */
-struct hb_simd;
-/* Floats of x(M, K) packed (its rows padded to whole panels). */
-size_t hb_packed_x_floats(size_t M, size_t K);
-/* Packs the rows [r0, r1) of x(M, K), fp32 or bf16 (x_bf16: widened, exact), into Xp with
- * simd's loops (r0 a multiple of the panel height, r1 = M or a multiple of it): threads may
- * pack disjoint ranges. */
-void hb_packed_x(const struct hb_simd *simd, float *Xp, const void *x, int x_bf16, size_t K,
-                 size_t r0, size_t r1);
-/* Floats of work hb_packed_gemm needs for a slab of nn output columns. */
-size_t hb_packed_work_floats(size_t nn);
-/* C(M, nn) at row stride ldc = bias + x(M, K) . W(nn, K)^T (bias(nn) on every row, or
- * NULL), with x packed (hb_packed_x) and W fp32 or bf16 (w_bf16), on the calling thread,
- * by simd's micro-kernel; work holds hb_packed_work_floats(nn) floats, 64-byte aligned. */
-void hb_packed_gemm(const struct hb_simd *simd, float *C, size_t ldc, const float *Xp, size_t M,
-                    size_t K, const void *W, int w_bf16, size_t nn, const float *bias,
-                    float *work);
-
 /* ---- Linear (hb_linear.c) ---- */
-/* Up to hb_simd's gemv_max_m rows of x, linear runs the GEMV kernel; beyond, the packed
- * GEMM (AVX-512) or the sgemm slices. */
+/* Up to hb_simd's gemv_max_m rows of x (every M with AVX-512), linear runs the GEMV kernel;
+ * beyond, the sgemm slices. */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);
 /* linear on a chosen path (the benchmark and the tests compare them): AUTO as linear; GEMV:
- * the GEMV kernel at any M; SGEMM: the per-thread OpenBLAS slices at any M; PACKED: the
- * packed GEMM (hb_packed.c) at any M, with the simd version's micro-kernel. */
-typedef enum hb_linear_path {
-    HB_LINEAR_AUTO = 0,
-    HB_LINEAR_GEMV,
-    HB_LINEAR_SGEMM,
-    HB_LINEAR_PACKED
-} hb_linear_path;
+ * the GEMV kernel at any M; SGEMM: the per-thread OpenBLAS slices at any M. */
+typedef enum hb_linear_path { HB_LINEAR_AUTO = 0, HB_LINEAR_GEMV, HB_LINEAR_SGEMM } hb_linear_path;
 pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, size_t M,
                          size_t N, size_t K, const void *x, const void *W, const float *b,
                          be_act act, void *y, int y_bf16, float *tmp);

@@ -1,16 +1,15 @@
 /* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
  * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
  *
- * Decode-shaped (M up to hb_simd's gemv_max_m, for fp32 or bf16 W): hb_simd's GEMV
- * kernel, the output columns split over the threads in tiles of rows of W, so W is read
- * once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
- * output is the same sum whatever the tile, the thread count or M.
- * Larger M, where the simd version has an AVX-512 micro-kernel: the packed GEMM
- * (hb_packed.c), x packed once, the output columns in slabs of about 512 spread over the
- * threads, a bf16 W widened as it is packed. Otherwise: the output columns in pieces of
- * about 512 (fixed by N: the thread count never changes a result), each an OpenBLAS sgemm
- * (single-threaded) on its rows of W, spread over the threads; a bf16 W is widened tile by
- * tile into the thread's scratch, never all of W at once.
+ * Up to hb_simd's gemv_max_m rows of x (every M with AVX-512; 8 or 16 with AVX2): hb_simd's
+ * GEMV kernels, the output columns split over the threads in tiles of rows of W, so W is
+ * read once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
+ * output is the same sum whatever the tile, the thread count or M: with AVX-512, a row of
+ * y never depends on the other rows of x (batch invariance).
+ * Beyond (AVX2 and portable): the output columns in pieces of about 512 (fixed by N: the
+ * thread count never changes a result), each an OpenBLAS sgemm (single-threaded) on its
+ * rows of W, spread over the threads; a bf16 W is widened tile by tile into the thread's
+ * scratch, never all of W at once.
  * docs/architecture.md has the measurements behind the choices.
  *
  * Bias, activation and the bf16 rounding of y apply to each tile right after its sums, on
@@ -26,7 +25,8 @@
 #include "kernels/elementwise.h"
 
 #define HB_GEMV_TILE 64                 /* rows of W per GEMV piece (M <= 2: at least) */
-#define HB_GEMV_ROWS 32                 /* rows of x per pass over a tile */
+#define HB_GEMV_ROWS 48                 /* rows of x per pass over a tile (AVX-512's prefill
+                                         * kernel takes them 6 at a time) */
 #define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 2, at least */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
 #define HB_SGEMM_COLS 512               /* output columns per sgemm call, about */
@@ -37,8 +37,7 @@ typedef struct lin_job {
     const hb_simd *simd;
     int bf16;
     size_t M, N, K;
-    const float *x;  /* (M, K) fp32: the input, or the bf16 input widened; packed for the
-                      * packed GEMM (hb_packed_x) */
+    const float *x;  /* (M, K) fp32: the input, or the bf16 input widened */
     const void *W;   /* (N, K) fp32 or bf16 */
     const float *b;  /* (N) or NULL */
     be_act act;
@@ -136,56 +135,6 @@ static void gemm_cols(void *arg, size_t n0, size_t n1, int thread)
     }
 }
 
-/* Columns [n0, n1) by the packed GEMM, a slab of the call width at a time (any split gives
- * the same bits: hb_packed.c); its sums start from the bias. */
-static void packed_cols(void *arg, size_t n0, size_t n1, int thread)
-{
-    const lin_job *j = arg;
-    float *work = hb_tls(j->dev, thread);
-    const size_t wsize = j->bf16 ? sizeof(uint16_t) : sizeof(float);
-    for (size_t cb = n0; cb < n1; cb += j->cols) {
-        size_t nn = n1 - cb < j->cols ? n1 - cb : j->cols;
-        hb_packed_gemm(j->simd, j->sums + cb, j->N, j->x, j->M, j->K,
-                       (const char *)j->W + cb * j->K * wsize, j->bf16, nn,
-                       j->b ? j->b + cb : NULL, work);
-        epilogue_with(j, cb, nn, 0);
-    }
-}
-
-typedef struct pack_x_job {
-    const hb_simd *simd;
-    float *Xp;
-    const void *x;
-    int bf16;
-    size_t M, K;
-} pack_x_job;
-
-static void pack_x_panels(void *arg, size_t p0, size_t p1, int thread)
-{
-    const pack_x_job *pj = arg;
-    (void)thread;
-    hb_packed_x(pj->simd, pj->Xp, pj->x, pj->bf16, pj->K, p0 * HB_MR,
-                p1 * HB_MR < pj->M ? p1 * HB_MR : pj->M);
-}
-
-/* The packed GEMM: x packed once (its panels spread over the threads), then the slabs. */
-static pe_status linear_packed(be_device *dev, lin_job *j, const void *x)
-{
-    const size_t M = j->M, K = j->K, panels = (M + HB_MR - 1) / HB_MR;
-    float *Xp = hb_call_scratch(dev, hb_packed_x_floats(M, K) * sizeof *Xp, "linear");
-    if (!Xp)
-        return PE_ENOMEM;
-    pe_status s =
-        hb_scratch_reserve(dev, hb_packed_work_floats(j->cols) * sizeof(float), "linear");
-    if (s != PE_OK)
-        return s;
-    pack_x_job pj = {j->simd, Xp, x, j->bf16, M, K};
-    hb_for(dev, panels, (hb_row_grain(K) + HB_MR - 1) / HB_MR, pack_x_panels, &pj);
-    j->x = Xp;
-    hb_for(dev, j->N, j->cols, packed_cols, j);
-    return PE_OK;
-}
-
 typedef struct widen_job {
     const hb_simd *simd;
     float *dst;
@@ -254,8 +203,6 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     j.cols = sgemm_cols(N);
     const int gemv = path == HB_LINEAR_GEMV ||
                      (path == HB_LINEAR_AUTO && M <= j.simd->gemv_max_m[bf16]);
-    if (!gemv && (path == HB_LINEAR_PACKED || (path == HB_LINEAR_AUTO && j.simd->packed_first)))
-        return linear_packed(dev, &j, x);
     if (bf16) { /* x widened to fp32 (exact), M x K: small next to W */
         float *xf = hb_call_scratch(dev, M * K * sizeof *xf, "linear");
         if (!xf)

@@ -102,42 +102,6 @@ static void gemv_bf16_c(float *y, size_t ldy, const float *x, size_t M, const ui
         }
 }
 
-void hb_gemm_tile_c(float *C, size_t ldc, const float *A, const float *B, size_t kc, int mr,
-                    int nr, int add, const float *bias)
-{
-    for (int m = 0; m < mr; m++)
-        for (int n = 0; n < nr; n++) {
-            float s = add ? C[(size_t)m * ldc + (size_t)n] : bias ? bias[n] : 0.0f;
-            for (size_t k = 0; k < kc; k++)
-                s = fmaf(A[k * HB_MR + (size_t)m], B[k * HB_NR + (size_t)n], s);
-            C[(size_t)m * ldc + (size_t)n] = s;
-        }
-}
-
-/* dst(cols, width) = the first cols columns of src(rows, ld)^T, fp32 or bf16 (widened,
- * exact), zeros for the rows rows..width-1 that src lacks: a panel of the packed GEMM. */
-static void pack_panel_c(float *dst, size_t width, const void *src, int bf16, size_t ld,
-                         size_t cols, int rows)
-{
-    for (size_t k = 0; k < cols; k++)
-        for (size_t r = 0; r < width; r++) {
-            size_t at = r * ld + k;
-            dst[k * width + r] = (int)r >= rows ? 0.0f
-                                 : bf16         ? pe_k_from_bf16(((const uint16_t *)src)[at])
-                                                : ((const float *)src)[at];
-        }
-}
-
-void hb_pack_w_c(float *B, const void *W, int w_bf16, size_t ldw, size_t kc, int nr)
-{
-    pack_panel_c(B, HB_NR, W, w_bf16, ldw, kc, nr);
-}
-
-void hb_pack_x_c(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr)
-{
-    pack_panel_c(A, HB_MR, x, x_bf16, ldx, K, mr);
-}
-
 static void gelu_c(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -163,9 +127,6 @@ static const hb_simd portable = {
     .silu_mul = silu_mul_c,
     .gemv_f32 = gemv_f32_c,
     .gemv_bf16 = gemv_bf16_c,
-    .gemm_tile = hb_gemm_tile_c,
-    .pack_w = hb_pack_w_c,
-    .pack_x = hb_pack_x_c,
     .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
 };
 
@@ -524,9 +485,6 @@ static const hb_simd avx2 = {
     .silu_mul = silu_mul_avx2,
     .gemv_f32 = gemv_f32_avx2,
     .gemv_bf16 = gemv_bf16_avx2,
-    .gemm_tile = hb_gemm_tile_c,
-    .pack_w = hb_pack_w_c,
-    .pack_x = hb_pack_x_c,
     .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
 };
 

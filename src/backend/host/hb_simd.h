@@ -1,7 +1,6 @@
 /* hb_simd.h: the host backend's vectorized inner loops (attention's score and value
- * loops, bf16 widening, the GEMV/skinny-GEMM kernel, the packed GEMM's micro-kernel), in
- * an AVX-512 or AVX2/FMA version chosen at run time where the CPU has it, and a portable C
- * version otherwise.
+ * loops, bf16 widening, the GEMV kernels behind linear), in an AVX-512 or AVX2/FMA version
+ * chosen at run time where the CPU has it, and a portable C version otherwise.
  *
  * Every output of a kernel is computed by the same sequence of operations whatever the
  * tile it falls in, so results do not depend on how the work is split over threads (nor,
@@ -13,18 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The packed GEMM's micro-tile (hb_packed.c): HB_MR rows of x by HB_NR output columns
- * (rows of W). AVX-512: 12 x 2 accumulators of 16 floats, 2 registers of W, 1 of x. */
-#define HB_MR 12
-#define HB_NR 32
-
 /* Rows of x up to which linear prefers a version's GEMV to a GEMM (gemv_max_m; measured by
  * bench_host, docs/architecture.md). The AVX2 GEMV (and the portable one): 8 with fp32 W,
  * 16 with bf16 W, which reads half the bytes and so stays ahead longer. The AVX-512 GEMV,
- * twice the FMAs an instruction: 32 either way. */
+ * twice the FMAs an instruction and a prefill-sized kernel, kept up with the packed GEMM it
+ * replaced at every M (docs/architecture.md): it takes every M, so that a row's bits never
+ * depend on the rows beside it (batch invariance). */
 #define HB_GEMV_MAX_M_AVX2 8
 #define HB_GEMV_MAX_M_BF16_AVX2 16
-#define HB_GEMV_MAX_M_AVX512 32
+#define HB_GEMV_MAX_M_AVX512 SIZE_MAX
 
 typedef struct hb_simd {
     const char *name; /* "avx512", "avx2" or "portable" */
@@ -54,25 +50,19 @@ typedef struct hb_simd {
                      size_t nrows);
     void (*gemv_bf16)(float *y, size_t ldy, const float *x, size_t M, const uint16_t *W,
                       size_t K, size_t nrows);
-    /* The packed GEMM's micro-kernel: C(mr, nr) at row stride ldc = start + A . B, A(kc,
-     * HB_MR) a packed panel of x, B(kc, HB_NR) a packed panel of W, start = C when add, else
-     * bias(nr) on every row when bias is not NULL, else 0; the tile's rows >= mr and columns
-     * >= nr are computed and not stored. Each element of C is one chain of multiply-adds in
-     * k order from its start, whatever tile it falls in. */
-    void (*gemm_tile)(float *C, size_t ldc, const float *A, const float *B, size_t kc, int mr,
-                      int nr, int add, const float *bias);
-    /* B(kc, HB_NR) = the first kc columns of W(nr, ldw)^T, fp32 or bf16 (widened, exact);
-     * zeros for the rows nr..HB_NR-1 that W lacks. */
-    void (*pack_w)(float *B, const void *W, int w_bf16, size_t ldw, size_t kc, int nr);
-    /* A(K, HB_MR) = the mr rows of x(mr, K)^T (row stride ldx), fp32 or bf16 (widened,
-     * exact); zeros for the rows mr..HB_MR-1 that x lacks. */
-    void (*pack_x)(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr);
-    /* linear prefers the packed GEMM to OpenBLAS's sgemm (measured: bench_host) */
-    int packed_first;
     /* rows of x up to which linear runs this version's GEMV rather than a GEMM, for fp32
      * and bf16 W (measured: bench_host; docs/architecture.md) */
     size_t gemv_max_m[2];
 } hb_simd;
+
+/* Whether linear gives a row of x the same bits whatever the other rows of its call: the
+ * version's GEMV takes every M. Attention's rows never depend on the others (hb_attention.c),
+ * so the host backend is then batch-invariant: a sequence's tokens and logprobs have the
+ * same bits alone or batched with any others, on one device or on a grid without TP. */
+static inline int hb_simd_batch_invariant(const hb_simd *s)
+{
+    return s->gemv_max_m[0] == SIZE_MAX && s->gemv_max_m[1] == SIZE_MAX;
+}
 
 /* The best version this CPU runs (AVX-512, else AVX2 with FMA, else portable). */
 const hb_simd *hb_simd_best(void);
@@ -80,14 +70,9 @@ const hb_simd *hb_simd_best(void);
 const hb_simd *hb_simd_portable(void);
 /* The AVX2 version, or NULL when the CPU lacks AVX2 or FMA. */
 const hb_simd *hb_simd_avx2(void);
-/* The AVX-512 version (the AVX2 loops, with an AVX-512F packed GEMM), or NULL when the CPU
+/* The AVX-512 version (the AVX2 loops, with AVX-512F GEMV kernels), or NULL when the CPU
  * lacks AVX-512F or AVX2 (hb_simd_avx512.c). */
 const hb_simd *hb_simd_avx512(void);
-/* The portable packed-GEMM loops, which the AVX2 version uses too. */
-void hb_gemm_tile_c(float *C, size_t ldc, const float *A, const float *B, size_t kc, int mr,
-                    int nr, int add, const float *bias);
-void hb_pack_w_c(float *B, const void *W, int w_bf16, size_t ldw, size_t kc, int nr);
-void hb_pack_x_c(float *A, const void *x, int x_bf16, size_t ldx, size_t K, int mr);
 
 /* The version the host backend's kernels use: hb_simd_best() unless a test chose another. */
 const hb_simd *hb_simd_get(void);

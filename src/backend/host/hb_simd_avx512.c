@@ -1,12 +1,6 @@
-/* hb_simd_avx512.c: the AVX-512 version of hb_simd.h: the AVX2 loops, with the packed
- * GEMM's micro-kernel, its packing of W and x, and the GEMV at M >= 3 in AVX-512F (a target
- * attribute, chosen at run time with __builtin_cpu_supports, so the build needs no
- * -mavx512f).
- *
- * The micro-kernel keeps a 12 x 32 tile of C in 24 registers. Each step of k loads one row
- * of the W panel (2 registers) and broadcasts the 12 values of the x panel, 24 fused
- * multiply-adds: the FMA units, not the loads, set the pace. Each element of C is one FMA
- * chain in k order, as in hb_gemm_tile_c, so the two give the same bits.
+/* hb_simd_avx512.c: the AVX-512 version of hb_simd.h: the AVX2 loops, with the GEMV at
+ * M >= 3 in AVX-512F (a target attribute, chosen at run time with __builtin_cpu_supports,
+ * so the build needs no -mavx512f), for decode batches and prefill alike.
  */
 #include "backend/host/hb_simd.h"
 
@@ -17,166 +11,31 @@
 
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-#if HB_MR != 12 || HB_NR != 32
-#error "the AVX-512 micro-kernel is written for a 12 x 32 tile"
-#endif
-
-/* Unrolls a loop over an array of registers, so that it stays in registers (GCC does not
- * at -O2). */
-#define UNROLL16 _Pragma("GCC unroll 16")
-
 /* The AVX2 loops, which this version keeps where AVX-512 gains nothing. */
 static const hb_simd *avx2_loops;
 
-#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-
-/* Lanes of the tile's two column vectors that hold one of the nr columns. */
-AVX512 static inline __mmask16 lanes(int nr, int half)
-{
-    int n = nr - 16 * half;
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-AVX512 static void gemm_tile_avx512(float *C, size_t ldc, const float *A, const float *B,
-                                    size_t kc, int mr, int nr, int add, const float *bias)
-{
-    const __mmask16 m0 = lanes(nr, 0), m1 = lanes(nr, 1);
-    const __m512 b0 = !add && bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 b1 = !add && bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#define INIT(i)                                                                                \
-    __m512 lo##i = b0, hi##i = b1;                                                             \
-    if (add && (i) < mr) {                                                                     \
-        lo##i = _mm512_maskz_loadu_ps(m0, C + (size_t)(i) * ldc);                              \
-        hi##i = _mm512_maskz_loadu_ps(m1, C + (size_t)(i) * ldc + 16);                         \
-    }
-    ROWS(INIT)
-#undef INIT
-#define STEP(i)                                                                                \
-    {                                                                                          \
-        __m512 a = _mm512_set1_ps(A[i]);                                                       \
-        lo##i = _mm512_fmadd_ps(a, w0, lo##i);                                                 \
-        hi##i = _mm512_fmadd_ps(a, w1, hi##i);                                                 \
-    }
-    for (size_t k = 0; k < kc; k++, A += HB_MR, B += HB_NR) {
-        const __m512 w0 = _mm512_load_ps(B), w1 = _mm512_load_ps(B + 16);
-        ROWS(STEP)
-    }
-#undef STEP
-#define STORE(i)                                                                               \
-    if ((i) < mr) {                                                                            \
-        _mm512_mask_storeu_ps(C + (size_t)(i) * ldc, m0, lo##i);                               \
-        _mm512_mask_storeu_ps(C + (size_t)(i) * ldc + 16, m1, hi##i);                          \
-    }
-    ROWS(STORE)
-#undef STORE
-}
-
-/* Transposes the 16 x 16 block r in place (r[i] lane j -> r[j] lane i): pairs, then
- * quads within 128-bit lanes, then the lanes themselves (64 shuffles). */
-AVX512 static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    UNROLL16 for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    UNROLL16 for (int i = 0; i < 16; i += 4) { /* r[i + c], lane L: column 4L + c of rows i..i+3 */
-        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    UNROLL16 for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        __m512 v1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-        __m512 v2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        __m512 v3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-        t[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-        t[8 + c] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
-        t[4 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-    }
-    UNROLL16 for (int i = 0; i < 16; i++)
-        r[i] = t[i];
-}
-
-/* 16 values of a row of W from column k, as fp32 (bf16 widened: exact). */
-AVX512 static inline __m512 row16(const void *W, int w_bf16, size_t at)
-{
-    if (!w_bf16)
-        return _mm512_loadu_ps((const float *)W + at);
-    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)W + at));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* dst(cols, width) = the first cols columns of src(rows, ld)^T, as hb_pack_w_c/hb_pack_x_c:
- * columns in steps of 16; each 16 rows of the panel are loaded as rows of 16, transposed in
- * registers and stored as 16 rows of dst (width <= 32 lanes); the rest of cols by the
- * portable loop. W comes from memory, 32 short rows at once (a slice of K): too many
- * streams for the hardware prefetcher, so each load also asks for the same place 32 rows
- * on (the next W panel; a prefetch never faults, past the end of src too). Measured from
- * memory, bf16: 0.36-0.39 ns an element with, 0.52 without. */
-AVX512 static inline __attribute__((always_inline)) void
-pack_panel_avx512(float *dst, int width, const void *src, int bf16, size_t ld, size_t cols,
-                  int rows)
-{
-    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
-    size_t k = 0;
-    for (; k + 16 <= cols; k += 16)
-        for (int half = 0; 16 * half < width; half++) {
-            __m512 r[16];
-            UNROLL16 for (int i = 0; i < 16; i++) {
-                int row = 16 * half + i;
-                size_t at = (size_t)row * ld + k;
-                _mm_prefetch((const char *)src + (at + HB_NR * ld) * esize, _MM_HINT_T0);
-                r[i] = row < rows ? row16(src, bf16, at) : _mm512_setzero_ps();
-            }
-            transpose16(r);
-            float *d = dst + k * (size_t)width + 16 * half;
-            if (width == HB_NR) /* whole rows of 16 */
-                UNROLL16 for (int i = 0; i < 16; i++)
-                    _mm512_storeu_ps(d + (size_t)i * HB_NR, r[i]);
-            else
-                UNROLL16 for (int i = 0; i < 16; i++)
-                    _mm512_mask_storeu_ps(d + (size_t)i * (size_t)width, lanes(width, half),
-                                          r[i]);
-        }
-    if (k < cols) {
-        if (width == HB_NR)
-            hb_pack_w_c(dst + k * HB_NR, (const char *)src + k * esize, bf16, ld, cols - k, rows);
-        else
-            hb_pack_x_c(dst + k * HB_MR, (const char *)src + k * esize, bf16, ld, cols - k, rows);
-    }
-}
-
-AVX512 static void pack_w_avx512(float *B, const void *W, int w_bf16, size_t ldw, size_t kc,
-                                 int nr)
-{
-    pack_panel_avx512(B, HB_NR, W, w_bf16, ldw, kc, nr);
-}
-
-AVX512 static void pack_x_avx512(float *A, const void *x, int x_bf16, size_t ldx, size_t K,
-                                 int mr)
-{
-    pack_panel_avx512(A, HB_MR, x, x_bf16, ldx, K, mr);
-}
-
 /* ---- the GEMV at M >= 3 ---------------------------------------------------------------
  * The AVX2 GEMV (hb_simd.c) sums each output in 8 lanes over k in steps of 8; at M = 8 one
- * core ran it at about 32 GFMA/s, half of what the packed GEMM reaches, so decode batches
+ * core ran it at about 32 GFMA/s, half of what a packed GEMM reached, so decode batches
  * were bound by the FMAs, not by W's bytes (bench_host). Here a 512-bit register holds the
  * same 8-lane step of two rows of W (lanes 0-7 one row, 8-15 the other), and x's step is
  * broadcast to both halves: each lane runs the AVX2 kernel's chain of FMAs, and each half
  * is finished as the AVX2 kernel finishes it. So the outputs keep their bits, and every
  * instruction does twice the FMAs.
  *
- * A call's rows of W are taken 4 at a time, from its 4 quarters (rows i, q + i, 2q + i,
- * 3q + i of 4q), as the AVX2 kernel does at M <= 2: 4 long streams. Up to 8 rows of x per
- * pass (2 x 8 accumulators); more take further passes over the same rows of W, from the
- * caches. M <= 2, bound by W's bytes, and the rows beyond the 4 quarters go to the AVX2
- * kernel. */
+ * Decode batches (M < HB_GEMV_WIDE_M): a call's rows of W are taken 4 at a time, from its
+ * 4 quarters (rows i, q + i, 2q + i, 3q + i of 4q), as the AVX2 kernel does at M <= 2: 4
+ * long streams. Up to 8 rows of x per pass (2 x 8 accumulators); more take further passes
+ * over the same rows of W, from the caches. M <= 2, bound by W's bytes, and the rows
+ * beyond the 4 quarters go to the AVX2 kernel.
+ *
+ * Prefill (M >= HB_GEMV_WIDE_M): 8 adjacent rows of W (4 registers, from L1 after the first
+ * pass) against 6 rows of x at a time, 24 accumulators: 24 FMAs to 14 loads, where the
+ * decode kernel does 16 to 12. Its 8 sums of a row of x are finished together (finish8), in
+ * the tree the AVX2 kernel uses for each, and stored as one vector. With it the GEMV kept
+ * up with the packed GEMM (12 x 32 micro-tile, BLIS's loops) that linear ran beyond 32 rows
+ * until 2026-12-03, within 1-5% at M = 1024 and ahead at M = 128 (bench_host), so linear now
+ * takes every M here, and a row's bits never depend on the other rows of its step. */
 
 /* Steps k..k+7 of rows a and b of W as one register (a in lanes 0-7, b in 8-15). */
 AVX512 static inline __m512 pair_f32(const float *a, const float *b)
@@ -193,6 +52,10 @@ AVX512 static inline __m512 pair_bf16(const uint16_t *a, const uint16_t *b)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* Rows of x from which a call takes the W rows 8 adjacent ones at a time, from L1, rather
+ * than from 4 streams. */
+#define HB_GEMV_WIDE_M 24
+
 /* x's 8 floats at p in both halves. */
 AVX512 static inline __m512 both_halves(const float *p)
 {
@@ -206,8 +69,26 @@ AVX512 static inline __m256 high_half(__m512 v)
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
+/* The 8 sums of 4 registers of pairs (rows 2j and 2j + 1 in r[j]), each half summed in the
+ * tree hsum uses: h_t = a_t + a_(t+4), then (h_0 + h_2) + (h_1 + h_3), 8 at a time. */
+AVX512 static inline __m256 finish8(__m512 r0, __m512 r1, __m512 r2, __m512 r3)
+{
+    /* 128-bit group t of h: h_0..h_3 of row t (h) and of row 4 + t (g) */
+    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 g = _mm512_add_ps(_mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* group t: h_0 + h_2, h_1 + h_3 of row t, then of row 4 + t */
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(h, g, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(h, g, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes 0 and 2 of group t: the sums of rows t and 4 + t */
+    const __m512 s = _mm512_add_ps(e, _mm512_permute_ps(e, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(at, s));
+}
+
 /* y(MM, ldy) at columns 0, q, 2q, 3q = x(MM, K) . rows 0, q, 2q, 3q of W, MM <= 8 */
-#define GEMV512_KERNELS(SUF, WT, PAIR, FINISH)                                                 \
+#define GEMV512_KERNELS(SUF, WT, PAIR, FINISH, WIDEN)                                          \
     AVX512 static inline __attribute__((always_inline)) void gemv_4xm_##SUF(                  \
         float *y, size_t ldy, const float *x, const WT *W, size_t K, size_t q, const int MM)  \
     {                                                                                          \
@@ -249,8 +130,8 @@ AVX512 static inline __m256 high_half(__m512 v)
         default: gemv_4xm_##SUF(y, ldy, x, W, K, q, 8); break;                                 \
         }                                                                                      \
     }                                                                                          \
-    AVX512 static void gemv_##SUF##_avx512(float *y, size_t ldy, const float *x, size_t M,    \
-                                           const WT *W, size_t K, size_t nrows)               \
+    AVX512 static void gemv_narrow_##SUF(float *y, size_t ldy, const float *x, size_t M,      \
+                                         const WT *W, size_t K, size_t nrows)                 \
     {                                                                                          \
         const size_t q = nrows / 4;                                                            \
         for (size_t m0 = 0; m0 < M; m0 += 8) {                                                 \
@@ -267,10 +148,72 @@ AVX512 static inline __m256 high_half(__m512 v)
                 avx2_loops->gemv_##SUF(ym + 4 * q, ldy, xm, mm, W + 4 * q * K, K,              \
                                        nrows - 4 * q);                                         \
         }                                                                                      \
+    }                                                                                          \
+    /* y(MM, ldy)[:, 0..8) = x(MM, K) . 8 adjacent rows of W, MM <= 6: 4 registers of W    \
+     * against each row of x, W from L1 */                                                     \
+    AVX512 static inline __attribute__((always_inline)) void gemv_8xm_##SUF(                  \
+        float *y, size_t ldy, const float *x, const WT *W, size_t K, const int MM)            \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        __m512 a[6][4]; /* a[m][j]: rows 2j and 2j + 1 of W against x row m */                \
+        UNROLL8 for (int m = 0; m < MM; m++)                                                   \
+            UNROLL8 for (int j = 0; j < 4; j++)                                                \
+                a[m][j] = _mm512_setzero_ps();                                                 \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            __m512 v[4];                                                                       \
+            UNROLL8 for (int j = 0; j < 4; j++)                                                \
+                v[j] = PAIR(W + 2 * (size_t)j * K + k, W + (2 * (size_t)j + 1) * K + k);        \
+            UNROLL8 for (int m = 0; m < MM; m++) {                                             \
+                const __m512 u = both_halves(x + (size_t)m * K + k);                           \
+                UNROLL8 for (int j = 0; j < 4; j++)                                            \
+                    a[m][j] = _mm512_fmadd_ps(u, v[j], a[m][j]);                               \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL8 for (int m = 0; m < MM; m++) {                                                 \
+            float *ym = y + (size_t)m * ldy;                                                   \
+            _mm256_storeu_ps(ym, finish8(a[m][0], a[m][1], a[m][2], a[m][3]));                 \
+            for (size_t k = k8; k < K; k++) /* the tail, as FINISH adds it */                  \
+                for (int r = 0; r < 8; r++)                                                    \
+                    ym[r] += x[(size_t)m * K + k] * WIDEN(W[(size_t)r * K + k]);              \
+        }                                                                                      \
+    }                                                                                          \
+    AVX512 static void gemv_8xM_##SUF(float *y, size_t ldy, const float *x, size_t M,         \
+                                      const WT *W, size_t K)                                   \
+    {                                                                                          \
+        switch (M) {                                                                           \
+        case 1: gemv_8xm_##SUF(y, ldy, x, W, K, 1); break;                                     \
+        case 2: gemv_8xm_##SUF(y, ldy, x, W, K, 2); break;                                     \
+        case 3: gemv_8xm_##SUF(y, ldy, x, W, K, 3); break;                                     \
+        case 4: gemv_8xm_##SUF(y, ldy, x, W, K, 4); break;                                     \
+        case 5: gemv_8xm_##SUF(y, ldy, x, W, K, 5); break;                                     \
+        default: gemv_8xm_##SUF(y, ldy, x, W, K, 6); break;                                    \
+        }                                                                                      \
+    }                                                                                          \
+    /* prefill-sized M: 8 adjacent rows of W (from L1) against all of x, 6 rows at a time */  \
+    AVX512 static void gemv_wide_##SUF(float *y, size_t ldy, const float *x, size_t M,        \
+                                       const WT *W, size_t K, size_t nrows)                   \
+    {                                                                                          \
+        size_t n = 0;                                                                          \
+        for (; n + 8 <= nrows; n += 8)                                                         \
+            for (size_t m = 0; m < M; m += 6)                                                  \
+                gemv_8xM_##SUF(y + m * ldy + n, ldy, x + m * K, M - m < 6 ? M - m : 6,         \
+                               W + n * K, K);                                                  \
+        if (n < nrows)                                                                         \
+            gemv_narrow_##SUF(y + n, ldy, x, M, W + n * K, K, nrows - n);                      \
+    }                                                                                          \
+    AVX512 static void gemv_##SUF##_avx512(float *y, size_t ldy, const float *x, size_t M,    \
+                                           const WT *W, size_t K, size_t nrows)               \
+    {                                                                                          \
+        if (M >= HB_GEMV_WIDE_M)                                                               \
+            gemv_wide_##SUF(y, ldy, x, M, W, K, nrows);                                        \
+        else                                                                                   \
+            gemv_narrow_##SUF(y, ldy, x, M, W, K, nrows);                                      \
     }
 
-GEMV512_KERNELS(f32, float, pair_f32, finish_f32)
-GEMV512_KERNELS(bf16, uint16_t, pair_bf16, finish_bf16)
+#define WIDEN_F32(v) (v)
+#define WIDEN_BF16(v) pe_k_from_bf16(v)
+GEMV512_KERNELS(f32, float, pair_f32, finish_f32, WIDEN_F32)
+GEMV512_KERNELS(bf16, uint16_t, pair_bf16, finish_bf16, WIDEN_BF16)
 
 static hb_simd avx512;
 static const hb_simd *found;
@@ -287,10 +230,6 @@ static void find(void)
     avx512.name = "avx512";
     avx512.gemv_f32 = gemv_f32_avx512;
     avx512.gemv_bf16 = gemv_bf16_avx512;
-    avx512.gemm_tile = gemm_tile_avx512;
-    avx512.pack_w = pack_w_avx512;
-    avx512.pack_x = pack_x_avx512;
-    avx512.packed_first = 1;
     avx512.gemv_max_m[0] = HB_GEMV_MAX_M_AVX512;
     avx512.gemv_max_m[1] = HB_GEMV_MAX_M_AVX512;
     found = &avx512;
