@@ -14,16 +14,17 @@
  *     from memory, as a forward pass does; the ways take turns, one call each per round;
  *   - the GEMV's bytes of W per second, fp32 and bf16, M = 1 and 8, as a ratio to the
  *     bandwidth;
- *   - attention per decode step (one layer, 12 heads of 64, fp32 and bf16 KV) at positions
- *     10 and 1000, for one sequence and for 8, on T threads and on one, each step timed
- *     alone (best and median of 300);
+ *   - attention per decode step (one layer, 12 query heads of 64 over 12 KV heads, GPT-2's,
+ *     or 4, llama-110m's; fp32 and bf16 KV) at positions 10 and 1000, for one sequence and
+ *     for 8, on T threads and on one, each step timed alone (best and median of 300);
  *   - the pool's empty region: back to back (helpers spinning) and after 1 ms idle
  *     (helpers parked).
  * Every figure is the best of several repetitions (the least disturbed by other processes
  * on a shared machine) with the median beside it in the JSON; the load average is printed
  * before and after.
  *
- *   bench_host [--threads T] [--quick] [--json FILE]     (T: default every core)
+ *   bench_host [--threads T] [--quick] [--attention] [--json FILE]
+ *     (T: default every core; --attention: the attention figures alone)
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -215,13 +216,14 @@ static void run_attention(void *arg)
     b->status |= ops->attention(dev, &b->kv, 0, &b->a);
 }
 
-/* One layer's decode step of nseq sequences, each at position pos: 12 heads of 64. */
-static timing time_attention(pe_dtype dt, int32_t pos, int nseq)
+/* One layer's decode step of nseq sequences, each at position pos: 12 query heads of 64
+ * over kvh KV heads (12: GPT-2's; 4: llama-110m's groups of 3). */
+static timing time_attention(pe_dtype dt, int32_t pos, int nseq, int kvh)
 {
     const int H = 12, hd = 64, B = 16;
     const int32_t per_seq = (pos + 1 + B - 1) / B;
     attn_bench b = {.kv = {.dtype = dt,
-                           .shape = {.nlayers = 1, .kv_heads = H, .block_tokens = B,
+                           .shape = {.nlayers = 1, .kv_heads = kvh, .block_tokens = B,
                                      .head_dim = hd, .nblocks = (size_t)(per_seq * nseq)}}};
     size_t elems = b.kv.shape.nblocks * pe_k_kv_block_elems(b.kv.shape);
     float *vals = xalloc(elems * sizeof *vals);
@@ -499,31 +501,35 @@ static void bench_linear(cJSON *root, double bw)
 /* Attention's decode steps on one thread and on the device's threads. */
 static void bench_attention(cJSON *root)
 {
-    printf("\nattention, one layer's decode step (12 heads x 64), us per call: best (median)\n");
-    printf("%5s %5s %6s | %17s %17s | %s\n", "seqs", "pos", "kv", "1 thread", "T threads",
-           "speedup (best)");
+    printf("\nattention, one layer's decode step (12 query heads x 64 over 12 or 4 KV heads), "
+           "us per call: best (median)\n");
+    printf("%5s %5s %6s %4s | %17s %17s | %s\n", "seqs", "pos", "kv", "kvh", "1 thread",
+           "T threads", "speedup (best)");
     cJSON *ja = cJSON_AddArrayToObject(root, "attention");
     const int32_t positions[] = {10, 1000};
-    const int seqs[] = {1, 8};
-    for (int si = 0; si < 2; si++)
-        for (int pi = 0; pi < 2; pi++)
-            for (int h = 0; h < 2; h++) {
-                pe_dtype dt = h ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
-                ops->set_compute_threads(dev, 1);
-                timing t1 = time_attention(dt, positions[pi], seqs[si]);
-                ops->set_compute_threads(dev, threads);
-                timing tt = time_attention(dt, positions[pi], seqs[si]);
-                printf("%5d %5d %6s | %7.1f (%7.1f) %7.1f (%7.1f) | %.2f\n", seqs[si],
-                       positions[pi], h ? "bf16" : "fp32", t1.best * 1e6, t1.median * 1e6,
-                       tt.best * 1e6, tt.median * 1e6, t1.best / tt.best);
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddNumberToObject(o, "seqs", seqs[si]);
-                cJSON_AddNumberToObject(o, "pos", positions[pi]);
-                cJSON_AddStringToObject(o, "kv", h ? "bf16" : "fp32");
-                cJSON_AddItemToObject(o, "one_thread", timing_json(t1, 0, NULL));
-                cJSON_AddItemToObject(o, "threads", timing_json(tt, 0, NULL));
-                cJSON_AddItemToArray(ja, o);
-            }
+    const int seqs[] = {1, 8}, kv_heads[] = {12, 4};
+    for (int gi = 0; gi < 2; gi++)
+        for (int si = 0; si < 2; si++)
+            for (int pi = 0; pi < 2; pi++)
+                for (int h = 0; h < 2; h++) {
+                    pe_dtype dt = h ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
+                    const int kvh = kv_heads[gi];
+                    ops->set_compute_threads(dev, 1);
+                    timing t1 = time_attention(dt, positions[pi], seqs[si], kvh);
+                    ops->set_compute_threads(dev, threads);
+                    timing tt = time_attention(dt, positions[pi], seqs[si], kvh);
+                    printf("%5d %5d %6s %4d | %7.1f (%7.1f) %7.1f (%7.1f) | %.2f\n", seqs[si],
+                           positions[pi], h ? "bf16" : "fp32", kvh, t1.best * 1e6,
+                           t1.median * 1e6, tt.best * 1e6, tt.median * 1e6, t1.best / tt.best);
+                    cJSON *o = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(o, "seqs", seqs[si]);
+                    cJSON_AddNumberToObject(o, "pos", positions[pi]);
+                    cJSON_AddNumberToObject(o, "kv_heads", kvh);
+                    cJSON_AddStringToObject(o, "kv", h ? "bf16" : "fp32");
+                    cJSON_AddItemToObject(o, "one_thread", timing_json(t1, 0, NULL));
+                    cJSON_AddItemToObject(o, "threads", timing_json(tt, 0, NULL));
+                    cJSON_AddItemToArray(ja, o);
+                }
 }
 
 static void bench_region(cJSON *root)
@@ -543,10 +549,12 @@ int main(int argc, char **argv)
     bu_args args;
     bu_parse_args(argc, argv, &args);
     quick = args.quick;
-    int want = 0;
+    int want = 0, attention_only = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             want = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--attention"))
+            attention_only = 1;
     char cores[300], load0[128], load1[128];
     loadavg(load0, sizeof load0);
     threads = bind_main_thread(want, cores, sizeof cores);
@@ -566,10 +574,13 @@ int main(int argc, char **argv)
     cJSON_AddStringToObject(root, "simd", hb_simd_get()->name);
     cJSON_AddStringToObject(root, "loadavg_before", load0);
 
-    double bw = bench_bandwidth(root);
-    bench_linear(root, bw);
+    if (!attention_only) {
+        double bw = bench_bandwidth(root);
+        bench_linear(root, bw);
+    }
     bench_attention(root);
-    bench_region(root);
+    if (!attention_only)
+        bench_region(root);
 
     loadavg(load1, sizeof load1);
     printf("\nload average after: %s\n", load1);
