@@ -628,43 +628,84 @@ static void test_vector_exp_is_within_3_ulp(void **state)
     }
 }
 
-/* Attention's bf16 loops (scores_bf16, accum_bf16), which widen keys and values in
- * registers, give the bits of the fp32 loops on the widened rows, for head_dims with and
- * without a tail and key counts with and without one. */
-static void test_bf16_attention_loops_equal_the_fp32_loops_on_widened_rows(void **state)
+/* Attention's loops over a group of G query heads sharing keys and values (scores, accum;
+ * hb_attention takes GQA's groups through them):
+ * - each head gets the bits of a call for it alone (G = 1), whatever G (1-4 heads a pass,
+ *   then further passes) and the strides;
+ * - the bf16 loops, which widen keys and values in registers, give the bits of the fp32
+ *   loops on the widened rows;
+ * - both agree with a double-precision sum over the same products, within 1e-5 of the sum
+ *   of the products' magnitudes;
+ * for head_dims with and without a tail of 8 or 16 columns, and key counts with and without
+ * a tail of the 2 or 4 a pass takes. */
+static void test_attention_loops_over_query_groups(void **state)
 {
     (void)state;
-    const hb_simd *versions[2] = {hb_simd_best(), hb_simd_portable()};
-    const int hds[] = {64, 10, 72, 128}, nks[] = {1, 3, 4, 16, 17};
-    enum { MAXK = 17, MAXD = 128 };
-    for (int v = 0; v < 2; v++)
+    const hb_simd *versions[3] = {hb_simd_best(), hb_simd_portable(), hb_simd_avx2()};
+    const int nversions = versions[2] ? 3 : 2;
+    const int hds[] = {64, 10, 72, 128, 24}, nks[] = {1, 3, 4, 5, 16, 17}, Gs[] = {1, 2, 3,
+                                                                                    4, 5, 8};
+    enum { MAXK = 17, MAXD = 128, MAXG = 8, LQ = MAXD + 3, LS = MAXK + 5, LA = MAXD + 7 };
+    static uint16_t K[MAXK * MAXD], V[MAXK * MAXD];
+    static float Kf[MAXK * MAXD], Vf[MAXK * MAXD], q[MAXG * LQ], p[MAXG * LS];
+    static float s16[MAXG * LS], s32[MAXG * LS], one[MAXK];
+    static float acc16[MAXG * LA], acc32[MAXG * LA], acc1[MAXD];
+    for (int v = 0; v < nversions; v++)
         for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
-            for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++) {
-                const int hd = hds[a], nk = nks[b];
-                const size_t n = (size_t)nk * (size_t)hd;
-                uint16_t K[MAXK * MAXD], V[MAXK * MAXD];
-                float Kf[MAXK * MAXD], Vf[MAXK * MAXD], q[MAXD], p[MAXK];
-                float s16[MAXK], s32[MAXK], acc16[MAXD], acc32[MAXD];
-                float *r = fvec(2 * n + (size_t)hd + (size_t)nk, 300 + 10 * a + b, 1.0f);
-                for (size_t i = 0; i < n; i++) {
-                    K[i] = pe_k_to_bf16(r[i]);
-                    V[i] = pe_k_to_bf16(r[n + i]);
+            for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++)
+                for (size_t c = 0; c < sizeof Gs / sizeof Gs[0]; c++) {
+                    const hb_simd *x = versions[v];
+                    const int hd = hds[a], nk = nks[b], G = Gs[c];
+                    const size_t n = (size_t)nk * (size_t)hd;
+                    float *r = fvec(2 * n + MAXG * (size_t)(LQ + LS + LA), 300 + 10 * a + b, 1.0f);
+                    for (size_t i = 0; i < n; i++) {
+                        K[i] = pe_k_to_bf16(r[i]);
+                        V[i] = pe_k_to_bf16(r[n + i]);
+                    }
+                    const float *rest = r + 2 * n;
+                    memcpy(q, rest, sizeof q);
+                    for (int i = 0; i < MAXG * LS; i++)
+                        p[i] = fabsf(rest[MAXG * LQ + i]);
+                    x->widen(Kf, K, n);
+                    x->widen(Vf, V, n);
+                    x->scores_bf16(s16, LS, q, LQ, G, K, nk, hd, 0.125f);
+                    x->scores(s32, LS, q, LQ, G, Kf, nk, hd, 0.125f);
+                    for (int g = 0; g < G; g++) {
+                        const float *sg = s32 + (size_t)g * LS, *qg = q + (size_t)g * LQ;
+                        assert_memory_equal(s16 + (size_t)g * LS, sg, (size_t)nk * sizeof *sg);
+                        x->scores(one, 0, qg, 0, 1, Kf, nk, hd, 0.125f);
+                        assert_memory_equal(one, sg, (size_t)nk * sizeof *sg);
+                        for (int t = 0; t < nk; t++) {
+                            double want = 0, mag = 0;
+                            for (int d = 0; d < hd; d++) {
+                                want += (double)qg[d] * Kf[(size_t)t * (size_t)hd + d];
+                                mag += fabs((double)qg[d] * Kf[(size_t)t * (size_t)hd + d]);
+                            }
+                            assert_true(fabs(sg[t] - 0.125 * want) <= 1e-5 * 0.125 * mag);
+                        }
+                    }
+                    const float *a0 = rest + MAXG * (size_t)(LQ + LS);
+                    memcpy(acc16, a0, sizeof acc16);
+                    memcpy(acc32, a0, sizeof acc32);
+                    x->accum_bf16(acc16, LA, p, LS, G, V, nk, hd);
+                    x->accum(acc32, LA, p, LS, G, Vf, nk, hd);
+                    for (int g = 0; g < G; g++) {
+                        const float *ag = acc32 + (size_t)g * LA, *pg = p + (size_t)g * LS;
+                        assert_memory_equal(acc16 + (size_t)g * LA, ag, (size_t)hd * sizeof *ag);
+                        memcpy(acc1, a0 + (size_t)g * LA, (size_t)hd * sizeof *acc1);
+                        x->accum(acc1, 0, pg, 0, 1, Vf, nk, hd);
+                        assert_memory_equal(acc1, ag, (size_t)hd * sizeof *ag);
+                        for (int d = 0; d < hd; d++) {
+                            double want = a0[(size_t)g * LA + d], mag = fabs(want);
+                            for (int t = 0; t < nk; t++) {
+                                want += (double)pg[t] * Vf[(size_t)t * (size_t)hd + d];
+                                mag += fabs((double)pg[t] * Vf[(size_t)t * (size_t)hd + d]);
+                            }
+                            assert_true(fabs(ag[d] - want) <= 1e-5 * mag);
+                        }
+                    }
+                    free(r);
                 }
-                memcpy(q, r + 2 * n, (size_t)hd * sizeof *q);
-                for (int t = 0; t < nk; t++)
-                    p[t] = fabsf(r[2 * n + (size_t)hd + (size_t)t]);
-                versions[v]->widen(Kf, K, n);
-                versions[v]->widen(Vf, V, n);
-                versions[v]->scores_bf16(s16, q, K, nk, hd, 0.125f);
-                versions[v]->scores(s32, q, Kf, nk, hd, 0.125f);
-                assert_memory_equal(s16, s32, (size_t)nk * sizeof *s16);
-                for (int d = 0; d < hd; d++)
-                    acc16[d] = acc32[d] = q[d];
-                versions[v]->accum_bf16(acc16, p, V, nk, hd);
-                versions[v]->accum(acc32, p, Vf, nk, hd);
-                assert_memory_equal(acc16, acc32, (size_t)hd * sizeof *acc16);
-                free(r);
-            }
 }
 
 /* The vectorized GELU and SwiGLU (hb_simd gelu, silu_mul) against the functions in double,
@@ -1069,7 +1110,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_attention_rejects_bad_steps_with_a_message, setup,
                                         teardown),
         cmocka_unit_test(test_vector_gelu_and_silu_are_within_a_few_ulp),
-        cmocka_unit_test(test_bf16_attention_loops_equal_the_fp32_loops_on_widened_rows),
+        cmocka_unit_test(test_attention_loops_over_query_groups),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),

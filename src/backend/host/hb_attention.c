@@ -1,14 +1,17 @@
 /* hb_attention.c: paged attention on a host device (attention.h's layout and rules).
  *
  * A work unit is (chunk, up to HB_ATTN_ROWS query rows of it, a run of KV heads, a span of
- * keys): the query heads of a KV head's group are computed together, so each block of keys
- * and values is read once per group and row piece (in a bf16 pool: widened once into
- * scratch, or read as bf16 where it serves at most HB_ATTN_BF16_QUERIES query heads). A
- * prefill piece takes one KV head and all its keys. A decode-sized one (at most
- * HB_ATTN_RUN_ROWS rows) takes a run of KV heads, so that it reads each block's keys of those
- * heads, then their values, as two contiguous runs of the pool, instead of 1-4 KiB pieces of
- * it scattered a block's size apart (bench_host, one layer's step at position 1000 on 2
- * threads, 8 sequences: 1.1 ms fp32 and 0.39 ms bf16 against 1.65 and 2.0).
+ * keys): the query heads of a KV head's group are computed together (hb_simd's scores and
+ * accum take the G heads of a row at once, each key and value loaded once for all of them),
+ * so each block of keys and values is read once per group and row piece (in a bf16 pool:
+ * widened once into scratch for pieces of more than HB_ATTN_BF16_ROWS rows, else read as
+ * bf16, widened in registers once for the group; bench_host --attention measures GQA's
+ * groups of 3 beside GPT-2's heads, docs/architecture.md). A prefill piece takes one KV
+ * head and all its keys. A decode-sized one (at most HB_ATTN_RUN_ROWS rows) takes a run of
+ * KV heads, so that it reads each block's keys of those heads, then their values, as two
+ * contiguous runs of the pool, instead of 1-4 KiB pieces of it scattered a block's size
+ * apart (bench_host, one layer's step at position 1000 on 2 threads, 8 sequences: 1.1 ms
+ * fp32 and 0.39 ms bf16 against 1.65 and 2.0).
  *
  * Past HB_ATTN_SPAN_BLOCKS blocks a query's keys go in spans of that many blocks, counted
  * from position 0, each with its own running max, sum and output, folded into the query's
@@ -36,9 +39,11 @@
 
 #define HB_ATTN_ROWS 16           /* query rows of a chunk in one unit */
 #define HB_ATTN_RUN_ROWS 4        /* pieces of at most this many rows take a run of KV heads */
-#define HB_ATTN_BF16_QUERIES 2    /* query heads per KV head up to which bf16 KV is not widened */
+#define HB_ATTN_BF16_ROWS 2       /* rows of a unit up to which bf16 KV is not widened */
 #define HB_ATTN_INLINE_WORK 32768 /* below this many (key x head x dim) products: no region */
 #define HB_ATTN_SPAN_BLOCKS 16    /* blocks of keys a decode unit reads, at most */
+/* floats between one query head's scores and the next's in a unit's scratch (B: block_tokens) */
+#define HB_ATTN_P_STRIDE(B) ((size_t)(B) + 16)
 
 typedef struct attn_job {
     const be_kv *kv;
@@ -60,12 +65,13 @@ static size_t unit_queries(int group, int run)
     return (prefill > decode ? prefill : decode) * (size_t)group;
 }
 
-/* Floats of per-thread scratch a unit needs: a span's acc, m, l and the folded ones, the
- * scores, widened K and V. */
+/* Floats of per-thread scratch a unit needs: a span's acc, m, l and the folded ones, a
+ * group's scores, widened K and V. */
 static size_t unit_floats(int group, int run, int hd, int B)
 {
     size_t q = unit_queries(group, run);
-    return 2 * (q * (size_t)hd + 2 * q) + ((size_t)B + 16) + 2 * (size_t)B * (size_t)hd;
+    return 2 * (q * (size_t)hd + 2 * q) + (size_t)group * HB_ATTN_P_STRIDE(B) +
+           2 * (size_t)B * (size_t)hd;
 }
 
 /* KV heads per unit for a chunk of n rows: a run for decode-sized chunks, else one. */
@@ -110,31 +116,34 @@ static size_t chunk_of(const size_t *first, size_t nchunks, size_t u)
     return lo;
 }
 
-/* One query head q(hd) against nk keys K(nk, hd) and values V(nk, hd), fp32 or (bf16) read
- * as bf16, folded into its online softmax: running max *m, running sum *l, unnormalized
- * output acc(hd). p: (nk) scratch for the scores, then the weights. */
+/* G query heads q(G, hd) (a row's heads of one KV head, contiguous) against nk keys K(nk, hd)
+ * and values V(nk, hd), fp32 or (bf16) read as bf16, each key and value read once for the
+ * G heads, folded into their online softmaxes: running maxima m(G), sums l(G) and
+ * unnormalized outputs acc(G, hd). p: (G, lp) scratch for the scores, then the weights. */
 static void attend_keys(const hb_simd *simd, float *acc, float *m, float *l, float *p,
-                        const float *q, const void *K, const void *V, int bf16, int nk, int hd,
-                        float scale)
+                        size_t lp, const float *q, int G, const void *K, const void *V, int bf16,
+                        int nk, int hd, float scale)
 {
     if (bf16)
-        simd->scores_bf16(p, q, K, nk, hd, scale);
+        simd->scores_bf16(p, lp, q, (size_t)hd, G, K, nk, hd, scale);
     else
-        simd->scores(p, q, K, nk, hd, scale);
-    float mx = p[0];
-    for (int t = 1; t < nk; t++)
-        mx = p[t] > mx ? p[t] : mx;
-    if (mx > *m) {
-        float corr = expf(*m - mx); /* 0 for the first keys */
-        simd->rescale(acc, corr, hd);
-        *l *= corr;
-        *m = mx;
+        simd->scores(p, lp, q, (size_t)hd, G, K, nk, hd, scale);
+    for (int g = 0; g < G; g++) {
+        float *pg = p + (size_t)g * lp, mx = pg[0];
+        for (int t = 1; t < nk; t++)
+            mx = pg[t] > mx ? pg[t] : mx;
+        if (mx > m[g]) {
+            float corr = expf(m[g] - mx); /* 0 for the first keys */
+            simd->rescale(acc + (size_t)g * (size_t)hd, corr, hd);
+            l[g] *= corr;
+            m[g] = mx;
+        }
+        l[g] += simd->exp_sum(pg, nk, m[g]);
     }
-    *l += simd->exp_sum(p, nk, *m);
     if (bf16)
-        simd->accum_bf16(acc, p, V, nk, hd);
+        simd->accum_bf16(acc, (size_t)hd, p, lp, G, V, nk, hd);
     else
-        simd->accum(acc, p, V, nk, hd);
+        simd->accum(acc, (size_t)hd, p, lp, G, V, nk, hd);
 }
 
 /* Folds a span's unnormalized output acc(hd), max m and sum l into a query's running ones
@@ -240,12 +249,13 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
     float *acc = tls; /* (nq, hd): query (g - g0, i - i0, hh) at ((g - g0) rows + i - i0) G + hh */
     float *m = acc + qmax * h, *l = m + qmax;               /* (nq) a span's max and sum */
     float *o = l + qmax, *mo = o + qmax * h, *lo = mo + qmax; /* the folded acc, m, l */
-    float *p = lo + qmax;                                   /* (B) scores, then weights */
-    float *kbuf = p + B + 16, *vbuf = kbuf + (size_t)B * h; /* (B, hd) widened K, V */
+    float *p = lo + qmax; /* (G, HB_ATTN_P_STRIDE(B)) scores, then weights */
+    float *kbuf = p + (size_t)G * HB_ATTN_P_STRIDE(B), *vbuf = kbuf + (size_t)B * h; /* (B, hd) */
     for (size_t q = 0; q < nq; q++)
         lo[q] = 0.0f;
-    /* a bf16 block is widened once when several query heads read it, else read as bf16 */
-    const int widen = rows * (size_t)G > HB_ATTN_BF16_QUERIES;
+    /* a bf16 block is widened once when several rows read it, else read as bf16 (once for
+     * a row's G query heads) */
+    const int widen = rows > HB_ATTN_BF16_ROWS;
     /* blocks from the first key the piece's first row sees to its last row's position */
     const int32_t p_hi = pos0 + i1 - 1, k_lo = pe_k_attn_first(pos0 + i0, a->window);
     const int32_t first_span = pe_k_attn_first(pos0, a->window) / B / HB_ATTN_SPAN_BLOCKS;
@@ -277,18 +287,15 @@ static void attn_unit(const attn_job *j, size_t u, float *tls)
                     const int32_t khi = (qpos < b0 + t_hi ? qpos : b0 + t_hi) - b0;
                     if (klo > khi)
                         continue;
-                    const size_t off = (size_t)(klo - t_lo) * h;
-                    for (int hh = 0; hh < G; hh++) {
-                        const size_t qi =
-                            ((size_t)(g - g0) * rows + (size_t)(i - i0)) * (size_t)G +
-                            (size_t)hh;
-                        const float *qv = a->q + (size_t)(row0 + i) * a->q_stride +
-                                          (size_t)(g * G + hh) * h;
-                        const size_t at = off * (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
-                        attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, qv,
-                                    (const char *)K + at, (const char *)V + at, kv_bf16,
-                                    khi - klo + 1, hd, a->scale);
-                    }
+                    const size_t at = (size_t)(klo - t_lo) * h *
+                                      (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
+                    /* the row's G query heads of KV head g, together */
+                    const size_t qi = ((size_t)(g - g0) * rows + (size_t)(i - i0)) * (size_t)G;
+                    const float *qv =
+                        a->q + (size_t)(row0 + i) * a->q_stride + (size_t)(g * G) * h;
+                    attend_keys(j->simd, acc + qi * h, &m[qi], &l[qi], p, HB_ATTN_P_STRIDE(B),
+                                qv, G, (const char *)K + at, (const char *)V + at, kv_bf16,
+                                khi - klo + 1, hd, a->scale);
                 }
             }
         }

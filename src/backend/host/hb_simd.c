@@ -12,28 +12,41 @@
 
 /* ---- portable ------------------------------------------------------------------------ */
 
-static void scores_c(float *s, const float *q, const float *K, int nk, int hd, float scale)
-{
-    for (int t = 0; t < nk; t++) {
-        const float *k = K + (size_t)t * (size_t)hd;
-        float dot = 0.0f;
-        for (int d = 0; d < hd; d++)
-            dot += q[d] * k[d];
-        s[t] = dot * scale;
+/* The portable loops, G heads one after the other; KT float or uint16_t (bf16). */
+#define SCORES_C(NAME, KT, ELEM)                                                               \
+    static void NAME(float *s, size_t ls, const float *q, size_t lq, int G, const KT *K,      \
+                     int nk, int hd, float scale)                                              \
+    {                                                                                          \
+        for (int g = 0; g < G; g++)                                                            \
+            for (int t = 0; t < nk; t++) {                                                     \
+                const KT *k = K + (size_t)t * (size_t)hd;                                      \
+                const float *qg = q + (size_t)g * lq;                                          \
+                float dot = 0.0f;                                                              \
+                for (int d = 0; d < hd; d++)                                                   \
+                    dot += qg[d] * ELEM(k[d]);                                                 \
+                s[(size_t)g * ls + (size_t)t] = dot * scale;                                   \
+            }                                                                                  \
     }
-}
 
-static void scores_bf16_c(float *s, const float *q, const uint16_t *K, int nk, int hd,
-                          float scale)
-{
-    for (int t = 0; t < nk; t++) {
-        const uint16_t *k = K + (size_t)t * (size_t)hd;
-        float dot = 0.0f;
-        for (int d = 0; d < hd; d++)
-            dot += q[d] * pe_k_from_bf16(k[d]);
-        s[t] = dot * scale;
+#define ACCUM_C(NAME, VT, ELEM)                                                                \
+    static void NAME(float *acc, size_t la, const float *p, size_t lp, int G, const VT *V,    \
+                     int nk, int hd)                                                           \
+    {                                                                                          \
+        for (int g = 0; g < G; g++)                                                            \
+            for (int t = 0; t < nk; t++) {                                                     \
+                const VT *v = V + (size_t)t * (size_t)hd;                                      \
+                const float w = p[(size_t)g * lp + (size_t)t];                                 \
+                float *ag = acc + (size_t)g * la;                                              \
+                for (int d = 0; d < hd; d++)                                                   \
+                    ag[d] += w * ELEM(v[d]);                                                   \
+            }                                                                                  \
     }
-}
+
+#define AS_FLOAT(x) (x)
+SCORES_C(scores_c, float, AS_FLOAT)
+SCORES_C(scores_bf16_c, uint16_t, pe_k_from_bf16)
+ACCUM_C(accum_c, float, AS_FLOAT)
+ACCUM_C(accum_bf16_c, uint16_t, pe_k_from_bf16)
 
 static float exp_sum_c(float *p, int n, float m)
 {
@@ -49,24 +62,6 @@ static void rescale_c(float *acc, float c, int hd)
 {
     for (int d = 0; d < hd; d++)
         acc[d] *= c;
-}
-
-static void accum_c(float *acc, const float *p, const float *V, int nk, int hd)
-{
-    for (int t = 0; t < nk; t++) {
-        const float *v = V + (size_t)t * (size_t)hd;
-        for (int d = 0; d < hd; d++)
-            acc[d] += p[t] * v[d];
-    }
-}
-
-static void accum_bf16_c(float *acc, const float *p, const uint16_t *V, int nk, int hd)
-{
-    for (int t = 0; t < nk; t++) {
-        const uint16_t *v = V + (size_t)t * (size_t)hd;
-        for (int d = 0; d < hd; d++)
-            acc[d] += p[t] * pe_k_from_bf16(v[d]);
-    }
 }
 
 static void widen_c(float *dst, const uint16_t *src, size_t n)
@@ -136,36 +131,77 @@ const hb_simd *hb_simd_portable(void) { return &portable; }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "backend/host/hb_simd_x86.h"
 
-/* s(t) = scale * q . K(t) for nk keys, 4 at a time; KT float or uint16_t (bf16, widened in
- * registers: the same FMAs as on the widened keys). */
-#define SCORES_KERNEL(SUF, KT, LOAD_K, FINISH)                                                 \
-    AVX2 static void scores_##SUF(float *s, const float *q, const KT *K, int nk, int hd,      \
-                                  float scale)                                                \
+/* A pass of NH heads and NK keys at a time over all the keys, as a function of its own. */
+#define SCORES_PASS(SUF, KT, NH, NK)                                                           \
+    AVX2 static void scores##NH##_##SUF(float *s, size_t ls, const float *q, size_t lq,       \
+                                        const KT *K, int nk, size_t h, float scale)            \
     {                                                                                          \
-        const size_t h = (size_t)hd, h8 = h & ~(size_t)7;                                     \
-        int t = 0;                                                                             \
-        for (; t + 4 <= nk; t += 4) {                                                          \
-            const KT *k0 = K + (size_t)t * h, *k1 = k0 + h, *k2 = k1 + h, *k3 = k2 + h;       \
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
-            for (size_t d = 0; d < h8; d += 8) {                                               \
-                __m256 qv = load_f32(q + d);                                                   \
-                a0 = _mm256_fmadd_ps(qv, LOAD_K(k0 + d), a0);                                 \
-                a1 = _mm256_fmadd_ps(qv, LOAD_K(k1 + d), a1);                                 \
-                a2 = _mm256_fmadd_ps(qv, LOAD_K(k2 + d), a2);                                 \
-                a3 = _mm256_fmadd_ps(qv, LOAD_K(k3 + d), a3);                                 \
+        scores_heads_##SUF(s, ls, q, lq, K, nk, h, scale, NH, NK);                             \
+    }
+
+/* Scores of NH query heads against keys t..t+NK-1: NH x NK accumulators, each key loaded
+ * once for the NH heads; KT float or uint16_t (bf16, widened in registers: the same FMAs as
+ * on the widened keys). Each score is one FMA chain over d, finished as finish_f32 does,
+ * whatever NH and NK. */
+#define SCORES_KERNEL(SUF, KT, LOAD_K, FINISH)                                                 \
+    AVX2 static inline __attribute__((always_inline)) void scores_tile_##SUF(                 \
+        float *s, size_t ls, const float *q, size_t lq, const KT *K, int t, size_t h,         \
+        float scale, const int NH, const int NK)                                               \
+    {                                                                                          \
+        const size_t h8 = h & ~(size_t)7;                                                      \
+        __m256 a[4][4];                                                                        \
+        UNROLL4 for (int i = 0; i < NH; i++)                                                   \
+            UNROLL4 for (int k = 0; k < NK; k++)                                               \
+                a[i][k] = _mm256_setzero_ps();                                                 \
+        for (size_t d = 0; d < h8; d += 8) {                                                   \
+            __m256 qv[4];                                                                      \
+            UNROLL4 for (int i = 0; i < NH; i++)                                               \
+                qv[i] = load_f32(q + (size_t)i * lq + d);                                      \
+            UNROLL4 for (int k = 0; k < NK; k++) {                                             \
+                const __m256 kv = LOAD_K(K + (size_t)(t + k) * h + d);                         \
+                UNROLL4 for (int i = 0; i < NH; i++)                                           \
+                    a[i][k] = _mm256_fmadd_ps(qv[i], kv, a[i][k]);                             \
             }                                                                                  \
-            s[t] = FINISH(a0, q, k0, h8, h) * scale;                                          \
-            s[t + 1] = FINISH(a1, q, k1, h8, h) * scale;                                      \
-            s[t + 2] = FINISH(a2, q, k2, h8, h) * scale;                                      \
-            s[t + 3] = FINISH(a3, q, k3, h8, h) * scale;                                      \
         }                                                                                      \
-        for (; t < nk; t++) {                                                                  \
-            const KT *k0 = K + (size_t)t * h;                                                  \
-            __m256 a0 = _mm256_setzero_ps();                                                   \
-            for (size_t d = 0; d < h8; d += 8)                                                 \
-                a0 = _mm256_fmadd_ps(load_f32(q + d), LOAD_K(k0 + d), a0);                    \
-            s[t] = FINISH(a0, q, k0, h8, h) * scale;                                          \
+        UNROLL4 for (int i = 0; i < NH; i++)                                                   \
+            UNROLL4 for (int k = 0; k < NK; k++)                                               \
+                s[(size_t)i * ls + (size_t)(t + k)] =                                          \
+                    FINISH(a[i][k], q + (size_t)i * lq, K + (size_t)(t + k) * h, h8, h) *      \
+                    scale;                                                                     \
+    }                                                                                          \
+                                                                                               \
+    AVX2 static inline __attribute__((always_inline)) void scores_heads_##SUF(                \
+        float *s, size_t ls, const float *q, size_t lq, const KT *K, int nk, size_t h,        \
+        float scale, const int NH, const int NK)                                               \
+    {                                                                                          \
+        int t = 0;                                                                             \
+        for (; t + NK <= nk; t += NK)                                                          \
+            scores_tile_##SUF(s, ls, q, lq, K, t, h, scale, NH, NK);                           \
+        for (; t < nk; t++)                                                                    \
+            scores_tile_##SUF(s, ls, q, lq, K, t, h, scale, NH, 1);                            \
+    }                                                                                          \
+                                                                                               \
+    /* up to 4 heads a pass, with 4 keys (1 to 3 heads) or 2 (4): 4 to 12 chains; one        \
+     * function per pass shape, each with its own short prologue, and a lone head (MHA)      \
+     * inline: the calls are per block of keys, 16 by default */                              \
+    SCORES_PASS(SUF, KT, 1, 4)                                                                 \
+    SCORES_PASS(SUF, KT, 2, 4)                                                                 \
+    SCORES_PASS(SUF, KT, 3, 4)                                                                 \
+    SCORES_PASS(SUF, KT, 4, 2)                                                                 \
+                                                                                               \
+    AVX2 static void scores_##SUF(float *s, size_t ls, const float *q, size_t lq, int G,      \
+                                  const KT *K, int nk, int hd, float scale)                    \
+    {                                                                                          \
+        static void (*const pass[4])(float *, size_t, const float *, size_t, const KT *, int, \
+                                     size_t, float) = {scores1_##SUF, scores2_##SUF,           \
+                                                       scores3_##SUF, scores4_##SUF};          \
+        if (G == 1) {                                                                          \
+            scores_heads_##SUF(s, ls, q, lq, K, nk, (size_t)hd, scale, 1, 4);                 \
+            return;                                                                            \
         }                                                                                      \
+        for (int g = 0; g < G; g += 4)                                                         \
+            pass[(G - g < 4 ? G - g : 4) - 1](s + (size_t)g * ls, ls, q + (size_t)g * lq, lq, \
+                                              K, nk, (size_t)hd, scale);                      \
     }
 
 SCORES_KERNEL(avx2, float, load_f32, finish_f32)
@@ -280,44 +316,86 @@ AVX2 static void rescale_avx2(float *acc, float c, int hd)
         acc[d] *= c;
 }
 
-/* acc += p(t) V(t) over t, 8 columns of 8 at a time so 8 FMA chains run side by side; VT
- * float or uint16_t (bf16, widened in registers: the same FMAs as on the widened values). */
-#define ACCUM_KERNEL(SUF, VT, LOAD_V, ELEM)                                                    \
-    AVX2 static void accum_##SUF(float *acc, const float *p, const VT *V, int nk, int hd)     \
+/* A pass of NH heads over NW x 8 columns at a time, as a function of its own. */
+#define ACCUM_PASS(SUF, VT, NH, NW)                                                            \
+    AVX2 static void accum##NH##_##SUF(float *acc, size_t la, const float *p, size_t lp,      \
+                                       const VT *V, int nk, size_t h)                          \
     {                                                                                          \
-        const size_t h = (size_t)hd;                                                           \
-        size_t d = 0;                                                                          \
-        for (; d + 64 <= h; d += 64) {                                                         \
-            __m256 a[8];                                                                       \
-            UNROLL8 for (int j = 0; j < 8; j++)                                                \
-                a[j] = _mm256_loadu_ps(acc + d + 8 * (size_t)j);                               \
-            for (int t = 0; t < nk; t++) {                                                     \
-                const __m256 pv = _mm256_set1_ps(p[t]);                                        \
-                const VT *v = V + (size_t)t * h + d;                                           \
-                UNROLL8 for (int j = 0; j < 8; j++)                                            \
-                    a[j] = _mm256_fmadd_ps(pv, LOAD_V(v + 8 * j), a[j]);                       \
-            }                                                                                  \
-            UNROLL8 for (int j = 0; j < 8; j++)                                                \
-                _mm256_storeu_ps(acc + d + 8 * (size_t)j, a[j]);                               \
-        }                                                                                      \
-        for (; d + 8 <= h; d += 8) {                                                           \
-            __m256 a = _mm256_loadu_ps(acc + d);                                               \
-            for (int t = 0; t < nk; t++)                                                       \
-                a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), LOAD_V(V + (size_t)t * h + d), a);  \
-            _mm256_storeu_ps(acc + d, a);                                                      \
-        }                                                                                      \
-        for (; d < h; d++) {                                                                   \
-            float a = acc[d];                                                                  \
-            for (int t = 0; t < nk; t++)                                                       \
-                a += p[t] * ELEM(V[(size_t)t * h + d]);                                        \
-            acc[d] = a;                                                                        \
-        }                                                                                      \
+        accum_heads_##SUF(acc, la, p, lp, V, nk, h, NH, NW);                                   \
     }
 
-#define AS_FLOAT(x) (x)
+/* acc(i) += p(i, t) V(t) over t, for NH heads and the columns [d, d + 8 NW): NH x NW
+ * accumulators, each value loaded once for the NH heads; VT float or uint16_t (bf16,
+ * widened in registers: the same FMAs as on the widened values). Each output is one FMA
+ * chain over t from acc's value, whatever NH and NW. */
+#define ACCUM_KERNEL(SUF, VT, LOAD_V, ELEM)                                                    \
+    AVX2 static inline __attribute__((always_inline)) void accum_tile_##SUF(                  \
+        float *acc, size_t la, const float *p, size_t lp, const VT *V, int nk, size_t h,      \
+        size_t d, const int NH, const int NW)                                                  \
+    {                                                                                          \
+        __m256 a[4][8];                                                                        \
+        UNROLL4 for (int i = 0; i < NH; i++)                                                   \
+            UNROLL8 for (int w = 0; w < NW; w++)                                               \
+                a[i][w] = _mm256_loadu_ps(acc + (size_t)i * la + d + 8 * (size_t)w);           \
+        for (int t = 0; t < nk; t++) {                                                         \
+            const VT *v = V + (size_t)t * h + d;                                               \
+            __m256 pv[4];                                                                      \
+            UNROLL4 for (int i = 0; i < NH; i++)                                               \
+                pv[i] = _mm256_set1_ps(p[(size_t)i * lp + (size_t)t]);                         \
+            UNROLL8 for (int w = 0; w < NW; w++) {                                             \
+                const __m256 vw = LOAD_V(v + 8 * w);                                           \
+                UNROLL4 for (int i = 0; i < NH; i++)                                           \
+                    a[i][w] = _mm256_fmadd_ps(pv[i], vw, a[i][w]);                             \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL4 for (int i = 0; i < NH; i++)                                                   \
+            UNROLL8 for (int w = 0; w < NW; w++)                                               \
+                _mm256_storeu_ps(acc + (size_t)i * la + d + 8 * (size_t)w, a[i][w]);           \
+    }                                                                                          \
+                                                                                               \
+    AVX2 static inline __attribute__((always_inline)) void accum_heads_##SUF(                 \
+        float *acc, size_t la, const float *p, size_t lp, const VT *V, int nk, size_t h,      \
+        const int NH, const int NW)                                                            \
+    {                                                                                          \
+        size_t d = 0;                                                                          \
+        for (; d + 8 * (size_t)NW <= h; d += 8 * (size_t)NW)                                   \
+            accum_tile_##SUF(acc, la, p, lp, V, nk, h, d, NH, NW);                             \
+        for (; d + 8 <= h; d += 8)                                                             \
+            accum_tile_##SUF(acc, la, p, lp, V, nk, h, d, NH, 1);                              \
+        for (; d < h; d++)                                                                     \
+            for (int i = 0; i < NH; i++) {                                                     \
+                float a = acc[(size_t)i * la + d];                                             \
+                for (int t = 0; t < nk; t++)                                                   \
+                    a += p[(size_t)i * lp + (size_t)t] * ELEM(V[(size_t)t * h + d]);           \
+                acc[(size_t)i * la + d] = a;                                                   \
+            }                                                                                  \
+    }                                                                                          \
+                                                                                               \
+    /* up to 4 heads a pass, over 64 columns (1 head), 32 (2 or 3) or 16 (4): 8 to 12 chains \
+     * (16 registers: 3 heads x 4 columns of 8, 3 weights and a value); one function per    \
+     * pass shape, and a lone head inline, as for the scores */                                \
+    ACCUM_PASS(SUF, VT, 1, 8)                                                                  \
+    ACCUM_PASS(SUF, VT, 2, 4)                                                                  \
+    ACCUM_PASS(SUF, VT, 3, 4)                                                                  \
+    ACCUM_PASS(SUF, VT, 4, 2)                                                                  \
+                                                                                               \
+    AVX2 static void accum_##SUF(float *acc, size_t la, const float *p, size_t lp, int G,     \
+                                 const VT *V, int nk, int hd)                                  \
+    {                                                                                          \
+        static void (*const pass[4])(float *, size_t, const float *, size_t, const VT *, int, \
+                                     size_t) = {accum1_##SUF, accum2_##SUF, accum3_##SUF,      \
+                                                accum4_##SUF};                                 \
+        if (G == 1) {                                                                          \
+            accum_heads_##SUF(acc, la, p, lp, V, nk, (size_t)hd, 1, 8);                        \
+            return;                                                                            \
+        }                                                                                      \
+        for (int g = 0; g < G; g += 4)                                                         \
+            pass[(G - g < 4 ? G - g : 4) - 1](acc + (size_t)g * la, la, p + (size_t)g * lp,   \
+                                              lp, V, nk, (size_t)hd);                          \
+    }
+
 ACCUM_KERNEL(avx2, float, load_f32, AS_FLOAT)
 ACCUM_KERNEL(bf16_avx2, uint16_t, load_bf16, pe_k_from_bf16)
-#undef AS_FLOAT
 
 AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
 {

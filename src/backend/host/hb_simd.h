@@ -24,21 +24,28 @@
 
 typedef struct hb_simd {
     const char *name; /* "avx512", "avx2" or "portable" */
-    /* s(nk) = scale * (q(hd) . K(nk, hd) row t) */
-    void (*scores)(float *s, const float *q, const float *K, int nk, int hd, float scale);
+    /* s(G, ls): s(g, t) = scale * (q(g) . K(t)), for G query heads q(g) = q + g lq (hd)
+     * that share the keys K(nk, hd) (GQA's group), each key read once for all of them;
+     * each score the same sum, in the same order, as with G = 1 */
+    void (*scores)(float *s, size_t ls, const float *q, size_t lq, int G, const float *K, int nk,
+                   int hd, float scale);
     /* the same with bf16 keys, widened in registers: scores' bits on the widened keys */
-    void (*scores_bf16)(float *s, const float *q, const uint16_t *K, int nk, int hd,
-                        float scale);
+    void (*scores_bf16)(float *s, size_t ls, const float *q, size_t lq, int G,
+                        const uint16_t *K, int nk, int hd, float scale);
     /* p(n) = exp(p(n) - m); returns their sum (portable: expf; AVX2: a degree-6 polynomial
      * after range reduction, within 2 ulp of expf for p - m >= -87.34; below, where expf is
      * a denormal or 0, the argument is clamped and the result is about 1.2e-38, FLT_MIN) */
     float (*exp_sum)(float *p, int n, float m);
     /* acc(hd) = c * acc(hd) */
     void (*rescale)(float *acc, float c, int hd);
-    /* acc(hd) += sum over t < nk, in order, of p(t) * V(t, hd) */
-    void (*accum)(float *acc, const float *p, const float *V, int nk, int hd);
+    /* acc(G, la): acc(g) += sum over t < nk, in order, of p(g, t) * V(t), for G query heads'
+     * weights p(g) = p + g lp (nk) over the values V(nk, hd) they share, each value read once
+     * for all of them; each output the same sum, in the same order, as with G = 1 */
+    void (*accum)(float *acc, size_t la, const float *p, size_t lp, int G, const float *V,
+                  int nk, int hd);
     /* the same with bf16 values, widened in registers: accum's bits on the widened values */
-    void (*accum_bf16)(float *acc, const float *p, const uint16_t *V, int nk, int hd);
+    void (*accum_bf16)(float *acc, size_t la, const float *p, size_t lp, int G,
+                       const uint16_t *V, int nk, int hd);
     /* dst(n) = src(n) widened from bf16 (exact) */
     void (*widen)(float *dst, const uint16_t *src, size_t n);
     /* x(n) = pe_k_gelu(x), in place (AVX2: the exponential above, within a few ulp) */

@@ -16,6 +16,7 @@
 #define AVX2 __attribute__((target("avx2,fma")))
 /* Unrolls a loop over accumulators so they stay in registers (GCC does not at -O2). */
 #define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL4 _Pragma("GCC unroll 4")
 
 AVX2 static inline float hsum(__m256 v)
 {
