@@ -163,15 +163,16 @@ static inline int tg_same_answers(const tg_answers *one, const tg_answers *got, 
             return 0;
         }
         for (int k = 0; k < one->G; k++) {
-            if (got->tok[i][k] != one->tok[i][k] && tg_parts_at_a_near_tie(one, got, i, k)) {
-                printf("    (sequence %d parts from the reference at token %d, %s: %d %.7g and "
-                       "%d %.7g)\n",
-                       i, k, one->how == TG_GREEDY ? "a near-tie" : "a draw between neighbours",
-                       one->tok[i][k], (double)one->lp[i][k], got->tok[i][k],
-                       (double)got->lp[i][k]);
-                break;
-            }
             if (got->tok[i][k] != one->tok[i][k]) {
+                if (tg_parts_at_a_near_tie(one, got, i, k)) {
+                    printf("    (sequence %d parts from the reference at token %d, %s: %d %.7g "
+                           "and %d %.7g)\n",
+                           i, k,
+                           one->how == TG_GREEDY ? "a near-tie" : "a draw between neighbours",
+                           one->tok[i][k], (double)one->lp[i][k], got->tok[i][k],
+                           (double)got->lp[i][k]);
+                    break;
+                }
                 snprintf(why, TG_WHY,
                          "sequence %d token %d is %d, the reference's %d (the reference's best "
                          "two: %d %.7g, %d %.7g; got's: %d %.7g, %d %.7g)",
