@@ -24,10 +24,12 @@
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 
-#define HB_GEMV_TILE 64                 /* rows of W per GEMV piece (M <= 2: at least) */
+#define HB_GEMV_TILE 64                 /* rows of W per GEMV piece (M <= 8: at least) */
 #define HB_GEMV_ROWS 48                 /* rows of x per pass over a tile (AVX-512's prefill
                                          * kernel takes them 6 at a time) */
-#define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 2, at least */
+#define HB_GEMV_LONG_M 8                /* rows of x up to which the kernels pass over a piece
+                                         * of W once, so pieces are long (below) */
+#define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 8, at least */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
 #define HB_SGEMM_COLS 512               /* output columns per sgemm call, about */
 #define HB_WIDEN_TILE_FLOATS (1u << 20) /* a thread's widened tile of bf16 W: 4 MiB */
@@ -214,7 +216,13 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     if (gemv) {
         double work = (double)M * (double)N * (double)K;
         j.tile = HB_GEMV_TILE;
-        if (M <= 2) { /* the 4-stream kernel: long streams, HB_GEMV_PIECES pieces a thread */
+        /* up to 8 rows of x, every kernel reads a piece of W once (M <= 2: 4 streams from
+         * its quarters; AVX-512 at 3-8: the same 4 streams by every row of x; AVX2 at 3-8:
+         * one stream), so pieces of N / (HB_GEMV_PIECES x threads) rows let the streams run
+         * long (decode steps of 3-8 sequences up to 19% faster than in pieces of 64 rows:
+         * docs/architecture.md); beyond, passes of 8 rows of x re-read a piece, from the
+         * caches while it is 64 rows */
+        if (M <= HB_GEMV_LONG_M) {
             size_t pieces = (size_t)HB_GEMV_PIECES * (size_t)hb_compute_threads(dev);
             size_t tile = (N + pieces - 1) / pieces;
             j.tile = tile > HB_GEMV_TILE ? (tile + 15) / 16 * 16 : HB_GEMV_TILE;
