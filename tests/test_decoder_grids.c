@@ -16,8 +16,8 @@
  *     rank's 40 candidates): the same tokens, and logprobs within 1e-4;
  *   - sampled without a top-k (TP gathers the rows whole): the same;
  *   - pe_score's logits at every position within 1e-4 of their scale.
- * Without TP, where the host backend is batch-invariant (hb_simd_batch_invariant: AVX-512),
- * all of it bit for bit: tokens, logprobs and logits.
+ * Without TP, where the host backend is batch-invariant (hb_simd_batch_invariant: AVX2 or
+ * AVX-512), all of it bit for bit: tokens, logprobs and logits.
  * The token embedding is vocab-parallel (the default) on all of them, and replicated on tp 3,
  * pp 2 x tp 2 and the Llama's tp 4.
  * Memory, from pe_engine_info_get: each worker's weights lie between its share of its

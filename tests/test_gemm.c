@@ -318,14 +318,8 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
     hb_simd_use(NULL);
 }
 
-/* The GEMV path computes each output the same way whatever M (up to the GEMV's limit: every
- * M with AVX-512) and the thread count: row m of a call with M rows has the bits of a call
- * with fewer rows. Up to 60 rows, AVX-512 runs both its decode kernels (4 streams of W) and
- * its prefill kernel (8 adjacent rows of W, 6 rows of x); N = 203 leaves rows of W to the
- * other kernels, K = 333 a tail after the steps of 8. */
-static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
+static void gemv_rows_do_not_depend_on_the_batch_or_threads(be_device *dev)
 {
-    be_device *dev = *state;
     const size_t N = 203, K = 333;
     const size_t firsts[] = {0, 1, 5, 23, 30}, counts[] = {1, 2, 3, 7, 8, 12, 24, 29};
     for (int bf = 0; bf < 2; bf++) {
@@ -364,7 +358,26 @@ static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
     }
 }
 
-/* The sgemm path (M beyond the AVX2 GEMV's) gives the same bits on 1, 2 and 3 threads: its
+/* The GEMV path computes each output the same way whatever M (up to the GEMV's limit: every
+ * M with AVX2 and AVX-512) and the thread count: row m of a call with M rows has the bits of
+ * a call with fewer rows. Up to 60 rows, AVX-512 runs both its decode kernels (4 streams of
+ * W) and its prefill kernel (8 adjacent rows of W, 6 rows of x); AVX2 its one-row kernel
+ * (3-8 rows of x) and its 4x3, 4x2 and 4x1 tiles, and from 17 rows with bf16 W the widened
+ * tiles; N = 203 leaves rows of W to the other kernels, K = 333 a tail after the steps of 8.
+ * Each version this CPU runs, and the portable one up to its limit. */
+static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
+{
+    be_device *dev = *state;
+    const hb_simd *versions[3] = {hb_simd_avx512(), hb_simd_avx2(), hb_simd_portable()};
+    for (int v = 0; v < 3; v++)
+        if (versions[v]) {
+            hb_simd_use(versions[v]);
+            gemv_rows_do_not_depend_on_the_batch_or_threads(dev);
+        }
+    hb_simd_use(NULL);
+}
+
+/* The sgemm path (M beyond the portable GEMV's) gives the same bits on 1, 2 and 3 threads: its
  * calls to OpenBLAS are fixed by N, not by the thread count (with one slice per thread,
  * M = 17, N = 131 and M = 64 or 128, N = 37 came out differently: OpenBLAS's small-matrix
  * kernels sum in another order). */

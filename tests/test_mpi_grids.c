@@ -6,8 +6,8 @@
  * runs 8 sequences of different prompt lengths (greedy, then sampled with a seed and top-5
  * logprobs) and pe_score over 20 positions, and checks them against a one-process engine
  * on one device: the same tokens, top-k ids and logprobs within 1e-4, logits within 1e-4
- * of their scale; without TP on a batch-invariant host backend (AVX-512), all of it bit for
- * bit. The other processes follow. Then a second engine with pe_config.mpi
+ * of their scale; without TP on a batch-invariant host backend (AVX2 or AVX-512), all of it
+ * bit for bit. The other processes follow. Then a second engine with pe_config.mpi
  * while one exists must be refused on every process (and the first one still answer), a
  * grid whose size does not match the processes' devices must be refused on every process,
  * naming the process count, and pe_mpi_agree must give every process the first failure.

@@ -1,12 +1,13 @@
 /* hb_linear.c: a Linear layer on a host device, y(M, N) = act(x(M, K) W(N, K)^T + b),
  * over the device's threads, with W in fp32 or bf16 (then x is bf16 too).
  *
- * Up to hb_simd's gemv_max_m rows of x (every M with AVX-512; 8 or 16 with AVX2): hb_simd's
- * GEMV kernels, the output columns split over the threads in tiles of rows of W, so W is
- * read once, at the memory's pace; a bf16 W is read as bf16 and widened in registers. Each
- * output is the same sum whatever the tile, the thread count or M: with AVX-512, a row of
- * y never depends on the other rows of x (batch invariance).
- * Beyond (AVX2 and portable): the output columns in pieces of about 512 (fixed by N: the
+ * Up to hb_simd's gemv_max_m rows of x (every M with AVX2 or AVX-512; 8 or 16 with the
+ * portable loops): hb_simd's GEMV kernels, the output columns split over the threads in
+ * tiles of rows of W, so W is read once, at the memory's pace; a bf16 W is read as bf16 and
+ * widened in registers, or, from gemv_widen_m rows of x, a tile at a time into the thread's
+ * scratch. Each output is the same sum whatever the tile, the thread count or M: with AVX2
+ * or AVX-512, a row of y never depends on the other rows of x (batch invariance).
+ * Beyond (portable loops): the output columns in pieces of about 512 (fixed by N: the
  * thread count never changes a result), each an OpenBLAS sgemm (single-threaded) on its
  * rows of W, spread over the threads; a bf16 W is widened tile by tile into the thread's
  * scratch, never all of W at once.
@@ -48,6 +49,7 @@ typedef struct lin_job {
     size_t cols;     /* output columns per sgemm call (sgemm_cols) */
     size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
     size_t tile;     /* rows of W per GEMV tile */
+    int widen_tile;  /* bf16 W: widen each GEMV tile into the thread's scratch first */
 } lin_job;
 
 /* Bias (unless the sums hold it already), activation and rounding of the columns [n0, n0 +
@@ -83,18 +85,23 @@ static void epilogue(const lin_job *j, size_t n0, size_t nn) { epilogue_with(j, 
 static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
 {
     const lin_job *j = arg;
-    (void)thread;
+    float *wt = j->widen_tile ? hb_tls(j->dev, thread) : NULL; /* (tile, K) */
     for (size_t nb = n0; nb < n1; nb += j->tile) {
         size_t nn = n1 - nb < j->tile ? n1 - nb : j->tile;
+        const float *wf = (const float *)j->W + nb * j->K;
+        if (wt) { /* the same values as the bf16 kernel widens in registers: the same bits */
+            j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
+            wf = wt;
+        }
         for (size_t mb = 0; mb < j->M; mb += HB_GEMV_ROWS) {
             size_t mm = j->M - mb < HB_GEMV_ROWS ? j->M - mb : HB_GEMV_ROWS;
             float *out = j->sums + mb * j->N + nb;
             const float *x = j->x + mb * j->K;
-            if (j->bf16)
+            if (j->bf16 && !wt)
                 j->simd->gemv_bf16(out, j->N, x, mm, (const uint16_t *)j->W + nb * j->K, j->K,
                                    nn);
             else
-                j->simd->gemv_f32(out, j->N, x, mm, (const float *)j->W + nb * j->K, j->K, nn);
+                j->simd->gemv_f32(out, j->N, x, mm, wf, j->K, nn);
         }
         epilogue(j, nb, nn);
     }
@@ -194,7 +201,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     HB_NEED(dev, W, K, "linear");
     const int bf16 = dtype == PE_DTYPE_BF16;
     lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, W, b, act,
-                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0, 0};
+                 y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0, 0, 0};
     if (K == 0) { /* empty sums: y = act(b) */
         for (size_t m = 0; m < M; m++)
             for (size_t n = 0; n < N; n++)
@@ -226,6 +233,17 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
             size_t pieces = (size_t)HB_GEMV_PIECES * (size_t)hb_compute_threads(dev);
             size_t tile = (N + pieces - 1) / pieces;
             j.tile = tile > HB_GEMV_TILE ? (tile + 15) / 16 * 16 : HB_GEMV_TILE;
+        }
+        if (bf16 && M >= j.simd->gemv_widen_m) {
+            /* tiles of 64 rows, or fewer where K is long (a multiple of 8, which every
+             * version's tiles of W divide), so that a widened tile stays within
+             * HB_WIDEN_TILE_FLOATS */
+            size_t rows = HB_WIDEN_TILE_FLOATS / K / 8 * 8;
+            j.tile = rows < 8 ? 8 : rows < j.tile ? rows : j.tile;
+            pe_status s = hb_scratch_reserve(dev, j.tile * K * sizeof(float), "linear");
+            if (s != PE_OK)
+                return s;
+            j.widen_tile = 1;
         }
         hb_for(dev, N, work < HB_GEMV_INLINE_WORK ? N : j.tile, gemv_cols, &j);
         return PE_OK;

@@ -4,6 +4,8 @@
 #include "backend/host/hb_simd.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <math.h>
 
@@ -122,7 +124,8 @@ static const hb_simd portable = {
     .silu_mul = silu_mul_c,
     .gemv_f32 = gemv_f32_c,
     .gemv_bf16 = gemv_bf16_c,
-    .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
+    .gemv_max_m = {HB_GEMV_MAX_M_PORTABLE, HB_GEMV_MAX_M_BF16_PORTABLE},
+    .gemv_widen_m = SIZE_MAX, /* the sgemm path takes M > 16 */
 };
 
 const hb_simd *hb_simd_portable(void) { return &portable; }
@@ -422,13 +425,15 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
  * and 3q + i of 4q), so that W is read as 4 long sequential streams: 4 adjacent rows made 4
  * streams of one row each, which reached 0.55-0.62 of the read bandwidth on an AMD EPYC
  * (0.87-1.1 now; bench_host); M = 3..8: one row of W against every row of x (M
- * accumulators), so W is read once and in order; M > 8 (a bf16 W up to
- * HB_GEMV_MAX_M_BF16_AVX2 = 16 rows of x on the AUTO path, any M when the GEMV path is
- * forced; hb_linear.c passes at most HB_GEMV_ROWS a call): 4x2 tiles over pairs of rows of
- * x, the tile of W from L1 after the first pair. Every output is the same sequence of FMAs
- * over k in steps of 8, then its lanes' sum and the tail, in every kernel, and in the
- * AVX-512 GEMV (hb_simd_avx512.c) too. LOAD_W is load_f32 or load_bf16. */
-#define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH)                                                 \
+ * accumulators), so W is read once and in order; M > 8 (hb_linear.c passes at most
+ * HB_GEMV_ROWS a call): 4 adjacent rows of W by 3 rows of x (fp32 W; the last 4 rows of x 2
+ * at a time) or by 2 (bf16 W, widened in registers), the rows of W from L1 after the first
+ * call on them; with 4x3 tiles the GEMV keeps up with single-threaded OpenBLAS sgemm calls
+ * at every M (bench_host), so linear takes it at every M. Every output is the same
+ * sequence of FMAs over k in steps of 8, then its lanes' sum and the tail, in every kernel,
+ * and in the AVX-512 GEMV (hb_simd_avx512.c) too. LOAD_W is load_f32 or load_bf16; BY3
+ * whether M > 8 takes 4x3 tiles. */
+#define GEMV_KERNELS(SUF, WT, LOAD_W, FINISH, BY3)                                            \
     AVX2 static void gemv_4x2_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
                                     size_t K, size_t q)                                       \
     {                                                                                          \
@@ -478,6 +483,31 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         y[q] = FINISH(a1, x, w1, k8, K);                                                      \
         y[2 * q] = FINISH(a2, x, w2, k8, K);                                                  \
         y[3 * q] = FINISH(a3, x, w3, k8, K);                                                  \
+    }                                                                                          \
+    /* 4 adjacent rows of W (from L1 after the first call on them) against 3 rows of x:     \
+     * 12 accumulators and the 4 rows of W fill the 16 registers; 12 FMAs to 7 loads */       \
+    AVX2 static void gemv_4x3_##SUF(float *y, size_t ldy, const float *x, const WT *W,        \
+                                    size_t K)                                                 \
+    {                                                                                          \
+        const size_t k8 = K & ~(size_t)7;                                                     \
+        __m256 a[3][4];                                                                        \
+        UNROLL4 for (int m = 0; m < 3; m++)                                                    \
+            UNROLL4 for (int r = 0; r < 4; r++)                                                \
+                a[m][r] = _mm256_setzero_ps();                                                 \
+        for (size_t k = 0; k < k8; k += 8) {                                                   \
+            __m256 v[4];                                                                       \
+            UNROLL4 for (int r = 0; r < 4; r++)                                                \
+                v[r] = LOAD_W(W + (size_t)r * K + k);                                          \
+            UNROLL4 for (int m = 0; m < 3; m++) {                                              \
+                const __m256 u = load_f32(x + (size_t)m * K + k);                              \
+                UNROLL4 for (int r = 0; r < 4; r++)                                            \
+                    a[m][r] = _mm256_fmadd_ps(u, v[r], a[m][r]);                               \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL4 for (int m = 0; m < 3; m++)                                                    \
+            UNROLL4 for (int r = 0; r < 4; r++)                                                \
+                y[(size_t)m * ldy + r] = FINISH(a[m][r], x + (size_t)m * K, W + (size_t)r * K, \
+                                                k8, K);                                        \
     }                                                                                          \
     AVX2 static void gemv_1x1_##SUF(float *y, const float *x, const WT *w, size_t K)          \
     {                                                                                          \
@@ -537,6 +567,9 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         } else                                                                                 \
             for (; n + 4 <= nrows; n += 4) {                                                   \
                 size_t m = 0;                                                                  \
+                if (BY3) /* 3 rows of x a call, the last 4 (if so many are left) 2 a call */  \
+                    for (; M - m >= 3 && M - m != 4; m += 3)                                   \
+                        gemv_4x3_##SUF(y + m * ldy + n, ldy, x + m * K, W + n * K, K);        \
                 for (; m + 2 <= M; m += 2)                                                     \
                     gemv_4x2_##SUF(y + m * ldy + n, ldy, x + m * K, W + n * K, K, 1);         \
                 if (m < M)                                                                     \
@@ -547,8 +580,8 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
                 gemv_1x1_##SUF(y + m * ldy + n, x + m * K, W + n * K, K);                     \
     }
 
-GEMV_KERNELS(f32, float, load_f32, finish_f32)
-GEMV_KERNELS(bf16, uint16_t, load_bf16, finish_bf16)
+GEMV_KERNELS(f32, float, load_f32, finish_f32, 1)
+GEMV_KERNELS(bf16, uint16_t, load_bf16, finish_bf16, 0)
 
 static const hb_simd avx2 = {
     .name = "avx2",
@@ -563,7 +596,10 @@ static const hb_simd avx2 = {
     .silu_mul = silu_mul_avx2,
     .gemv_f32 = gemv_f32_avx2,
     .gemv_bf16 = gemv_bf16_avx2,
-    .gemv_max_m = {HB_GEMV_MAX_M_AVX2, HB_GEMV_MAX_M_BF16_AVX2},
+    .gemv_max_m = {HB_GEMV_MAX_M_VECTOR, HB_GEMV_MAX_M_VECTOR},
+    /* bf16 W from 17 rows of x: widened tiles through the fp32 kernels' 4x3 tiles, whose 12
+     * accumulators leave no registers to widen in; below, 4x2 tiles widen in registers */
+    .gemv_widen_m = 17,
 };
 
 const hb_simd *hb_simd_avx2(void)
@@ -578,9 +614,17 @@ const hb_simd *hb_simd_avx2(void) { return NULL; }
 static const hb_simd *best;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
+/* PE_HOST_SIMD=avx2|portable picks a lesser version than the CPU's best (to test or
+ * measure what an older CPU runs); a version the CPU lacks, or any other value, is ignored. */
 static void find_best(void)
 {
-    best = hb_simd_avx512();
+    const char *want = getenv("PE_HOST_SIMD");
+    if (want && !strcmp(want, "portable")) {
+        best = &portable;
+        return;
+    }
+    if (!want || strcmp(want, "avx2"))
+        best = hb_simd_avx512();
     if (!best)
         best = hb_simd_avx2();
     if (!best)

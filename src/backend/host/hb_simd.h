@@ -12,15 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows of x up to which linear prefers a version's GEMV to a GEMM (gemv_max_m; measured by
- * bench_host, docs/architecture.md). The AVX2 GEMV (and the portable one): 8 with fp32 W,
- * 16 with bf16 W, which reads half the bytes and so stays ahead longer. The AVX-512 GEMV,
- * twice the FMAs an instruction and a prefill-sized kernel, kept up with the packed GEMM it
- * replaced at every M (docs/architecture.md): it takes every M, so that a row's bits never
- * depend on the rows beside it (batch invariance). */
-#define HB_GEMV_MAX_M_AVX2 8
-#define HB_GEMV_MAX_M_BF16_AVX2 16
-#define HB_GEMV_MAX_M_AVX512 SIZE_MAX
+/* Rows of x up to which linear prefers a version's GEMV to a GEMM (gemv_max_m). The AVX2
+ * and AVX-512 GEMVs have prefill-sized kernels that keep up with OpenBLAS's sgemm (AVX2) and
+ * with the packed GEMM that AVX-512 ran until 2026-12-03 (bench_host; docs/architecture.md):
+ * they take every M, so that a row's bits never depend on the rows beside it (batch
+ * invariance). The portable GEMV, plain C, stops where the AVX2 GEMV once did: 8 rows of x
+ * with fp32 W, 16 with bf16 W (half the bytes to read); beyond, OpenBLAS. */
+#define HB_GEMV_MAX_M_PORTABLE 8
+#define HB_GEMV_MAX_M_BF16_PORTABLE 16
+#define HB_GEMV_MAX_M_VECTOR SIZE_MAX
 
 typedef struct hb_simd {
     const char *name; /* "avx512", "avx2" or "portable" */
@@ -60,12 +60,16 @@ typedef struct hb_simd {
     /* rows of x up to which linear runs this version's GEMV rather than a GEMM, for fp32
      * and bf16 W (measured: bench_host; docs/architecture.md) */
     size_t gemv_max_m[2];
+    /* rows of x from which linear widens a tile of bf16 W to fp32 (exact) before the GEMV,
+     * where re-widening the tile's rows from L1 for every few rows of x costs more */
+    size_t gemv_widen_m;
 } hb_simd;
 
 /* Whether linear gives a row of x the same bits whatever the other rows of its call: the
- * version's GEMV takes every M. Attention's rows never depend on the others (hb_attention.c),
- * so the host backend is then batch-invariant: a sequence's tokens and logprobs have the
- * same bits alone or batched with any others, on one device or on a grid without TP. */
+ * version's GEMV takes every M (AVX2 and AVX-512). Attention's rows never depend on the
+ * others (hb_attention.c), so the host backend is then batch-invariant: a sequence's tokens
+ * and logprobs have the same bits alone or batched with any others, on one device or on a
+ * grid without TP. */
 static inline int hb_simd_batch_invariant(const hb_simd *s)
 {
     return s->gemv_max_m[0] == SIZE_MAX && s->gemv_max_m[1] == SIZE_MAX;
