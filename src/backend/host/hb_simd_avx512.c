@@ -25,9 +25,9 @@ static const hb_simd *avx2_loops;
  *
  * Decode batches (M < HB_GEMV_WIDE_M): a call's rows of W are taken 4 at a time, from its
  * 4 quarters (rows i, q + i, 2q + i, 3q + i of 4q), as the AVX2 kernel does at M <= 2: 4
- * long streams. Up to 8 rows of x per pass (2 x 8 accumulators); more take further passes
- * over the same rows of W, from the caches. M <= 2, bound by W's bytes, and the rows
- * beyond the 4 quarters go to the AVX2 kernel.
+ * long streams. Up to 12 rows of x per pass (2 x 12 accumulators); more take further
+ * passes, as even as can be, over the same rows of W, from the caches. M <= 2, bound by W's
+ * bytes, and the rows beyond the 4 quarters go to the AVX2 kernel.
  *
  * Prefill (M >= HB_GEMV_WIDE_M): 8 adjacent rows of W (4 registers, from L1 after the first
  * pass) against 6 rows of x at a time, 24 accumulators: 24 FMAs to 14 loads, where the
@@ -87,15 +87,20 @@ AVX512 static inline __m256 finish8(__m512 r0, __m512 r1, __m512 r2, __m512 r3)
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(at, s));
 }
 
-/* y(MM, ldy) at columns 0, q, 2q, 3q = x(MM, K) . rows 0, q, 2q, 3q of W, MM <= 8 */
+/* Rows of x a pass of the decode kernel takes at most: 2 x 12 accumulators, 2 registers of
+ * W and x's step fill 27 of the 32 registers. */
+#define HB_GEMV_PASS_M 12
+
+/* y(MM, ldy) at columns 0, q, 2q, 3q = x(MM, K) . rows 0, q, 2q, 3q of W, MM <= 12 */
 #define GEMV512_KERNELS(SUF, WT, PAIR, FINISH, WIDEN)                                          \
     AVX512 static inline __attribute__((always_inline)) void gemv_4xm_##SUF(                  \
         float *y, size_t ldy, const float *x, const WT *W, size_t K, size_t q, const int MM)  \
     {                                                                                          \
         const size_t k8 = K & ~(size_t)7, ahead = q == 1 ? 4 * K : 2 * K;                     \
         const WT *w0 = W, *w1 = W + q * K, *w2 = W + 2 * q * K, *w3 = W + 3 * q * K;          \
-        __m512 a[8], b[8]; /* a[m]: rows 0 and q against x row m; b[m]: rows 2q and 3q */     \
-        UNROLL8 for (int m = 0; m < MM; m++)                                                   \
+        __m512 a[HB_GEMV_PASS_M], b[HB_GEMV_PASS_M]; /* a[m]: rows 0 and q against x row m;   \
+                                                      * b[m]: rows 2q and 3q */               \
+        UNROLL12 for (int m = 0; m < MM; m++)                                                  \
             a[m] = b[m] = _mm512_setzero_ps();                                                 \
         for (size_t k = 0; k < k8; k += 8) {                                                   \
             _mm_prefetch((const char *)(w0 + k + ahead), _MM_HINT_T0);                        \
@@ -103,13 +108,13 @@ AVX512 static inline __m256 finish8(__m512 r0, __m512 r1, __m512 r2, __m512 r3)
             _mm_prefetch((const char *)(w2 + k + ahead), _MM_HINT_T0);                        \
             _mm_prefetch((const char *)(w3 + k + ahead), _MM_HINT_T0);                        \
             const __m512 v01 = PAIR(w0 + k, w1 + k), v23 = PAIR(w2 + k, w3 + k);              \
-            UNROLL8 for (int m = 0; m < MM; m++) {                                             \
+            UNROLL12 for (int m = 0; m < MM; m++) {                                            \
                 const __m512 u = both_halves(x + (size_t)m * K + k);                           \
                 a[m] = _mm512_fmadd_ps(u, v01, a[m]);                                          \
                 b[m] = _mm512_fmadd_ps(u, v23, b[m]);                                          \
             }                                                                                  \
         }                                                                                      \
-        UNROLL8 for (int m = 0; m < MM; m++) {                                                 \
+        UNROLL12 for (int m = 0; m < MM; m++) {                                                \
             const float *xm = x + (size_t)m * K;                                               \
             float *ym = y + (size_t)m * ldy;                                                   \
             ym[0] = FINISH(low_half(a[m]), xm, w0, k8, K);                                     \
@@ -127,15 +132,22 @@ AVX512 static inline __m256 finish8(__m512 r0, __m512 r1, __m512 r2, __m512 r3)
         case 5: gemv_4xm_##SUF(y, ldy, x, W, K, q, 5); break;                                  \
         case 6: gemv_4xm_##SUF(y, ldy, x, W, K, q, 6); break;                                  \
         case 7: gemv_4xm_##SUF(y, ldy, x, W, K, q, 7); break;                                  \
-        default: gemv_4xm_##SUF(y, ldy, x, W, K, q, 8); break;                                 \
+        case 8: gemv_4xm_##SUF(y, ldy, x, W, K, q, 8); break;                                  \
+        case 9: gemv_4xm_##SUF(y, ldy, x, W, K, q, 9); break;                                  \
+        case 10: gemv_4xm_##SUF(y, ldy, x, W, K, q, 10); break;                                \
+        case 11: gemv_4xm_##SUF(y, ldy, x, W, K, q, 11); break;                                \
+        default: gemv_4xm_##SUF(y, ldy, x, W, K, q, 12); break;                                \
         }                                                                                      \
     }                                                                                          \
+    /* passes of at most HB_GEMV_PASS_M rows of x, as even as can be (M = 13: 7 and 6), so   \
+     * that no pass is a short one (M = 9 ran 8 rows, then 1 through the AVX2 kernel) */     \
     AVX512 static void gemv_narrow_##SUF(float *y, size_t ldy, const float *x, size_t M,      \
                                          const WT *W, size_t K, size_t nrows)                 \
     {                                                                                          \
         const size_t q = nrows / 4;                                                            \
-        for (size_t m0 = 0; m0 < M; m0 += 8) {                                                 \
-            const size_t mm = M - m0 < 8 ? M - m0 : 8;                                         \
+        const size_t passes = (M + HB_GEMV_PASS_M - 1) / HB_GEMV_PASS_M;                      \
+        for (size_t p = 0, m0 = 0, mm = 0; p < passes; p++, m0 += mm) {                       \
+            mm = (M - m0) / (passes - p) + ((M - m0) % (passes - p) != 0);                     \
             float *ym = y + m0 * ldy;                                                          \
             const float *xm = x + m0 * K;                                                      \
             if (mm < 3 || q == 0) {                                                            \

@@ -15,6 +15,7 @@
 
 #define AVX2 __attribute__((target("avx2,fma")))
 /* Unrolls a loop over accumulators so they stay in registers (GCC does not at -O2). */
+#define UNROLL12 _Pragma("GCC unroll 12")
 #define UNROLL8 _Pragma("GCC unroll 8")
 #define UNROLL4 _Pragma("GCC unroll 4")
 
