@@ -431,6 +431,151 @@ static void test_streaming_holds_a_character_until_its_last_byte(void **state)
     pe_tokenizer_free(t);
 }
 
+/* g_spm's decoders over a vocabulary of "hi", "h", "i" and the 256 byte tokens (<0xNN>: id
+ * 8 + NN). */
+static pe_tokenizer *load_bytes_spm(void)
+{
+    static char json[16384];
+    int n = snprintf(json, sizeof json, "%.*s", (int)(strstr(g_spm, "\"<0xF0>\"") - g_spm),
+                     g_spm);
+    for (int b = 0; b < 256; b++)
+        n += snprintf(json + n, sizeof json - (size_t)n, "%s\"<0x%02X>\": %d", b ? ", " : "",
+                      b, 8 + b);
+    snprintf(json + n, sizeof json - (size_t)n, "}, \"merges\": [\"\xE2\x96\x81 h\", "
+             "\"\xE2\x96\x81h i\"]}}");
+    return must_load(json);
+}
+
+/* Streams ids through a detokenizer and returns all it released (pushes and the flush). */
+static size_t stream_all(const pe_tokenizer *t, const int32_t *ids, size_t n, char *out,
+                         size_t cap)
+{
+    pe_detokenizer *d;
+    assert_int_equal(pe_detokenizer_create(t, 1, &d), PE_OK);
+    size_t got = 0;
+    for (size_t i = 0; i <= n; i++) {
+        const char *text;
+        size_t len;
+        if (i < n)
+            assert_int_equal(pe_detokenizer_push(d, ids[i], &text, &len), PE_OK);
+        else
+            assert_int_equal(pe_detokenizer_flush(d, &text, &len), PE_OK);
+        assert_true(got + len <= cap);
+        memcpy(out + got, text, len);
+        got += len;
+    }
+    pe_detokenizer_free(d);
+    return got;
+}
+
+static int valid_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n)
+            return 0;
+        for (size_t j = 1; j < k; j++)
+            if (((unsigned char)s[i + j] >> 6) != 2)
+                return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* Whole characters in any mix of byte tokens and word tokens stream as the full decode
+ * gives them. Bytes that make a run invalid never take back or repeat released text:
+ * "짧" (EC A7 A7) released, then two stray A7 give one U+FFFD each, where the full decode
+ * gives the whole invalid run as 5 U+FFFD (Hugging Face's ByteFallback); three D4 (each
+ * the start of a character that never comes) stream as the full decode, 3 U+FFFD. Random
+ * bytes stream as valid UTF-8, never longer than the full decode. Long invalid runs stream
+ * in short windows (before, each push decoded all the run since the last release). */
+static void test_streaming_never_takes_back_or_repeats_text(void **state)
+{
+    (void)state;
+    pe_tokenizer *t = load_bytes_spm();
+    static char got[1 << 16];
+    const int32_t jjap[] = {8 + 0xEC, 8 + 0xA7, 8 + 0xA7, 8 + 0xA7, 8 + 0xA7};
+    size_t n = stream_all(t, jjap, 5, got, sizeof got);
+    assert_int_equal(n, 9);
+    assert_memory_equal(got, "\xEC\xA7\xA7\xEF\xBF\xBD\xEF\xBF\xBD", 9);
+    expect_decode(t, jjap, 5, 1, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    const int32_t d4[] = {8 + 0xD4, 8 + 0xD4, 8 + 0xD4};
+    n = stream_all(t, d4, 3, got, sizeof got);
+    assert_int_equal(n, 9);
+    assert_memory_equal(got, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", 9);
+    expect_decode(t, d4, 3, 1, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    /* an invalid run as long as its text with U+FFFD (F1 84 8F, a character cut short, is 3
+     * bytes, as U+FFFD is) is still invalid: one U+FFFD a byte, never the raw bytes */
+    const int32_t cut[] = {8 + 0xF1, 8 + 0x84, 8 + 0x8F, 8 + 0x5E};
+    expect_decode(t, cut, 4, 1,
+                  "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    enum { LONG = 4000 };
+    static int32_t ids[LONG];
+    for (int lead = 0; lead < 2; lead++) { /* EC A7 A7 then A7s; D4s */
+        for (int i = 0; i < LONG; i++)
+            ids[i] = 8 + (lead ? 0xD4 : i == 0 ? 0xEC : 0xA7);
+        n = stream_all(t, ids, LONG, got, sizeof got);
+        size_t fffd = lead ? LONG : LONG - 3;
+        assert_int_equal(n, 3 * fffd + (lead ? 0 : 3));
+        for (size_t i = lead ? 0 : 3; i < n; i += 3)
+            assert_memory_equal(got + i, "\xEF\xBF\xBD", 3);
+    }
+    /* whole characters: the stream is the full decode */
+    static const char *const chars[] = {"a", "\xC3\xA9", "\xE2\x82\xAC", "\xEC\xA7\xA7",
+                                        "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF"};
+    unsigned seed = 7;
+    for (int round = 0; round < 300; round++) {
+        size_t m = 0;
+        int units = (int)(rand_r(&seed) % 24);
+        for (int u = 0; u < units; u++) {
+            unsigned r = (unsigned)rand_r(&seed) % 9;
+            if (r < 3) {
+                ids[m++] = r < 2 ? 7 : 4; /* "▁hi", "h" */
+                continue;
+            }
+            const char *c = chars[r - 3];
+            for (size_t k = 0; k < strlen(c); k++)
+                ids[m++] = 8 + (unsigned char)c[k];
+        }
+        n = stream_all(t, ids, m, got, sizeof got);
+        char *text;
+        size_t len;
+        assert_int_equal(pe_tokenizer_decode(t, ids, m, 1, &text, &len), PE_OK);
+        assert_int_equal(n, len);
+        assert_memory_equal(got, text, len);
+        free(text);
+    }
+    /* random bytes and words: valid UTF-8, never more than the full decode */
+    for (int round = 0; round < 300; round++) {
+        size_t m = (size_t)(rand_r(&seed) % 40);
+        for (size_t i = 0; i < m; i++) {
+            unsigned r = (unsigned)rand_r(&seed) % 20;
+            ids[i] = r == 0 ? 7 : r == 1 ? 4 : (int32_t)(8 + rand_r(&seed) % 256);
+        }
+        n = stream_all(t, ids, m, got, sizeof got);
+        char *text;
+        size_t len;
+        assert_int_equal(pe_tokenizer_decode(t, ids, m, 1, &text, &len), PE_OK);
+        if (!valid_utf8(got, n) || n > len) {
+            print_message("ids:");
+            for (size_t i = 0; i < m; i++)
+                print_message(" %d", ids[i]);
+            print_message("\nstream %zu:", n);
+            for (size_t i = 0; i < n; i++)
+                print_message(" %02X", (unsigned char)got[i]);
+            print_message("\ndecode %zu:", len);
+            for (size_t i = 0; i < len; i++)
+                print_message(" %02X", (unsigned char)text[i]);
+            print_message("\n");
+        }
+        assert_true(valid_utf8(got, n));
+        assert_true(n <= len);
+        free(text);
+    }
+    pe_tokenizer_free(t);
+}
+
 static void test_vocabulary_lookups_and_bad_ids(void **state)
 {
     (void)state;
@@ -518,6 +663,19 @@ static void test_unsupported_or_malformed_files_fail_naming_the_part(void **stat
     EXPECT_ERROR("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}", PE_EFORMAT,
                  "not valid JSON");
     EXPECT_ERROR("[1, 2]", PE_EFORMAT, "top level");
+    /* an id that would make the id tables gigabytes long (found by fuzzing) */
+    EXPECT_ERROR("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, "
+                 "\"merges\": []}}", PE_EFORMAT, "token id 2000000000", "\"a\"", "16777215");
+    /* a raw byte that is not UTF-8 in a string (a Replace pattern that would cut characters) */
+    EXPECT_ERROR("{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": "
+                 "\"\xFF\"}, \"content\": \"\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                 "{\"a\": 0}, \"merges\": []}}", PE_EFORMAT, "not UTF-8", "offset 58");
+    /* the empty token is a token like any other */
+    pe_tokenizer *e = must_load("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\": 0, "
+                                "\"a\": 1}, \"merges\": []}}");
+    assert_int_equal(pe_tokenizer_token_id(e, ""), 0);
+    assert_int_equal(pe_tokenizer_token_id(e, "a"), 1);
+    pe_tokenizer_free(e);
     pe_tokenizer *t = (pe_tokenizer *)1;
     assert_int_equal(pe_tokenizer_load("/nonexistent/tokenizer.json", &t), PE_EIO);
     assert_null(t);
@@ -595,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_is_encoded_by_its_bytes),
         cmocka_unit_test(test_metaspace_prepends_on_the_first_word_and_decodes_back),
         cmocka_unit_test(test_streaming_holds_a_character_until_its_last_byte),
+        cmocka_unit_test(test_streaming_never_takes_back_or_repeats_text),
         cmocka_unit_test(test_vocabulary_lookups_and_bad_ids),
         cmocka_unit_test(test_vocab_json_and_merges_txt_load_as_gpt2),
         cmocka_unit_test(test_unsupported_or_malformed_files_fail_naming_the_part),

@@ -371,7 +371,9 @@ pe_status pe_detokenizer_create(const pe_tokenizer *t, int skip_special, pe_deto
 /* Adds one id; *text (*len bytes, not NUL-terminated, valid until the next call) is the new
  * complete text; an incomplete character waits for the ids that complete it. */
 pe_status pe_detokenizer_push(pe_detokenizer *d, int32_t id, const char **text, size_t *len);
-/* The rest: bytes of a character that never completed, as U+FFFD (as Hugging Face). */
+/* The rest: bytes of a character that never completed, as U+FFFD (as Hugging Face). The
+ * text released equals pe_tokenizer_decode of the ids, except where a byte token made a run
+ * of released byte tokens invalid: released text is never taken back (docs/text.md). */
 pe_status pe_detokenizer_flush(pe_detokenizer *d, const char **text, size_t *len);
 void pe_detokenizer_free(pe_detokenizer *d);
 

@@ -47,7 +47,8 @@ static void tl_free(toklist *l)
     free(l->len);
 }
 
-#define TOK(l, i) ((l)->buf.p + (l)->off[i])
+/* token i's text ("" while every token is empty and the buffer is still unallocated) */
+#define TOK(l, i) ((l)->buf.p ? (l)->buf.p + (l)->off[i] : "")
 
 /* ---- ByteLevel: every token's characters back to bytes, then the bytes as text ----------------- */
 
@@ -97,7 +98,8 @@ static int hex_byte(const char *s, size_t n)
 }
 
 /* A run of bytes: one token when valid UTF-8, else one U+FFFD per byte (as Hugging Face).
- * last_hold: the run ends the text and may wait for the rest of its last character. */
+ * last_hold: the run ends the text and may wait for the rest of its last character; such a
+ * tail is held back (not turned into U+FFFD), valid run or not. */
 static int flush_run(tx_buf *run, toklist *out, int last_hold, int *held)
 {
     if (!run->n)
@@ -107,14 +109,16 @@ static int flush_run(tx_buf *run, toklist *out, int last_hold, int *held)
     int rc = 0;
     if (tail < 0) {
         rc = -1;
-    } else if (text.n + (size_t)tail == run->n) { /* valid, but for a held tail */
+    } else if (text.n + (size_t)tail == run->n && (text.n == 0 ||
+               memcmp(text.p, run->p, text.n) == 0)) { /* valid, but for a held tail (a
+                                                          * U+FFFD can replace 3 bytes) */
         rc = tl_push(out, run->p, run->n - (size_t)tail);
-        if (tail > 0)
-            *held = 1;
     } else {
-        for (size_t k = 0; k < run->n && rc == 0; k++)
+        for (size_t k = 0; k + (size_t)tail < run->n && rc == 0; k++)
             rc = tl_push(out, "\xEF\xBF\xBD", 3);
     }
+    if (tail > 0)
+        *held = 1;
     tx_buf_free(&text);
     run->n = 0;
     return rc;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "text/tx_load.h"
+#include "text/tx_utf8.h"
 
 /* GPT-2's split regex: ByteLevel's use_regex, and the vocab.json + merges.txt tokenizer. */
 static const char gpt2_regex[] =
@@ -57,6 +58,14 @@ static pe_status parse_json(const char *path, cJSON **out, pe_err *err)
     pe_status s = read_file(path, &text, &len, err);
     if (s != PE_OK)
         return s;
+    /* JSON is UTF-8, and the tokenizer's strings (patterns, replacements, tokens) must be:
+     * cJSON does not check it */
+    for (size_t i = 0, k; i < len; i += k)
+        if ((k = tx_utf8_valid_len((const unsigned char *)text, len, i)) == 0) {
+            free(text);
+            return pe_fail(err, PE_EFORMAT, "%s is not UTF-8 (an invalid byte at offset %zu); "
+                           "use the file as Hugging Face wrote it", path, i);
+        }
     const char *end = NULL;
     *out = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*out) {
@@ -276,6 +285,10 @@ pe_status tx_set_token(pe_tokenizer *t, const char *s, size_t len, int32_t id, t
 {
     if (id < 0)
         return pe_fail(c->err, PE_EFORMAT, "%s: token id %d is negative", c->file, (int)id);
+    if (id > TX_MAX_TOKEN_ID) /* the tables are as long as the largest id */
+        return pe_fail(c->err, PE_EFORMAT, "%s: token id %d (\"%.*s\") is beyond %d; "
+                       "vocabularies are numbered from 0 without large gaps", c->file,
+                       (int)id, len > 40 ? 40 : (int)len, s, TX_MAX_TOKEN_ID);
     if ((size_t)id >= t->tokens_cap) {
         size_t cap = t->tokens_cap ? t->tokens_cap : 1024;
         while (cap <= (size_t)id)

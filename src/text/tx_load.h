@@ -32,7 +32,12 @@ pe_status tx_add_token(pe_tokenizer *t, const char *content, int32_t id, int spe
 /* Builds the tries of the added tokens (after every tx_add_token). */
 pe_status tx_build_tries(pe_tokenizer *t, tx_ctx *c);
 
-/* Sets tokens[id] (growing the id table) and the token -> id map. */
+/* The largest token id a file may give: the id tables are as long as the largest id, and
+ * real vocabularies stay far below (the largest about 262 k). */
+#define TX_MAX_TOKEN_ID ((1 << 24) - 1)
+
+/* Sets tokens[id] (growing the id table) and the token -> id map; PE_EFORMAT for an id
+ * below 0 or beyond TX_MAX_TOKEN_ID. */
 pe_status tx_set_token(pe_tokenizer *t, const char *s, size_t len, int32_t id, tx_ctx *c);
 
 /* A JSON pattern object {"String": s} or {"Regex": r} (what names it). */

@@ -59,7 +59,8 @@ static tx_strmap_slot *find_slot(const tx_strmap *m, const char *key, size_t len
         tx_strmap_slot *s = &m->slots[i];
         if (s->value < 0)
             return s;
-        if (s->hash == h && s->len == len && memcmp(m->arena + s->off, key, len) == 0)
+        if (s->hash == h && s->len == len &&
+            (len == 0 || memcmp(m->arena + s->off, key, len) == 0))
             return s;
     }
 }
@@ -109,7 +110,8 @@ int tx_strmap_put(tx_strmap *m, const char *key, size_t len, int32_t value)
     }
     if (len > UINT32_MAX || m->arena_len > UINT32_MAX - len)
         return -1;
-    memcpy(m->arena + m->arena_len, key, len);
+    if (len) /* an empty key ("" is a token in some vocabularies) copies nothing */
+        memcpy(m->arena + m->arena_len, key, len);
     s->hash = h;
     s->off = (uint32_t)m->arena_len;
     s->len = (uint32_t)len;

@@ -27,10 +27,16 @@ pe_status pe_detokenizer_create(const pe_tokenizer *t, int skip_special, pe_deto
         return PE_EINVAL;
     }
     *out = calloc(1, sizeof **out);
-    if (!*out) {
+    int32_t *ids = malloc(64 * sizeof *ids); /* never NULL: the window is ids + start */
+    if (!*out || !ids) {
+        free(*out);
+        free(ids);
+        *out = NULL;
         pe_set_last_error("out of memory creating a detokenizer");
         return PE_ENOMEM;
     }
+    (*out)->ids = ids;
+    (*out)->cap = 64;
     (*out)->t = t;
     (*out)->skip_special = skip_special;
     return PE_OK;
@@ -53,33 +59,48 @@ static pe_status fail(pe_err *err, pe_status s)
     return s;
 }
 
-/* Releases text past prefix when the window's text extends it; then the window moves up. */
+/* Ids a held character may wait for: a UTF-8 character has at most 4 bytes, so a window
+ * still held after as many new ids holds another character's start (every new byte began
+ * one), and what it has before that is released. */
+#define TX_HOLD_IDS 4
+
+/* Releases what the window's text adds past the released text, then the window moves up.
+ * A held character waits (up to TX_HOLD_IDS ids). A window whose text no longer begins with
+ * the released text (a run of byte tokens that a later byte made invalid, which ByteFallback
+ * then gives as one U+FFFD a byte, as Hugging Face does) restarts after the released ids:
+ * released text is never taken back nor given twice, and each push decodes a short window. */
 static pe_status release(pe_detokenizer *d, int final, const char **text, size_t *len)
 {
     pe_err err = {{0}};
-    int held = 0;
     d->out.n = 0;
-    pe_status s = tx_decode(d->t, d->ids + d->start, d->n - d->start, d->skip_special, !final,
-                            &d->text, &held, &err);
-    if (s != PE_OK)
-        return fail(&err, s);
-    if (!held && d->text.n > d->prefix.n && memcmp(d->text.p, d->prefix.p, d->prefix.n) == 0) {
-        if (tx_buf_add(&d->out, d->text.p + d->prefix.n, d->text.n - d->prefix.n) != 0)
-            return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
-        d->start = d->read;
-        d->read = d->n;
-        s = tx_decode(d->t, d->ids + d->start, d->read - d->start, d->skip_special, 1,
-                      &d->prefix, &held, &err);
+    for (int restarted = 0;; restarted = 1) {
+        int held = 0;
+        pe_status s = tx_decode(d->t, d->ids + d->start, d->n - d->start, d->skip_special,
+                                !final, &d->text, &held, &err);
         if (s != PE_OK)
             return fail(&err, s);
-    } else if (final && d->text.n > 0) {
-        /* the window's text does not extend what was released: release the part after
-         * what they share (a decoder whose rules look at the end of the text) */
-        size_t k = 0;
-        while (k < d->text.n && k < d->prefix.n && d->text.p[k] == d->prefix.p[k])
-            k++;
-        if (tx_buf_add(&d->out, d->text.p + k, d->text.n - k) != 0)
-            return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
+        if (held && d->n - d->read < TX_HOLD_IDS)
+            break;
+        const int begins = d->text.n >= d->prefix.n &&
+                           (d->prefix.n == 0 || memcmp(d->text.p, d->prefix.p, d->prefix.n) == 0);
+        if (begins && d->text.n == d->prefix.n) /* nothing new (a skipped special token):
+                                                 * the window keeps its context */
+            break;
+        if (begins) {
+            if (tx_buf_add(&d->out, d->text.p + d->prefix.n, d->text.n - d->prefix.n) != 0)
+                return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
+            d->start = d->read;
+            d->read = d->n;
+            s = tx_decode(d->t, d->ids + d->start, d->read - d->start, d->skip_special, 1,
+                          &d->prefix, &held, &err);
+            if (s != PE_OK)
+                return fail(&err, s);
+            break;
+        }
+        if (restarted) /* cannot happen: every text begins with the empty one */
+            break;
+        d->start = d->read;
+        d->prefix.n = 0;
     }
     if (final) { /* a new stream starts */
         d->start = d->read = d->n;

@@ -179,6 +179,8 @@ long tx_utf8_lossy(const unsigned char *s, size_t n, tx_buf *out, int hold_tail)
 {
     static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
     size_t i = 0, run = 0; /* valid bytes s[run, i) not yet copied */
+    if (n == 0) /* s may be NULL: no arithmetic on it */
+        return 0;
     while (i < n) {
         if (s[i] < 0x80) {
             i++;
