@@ -489,7 +489,8 @@ static int valid_utf8(const char *s, size_t n)
  * gives the whole invalid run as 5 U+FFFD (Hugging Face's ByteFallback); three D4 (each
  * the start of a character that never comes) stream as the full decode, 3 U+FFFD. Random
  * bytes stream as valid UTF-8, never longer than the full decode. Long invalid runs stream
- * in short windows (before, each push decoded all the run since the last release). */
+ * in short windows (before, each push decoded all the run since the last release), and
+ * skipped special tokens never enter the window. */
 static void test_streaming_never_takes_back_or_repeats_text(void **state)
 {
     (void)state;
@@ -521,6 +522,18 @@ static void test_streaming_never_takes_back_or_repeats_text(void **state)
         for (size_t i = lead ? 0 : 3; i < n; i += 3)
             assert_memory_equal(got + i, "\xEF\xBF\xBD", 3);
     }
+    /* skipped special tokens, many in a row, then words: the decode drops them, and so does
+     * the stream (its window would otherwise grow with each) */
+    for (int i = 0; i < LONG; i++)
+        ids[i] = i < LONG - 2 ? 1 : 7;
+    n = stream_all(t, ids, LONG, got, sizeof got);
+    char *full;
+    size_t flen;
+    assert_int_equal(pe_tokenizer_decode(t, ids, LONG, 1, &full, &flen), PE_OK);
+    assert_int_equal(n, flen);
+    assert_memory_equal(got, full, flen);
+    assert_memory_equal(got, "hi hi", 5);
+    free(full);
     /* whole characters: the stream is the full decode */
     static const char *const chars[] = {"a", "\xC3\xA9", "\xE2\x82\xAC", "\xEC\xA7\xA7",
                                         "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF"};

@@ -133,6 +133,8 @@ pe_status pe_detokenizer_push(pe_detokenizer *d, int32_t id, const char **text, 
                                   "ids); push ids this tokenizer made", (int)id,
                                   t->vocab_size));
     }
+    if (d->skip_special && t->is_special[id]) /* the decode drops it: so can the window */
+        return PE_OK;
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 64;
         int32_t *p = realloc(d->ids, cap * sizeof *p);
