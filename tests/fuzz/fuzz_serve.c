@@ -1,0 +1,63 @@
+/* fuzz_serve.c: fuzzes pengine serve's request parsing (apps/serve_parse.c, with the chat
+ * templates of apps/chat_template.c) with a real tokenizer (TOKENIZER, a Qwen-style
+ * tokenizer.json with <|im_end|>). The input's first byte picks the route and the server
+ * (bit 0: /v1/chat/completions, else /v1/completions; bit 1: a context of 64, else 4096;
+ * bit 2: the llama2 (bit 3) or llama3 template instead of chatml; bits 4 and 5 both: no
+ * template); the rest is the body, in a buffer of exactly its size. Checks that an accepted
+ * request has a prompt of ids in the vocabulary that, with max_tokens >= 1, fits the context,
+ * and at most PE_MAX_STOP stop ids. Exits 77 (a skip) when TOKENIZER is unset or missing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuzz_util.h"
+#include "serve.h"
+
+static serve_server g_srv;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    const char *path = getenv("TOKENIZER");
+    if (!path || access(path, R_OK) != 0) {
+        fprintf(stderr, "skipped: TOKENIZER (%s) is not a readable tokenizer.json\n",
+                path ? path : "unset");
+        exit(77);
+    }
+    if (pe_tokenizer_load(path, &g_srv.tk) != PE_OK) {
+        fprintf(stderr, "fuzz_serve: %s: %s\n", path, pe_last_error());
+        abort();
+    }
+    g_srv.m.vocab = (int)pe_tokenizer_vocab_size(g_srv.tk);
+    g_srv.chat_end_id = pe_tokenizer_token_id(g_srv.tk, "<|im_end|>");
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    int flags = data[0];
+    g_srv.m.context = (flags & 2) ? 64 : 4096;
+    g_srv.chat = cli_chat_template_named((flags & 4) ? ((flags & 8) ? "llama2" : "llama3")
+                                                      : "chatml");
+    if ((flags & 0x30) == 0x30)
+        g_srv.chat = NULL;
+    size_t len = size - 1;
+    char *body = malloc(len ? len : 1);
+    memcpy(body, data + 1, len);
+    serve_job j;
+    char msg[512];
+    if (serve_parse(&g_srv, flags & 1, body, len, &j, msg, sizeof msg) == 0) {
+        if (j.prompt_len == 0 || j.max_tokens < 1 || j.nstop_ids > PE_MAX_STOP)
+            abort();
+        for (size_t i = 0; i < j.prompt_len; i++)
+            if (j.prompt[i] < 0 || j.prompt[i] >= g_srv.m.vocab)
+                abort();
+        if ((long)j.prompt_len + j.max_tokens > g_srv.m.context)
+            abort();
+        serve_job_free(&j);
+    }
+    free(body);
+    return 0;
+}
