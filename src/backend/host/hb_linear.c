@@ -227,7 +227,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
          * its quarters; AVX-512 at 3-8: the same 4 streams by every row of x; AVX2 at 3-8:
          * one stream), so pieces of N / (HB_GEMV_PIECES x threads) rows let the streams run
          * long (decode steps of 3-8 sequences up to 19% faster than in pieces of 64 rows:
-         * docs/architecture.md); beyond, passes of 8 rows of x re-read a piece, from the
+         * docs/architecture.md); beyond, further passes of x re-read a piece, from the
          * caches while it is 64 rows */
         if (M <= HB_GEMV_LONG_M) {
             size_t pieces = (size_t)HB_GEMV_PIECES * (size_t)hb_compute_threads(dev);
