@@ -136,6 +136,8 @@ typedef struct serve_job {
     int include_usage;         /* "stream_options": {"include_usage": true} */
     int return_ids;            /* "return_token_ids": true (extension, as vLLM's) */
     int ignore_eos;            /* "ignore_eos": true (extension, as vLLM's): eos ends nothing */
+    int logprobs;              /* -1: none; else each token's log-probability and this many
+                                * of the most likely ("logprobs"; a chat's "top_logprobs") */
     int32_t *prompt;           /* (prompt_len) ids, with the tokenizer's BOS (malloc'ed) */
     size_t prompt_len;
     int max_tokens;
@@ -155,10 +157,20 @@ void serve_job_free(serve_job *j);
 
 /* ---- sequences (serve_seq.c) ------------------------------------------------------------ */
 
+/* A token's log-probability and the most likely tokens' at its place (a request with
+ * logprobs). */
+typedef struct serve_logprobs {
+    float logprob;
+    int ntop;                  /* entries of top and top_logprob, most likely first */
+    int32_t top[PE_MAX_LOGPROBS];
+    float top_logprob[PE_MAX_LOGPROBS];
+} serve_logprobs;
+
 typedef struct serve_ev {
     int32_t token;             /* -1: no token (CANCELLED, ERROR) */
     pe_finish finish;
     pe_status status;
+    serve_logprobs lp;         /* the job asked for logprobs */
 } serve_ev;
 
 typedef struct serve_seq serve_seq;

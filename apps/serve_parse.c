@@ -98,6 +98,34 @@ static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t m
     return 0;
 }
 
+/* Log-probabilities. A completion's "logprobs": an integer 0..PE_MAX_LOGPROBS, the most
+ * likely tokens to list beside each chosen one's. A chat's "logprobs": true, with
+ * "top_logprobs" 0..PE_MAX_LOGPROBS (which needs "logprobs": true, as OpenAI's). */
+static unsigned parse_logprobs(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
+{
+    j->logprobs = -1;
+    double k = -1;
+    int given = 0;
+    unsigned st;
+    if (!j->chat) {
+        st = get_int(o, "logprobs", 0, PE_MAX_LOGPROBS, &k, &given, msg, msg_len);
+        if (!st && given)
+            j->logprobs = (int)k;
+        return st;
+    }
+    int on = 0;
+    st = get_bool(o, "logprobs", &on, msg, msg_len);
+    if (!st)
+        st = get_int(o, "top_logprobs", 0, PE_MAX_LOGPROBS, &k, &given, msg, msg_len);
+    if (st)
+        return st;
+    if (given && !on)
+        return BAD("'top_logprobs' needs \"logprobs\": true");
+    if (on)
+        j->logprobs = given ? (int)k : 0;
+    return 0;
+}
+
 /* stop: a string or an array of at most CLI_MAX_STOP_STR strings. A stop string that is one
  * token also becomes a stop id, so the engine ends there without a wasted step. */
 static unsigned parse_stops(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
@@ -291,9 +319,8 @@ static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job 
     return st;
 }
 
-/* A chat's default max_tokens at most: the engine promises a sequence the KV blocks of its
- * prompt and max_tokens when it starts (there is no preemption yet), so a default of the
- * whole context would let few chats run at once. */
+/* A chat's default max_tokens at most: a default of the whole context would let a chat that
+ * never ends hold a slot and its KV blocks for as long as the context lasts. */
 #define SERVE_CHAT_DEFAULT_MAX 1024
 
 /* max_tokens (chat: also max_completion_tokens): the prompt and the tokens must fit the
@@ -344,7 +371,8 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
         return BAD("'stream_options' must be an object");
     if (so && (st = get_bool(so, "include_usage", &j->include_usage, msg, msg_len)))
         return st;
-    if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_stops(s, o, j, msg, msg_len)))
+    if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_logprobs(o, j, msg, msg_len)) ||
+        (st = parse_stops(s, o, j, msg, msg_len)))
         return st;
     st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
     return st ? st : parse_max_tokens(s, o, j, msg, msg_len);

@@ -1,7 +1,8 @@
 /* serve_reply.c: the answer to a completion request, in OpenAI's formats: one JSON object
  * when the sequence has ended, or server-sent events ("data: {chunk}\n\n" ... "data:
- * [DONE]\n\n") as its tokens come. The text grows in whole characters (text_stream.h), and a
- * text stop string ends the answer at once: the sequence is cancelled behind it. */
+ * [DONE]\n\n") as its tokens come; with the tokens' log-probabilities when asked. The text
+ * grows in whole characters (text_stream.h), and a text stop string ends the answer at
+ * once: the sequence is cancelled behind it. */
 #include "serve.h"
 
 #include <stdio.h>
@@ -17,16 +18,24 @@ typedef struct reply_acc {
     cli_text text;
     int ntok;                  /* tokens generated up to the end of the text */
     int32_t *ids;              /* (ntok) */
+    int logprobs;              /* the job's: -1, or the top entries to show per token */
+    serve_logprobs *lps;       /* (ntok) when logprobs >= 0 */
+    long *offsets;             /* (ntok) when logprobs >= 0: the characters of the text
+                                * before each token's */
     int cap;
+    size_t counted;            /* bytes of text whose characters are counted in chars */
+    long chars;
     int ended;                 /* the final event came, or a stop string was found */
     const char *finish;        /* "stop" or "length" once ended without an error */
     pe_status error;           /* the final event's error (finish ERROR) */
 } reply_acc;
 
 /* stops (nstops) must outlive a: the text borrows them. */
-static int acc_init(reply_acc *a, const serve_server *s, char *const *stops, int nstops)
+static int acc_init(reply_acc *a, const serve_server *s, char *const *stops, int nstops,
+                    int logprobs)
 {
     memset(a, 0, sizeof *a);
+    a->logprobs = logprobs;
     return cli_text_init(&a->text, s->tk, (const char *const *)stops, nstops) == PE_OK ? 0 : -1;
 }
 
@@ -34,19 +43,52 @@ static void acc_free(reply_acc *a)
 {
     cli_text_free(&a->text);
     free(a->ids);
+    free(a->lps);
+    free(a->offsets);
 }
 
-static int keep_id(reply_acc *a, int32_t id)
+/* Characters (code points) of the text so far: where the next token's text starts. */
+static long text_chars(reply_acc *a)
 {
-    if (a->ntok == a->cap) {
-        int cap = a->cap ? 2 * a->cap : 64;
-        int32_t *p = realloc(a->ids, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        a->ids = p;
-        a->cap = cap;
+    if (a->counted > a->text.len) { /* cut before a stop string: count again */
+        a->counted = 0;
+        a->chars = 0;
     }
-    a->ids[a->ntok++] = id;
+    for (; a->counted < a->text.len; a->counted++)
+        a->chars += ((unsigned char)a->text.text[a->counted] & 0xC0) != 0x80;
+    return a->chars;
+}
+
+static int grow(reply_acc *a)
+{
+    int cap = a->cap ? 2 * a->cap : 64;
+    int32_t *ids = realloc(a->ids, (size_t)cap * sizeof *ids);
+    if (!ids)
+        return -1;
+    a->ids = ids;
+    if (a->logprobs >= 0) {
+        serve_logprobs *lps = realloc(a->lps, (size_t)cap * sizeof *lps);
+        if (lps)
+            a->lps = lps;
+        long *offsets = realloc(a->offsets, (size_t)cap * sizeof *offsets);
+        if (offsets)
+            a->offsets = offsets;
+        if (!lps || !offsets)
+            return -1;
+    }
+    a->cap = cap;
+    return 0;
+}
+
+static int keep_token(reply_acc *a, const serve_ev *ev)
+{
+    if (a->ntok == a->cap && grow(a) != 0)
+        return -1;
+    if (a->logprobs >= 0) {
+        a->lps[a->ntok] = ev->lp;
+        a->offsets[a->ntok] = text_chars(a);
+    }
+    a->ids[a->ntok++] = ev->token;
     return 0;
 }
 
@@ -56,7 +98,7 @@ static void acc_take(reply_acc *a, serve_seq *q)
     serve_ev ev;
     serve_seq_next(q, &ev);
     pe_status st = PE_OK;
-    if (ev.token >= 0 && keep_id(a, ev.token) == 0)
+    if (ev.token >= 0 && keep_token(a, &ev) == 0)
         st = cli_text_push(&a->text, ev.token);
     else if (ev.token >= 0)
         st = PE_ENOMEM;
@@ -116,10 +158,124 @@ static void add_ids(cJSON *choice, const int32_t *ids, int n)
         cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[k]));
 }
 
-/* A choice of an answer or chunk: its text (a chunk's chat text goes in "delta"), and the
- * finish reason or null. */
+/* ---- logprobs ------------------------------------------------------------------------------ */
+
+/* Token id's text alone (malloc'ed; NULL when out of memory): the decode of the one id,
+ * special tokens shown; part of a character reads U+FFFD (its bytes say which). "" for an
+ * id the tokenizer lacks (a vocabulary padded past it). */
+static char *token_text(const serve_server *s, int32_t id)
+{
+    char *t = NULL;
+    size_t n;
+    if (pe_tokenizer_decode(s->tk, &id, 1, 0, &t, &n) == PE_OK)
+        return t;
+    free(t);
+    return strdup("");
+}
+
+/* o[name], or the array o's next item when name is NULL: token id's text. */
+static void add_token_text(cJSON *o, const char *name, const serve_server *s, int32_t id)
+{
+    char *t = token_text(s, id);
+    cJSON *v = cJSON_CreateString(t ? t : "");
+    free(t);
+    if (name)
+        cJSON_AddItemToObject(o, name, v);
+    else
+        cJSON_AddItemToArray(o, v);
+}
+
+/* {"token", "logprob", "bytes"}: one token of a chat's logprobs; bytes as they are, which
+ * need not be a whole character. */
+static cJSON *chat_entry(const serve_server *s, int32_t id, float logprob)
+{
+    cJSON *e = cJSON_CreateObject();
+    add_token_text(e, "token", s, id);
+    cJSON_AddNumberToObject(e, "logprob", logprob);
+    cJSON *b = cJSON_AddArrayToObject(e, "bytes");
+    char *bytes = NULL;
+    size_t n = 0;
+    if (pe_tokenizer_token_bytes(s->tk, id, &bytes, &n) == PE_OK)
+        for (size_t k = 0; k < n; k++)
+            cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)bytes[k]));
+    free(bytes);
+    return e;
+}
+
+/* The top entries of token k to show: as many as asked, as many as the engine gave. */
+static int top_count(const reply_acc *a, int k)
+{
+    return a->lps[k].ntop < a->logprobs ? a->lps[k].ntop : a->logprobs;
+}
+
+/* A chat's logprobs of tokens [from, to): {"content": [{token, logprob, bytes,
+ * top_logprobs: [{token, logprob, bytes}]}]}, as OpenAI's. */
+static cJSON *chat_logprobs(const serve_server *s, const reply_acc *a, int from, int to)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *content = cJSON_AddArrayToObject(o, "content");
+    for (int k = from; k < to; k++) {
+        const serve_logprobs *l = &a->lps[k];
+        cJSON *e = chat_entry(s, a->ids[k], l->logprob);
+        cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int j = 0; j < top_count(a, k); j++)
+            cJSON_AddItemToArray(top, chat_entry(s, l->top[j], l->top_logprob[j]));
+        cJSON_AddItemToArray(content, e);
+    }
+    return o;
+}
+
+/* d[token id's text] = logprob, unless the text is there already (two ids can read the
+ * same, e.g. U+FFFD): the more likely one's stays. */
+static void add_top(cJSON *d, const serve_server *s, int32_t id, float logprob)
+{
+    char *t = token_text(s, id);
+    if (t && !cJSON_GetObjectItemCaseSensitive(d, t))
+        cJSON_AddNumberToObject(d, t, logprob);
+    free(t);
+}
+
+/* A completion's logprobs of tokens [from, to), as OpenAI's legacy ones: {"tokens",
+ * "token_logprobs", "top_logprobs" (per token {text: logprob} of the most likely, and of
+ * the chosen token, so up to logprobs + 1), "text_offset" (characters before the token's
+ * text in the whole answer)}. */
+static cJSON *completion_logprobs(const serve_server *s, const reply_acc *a, int from, int to)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offsets = cJSON_AddArrayToObject(o, "text_offset");
+    for (int k = from; k < to; k++) {
+        const serve_logprobs *l = &a->lps[k];
+        add_token_text(tokens, NULL, s, a->ids[k]);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(l->logprob));
+        cJSON *d = cJSON_CreateObject();
+        for (int j = 0; j < top_count(a, k); j++)
+            add_top(d, s, l->top[j], l->top_logprob[j]);
+        add_top(d, s, a->ids[k], l->logprob);
+        cJSON_AddItemToArray(tops, d);
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)a->offsets[k]));
+    }
+    return o;
+}
+
+/* The logprobs of tokens [from, to) for the answer or chunk, or NULL (null): none asked
+ * for, or no token. */
+static cJSON *logprobs_json(const serve_server *s, const reply_acc *a, int chat, int from,
+                            int to)
+{
+    if (a->logprobs < 0 || from >= to)
+        return NULL;
+    return chat ? chat_logprobs(s, a, from, to) : completion_logprobs(s, a, from, to);
+}
+
+/* ---- answers and chunks -------------------------------------------------------------------- */
+
+/* A choice of an answer or chunk: its text (a chunk's chat text goes in "delta"), its
+ * logprobs (taken; NULL: null), and the finish reason or null. */
 static cJSON *choice_json(const serve_reply_head *h, int chunk, const char *text, size_t len,
-                          const char *finish, int role)
+                          cJSON *logprobs, const char *finish, int role)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
@@ -134,7 +290,10 @@ static cJSON *choice_json(const serve_reply_head *h, int chunk, const char *text
             cJSON_AddStringToObject(m, "content", t ? t : "");
     }
     free(t);
-    cJSON_AddNullToObject(c, "logprobs");
+    if (logprobs)
+        cJSON_AddItemToObject(c, "logprobs", logprobs);
+    else
+        cJSON_AddNullToObject(c, "logprobs");
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -158,7 +317,7 @@ static char *error_text(pe_status st)
 char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsigned *status)
 {
     reply_acc a;
-    if (acc_init(&a, s, j->stops, j->nstops)) {
+    if (acc_init(&a, s, j->stops, j->nstops, j->logprobs)) {
         serve_seq_close(q);
         *status = 500;
         return serve_error_json(500, "out of memory for the answer");
@@ -174,7 +333,8 @@ char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsig
         serve_reply_head h;
         head_init(&h, s, j);
         cJSON *o = head_json(&h, 0);
-        cJSON *c = choice_json(&h, 0, a.text.text, a.text.len, a.finish, 0);
+        cJSON *c = choice_json(&h, 0, a.text.text, a.text.len,
+                               logprobs_json(s, &a, j->chat, 0, a.ntok), a.finish, 0);
         if (j->return_ids)
             add_ids(c, a.ids, a.ntok);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
@@ -198,7 +358,7 @@ struct serve_stream {
     int include_usage, return_ids;
     char *stops[CLI_MAX_STOP_STR]; /* copies: the job is gone when the stream runs */
     int nstops;
-    int ids_sent;              /* token ids already in a chunk */
+    int ids_sent;              /* tokens already in a chunk (their ids, their logprobs) */
     char *out;                 /* (out_len) bytes to send, from out_pos */
     size_t out_len, out_pos, out_cap;
     int last;                  /* out holds the end: [DONE] */
@@ -235,16 +395,17 @@ static void emit_json(serve_stream *st, cJSON *o)
     free(text);
 }
 
-/* A chunk of the new text (and ids), with the finish reason when it is the last. */
+/* A chunk of the new text (and the new tokens' ids and logprobs), with the finish reason
+ * when it is the last. */
 static void emit_chunk(serve_stream *st, const char *text, size_t len, const char *finish,
                        int role)
 {
     cJSON *o = head_json(&st->h, 1);
-    cJSON *c = choice_json(&st->h, 1, text, len, finish, role);
-    if (st->return_ids) {
+    cJSON *lp = logprobs_json(st->s, &st->a, st->h.chat, st->ids_sent, st->a.ntok);
+    cJSON *c = choice_json(&st->h, 1, text, len, lp, finish, role);
+    if (st->return_ids)
         add_ids(c, st->a.ids + st->ids_sent, st->a.ntok - st->ids_sent);
-        st->ids_sent = st->a.ntok;
-    }
+    st->ids_sent = st->a.ntok;
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     emit_json(st, o);
 }
@@ -273,7 +434,7 @@ static void step(serve_stream *st)
     const char *text;
     size_t n;
     cli_text_take(&st->a.text, &text, &n);
-    int new_ids = st->return_ids && st->a.ntok > st->ids_sent;
+    int new_ids = (st->return_ids || st->a.logprobs >= 0) && st->a.ntok > st->ids_sent;
     if (st->a.ended && st->a.error == PE_OK)
         emit_chunk(st, text, n, st->a.finish, 0);
     else if (n || new_ids)
@@ -288,7 +449,7 @@ serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_
     int ok = st != NULL;
     for (int k = 0; ok && k < j->nstops; k++)
         ok = (st->stops[st->nstops++] = strdup(j->stops[k])) != NULL;
-    if (!ok || acc_init(&st->a, s, st->stops, st->nstops)) {
+    if (!ok || acc_init(&st->a, s, st->stops, st->nstops, j->logprobs)) {
         for (int k = 0; st && k < st->nstops; k++)
             free(st->stops[k]);
         free(st);

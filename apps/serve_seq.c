@@ -93,12 +93,17 @@ static void deliver(serve_server *s, const pe_token_event *ev)
             q->cap = cap;
         }
     }
-    serve_ev e = {ev->token, ev->finish, ev->status};
+    serve_ev e = {.token = ev->token, .finish = ev->finish, .status = ev->status,
+                  .lp = {.logprob = ev->logprob, .ntop = ev->nlogprobs}};
+    const size_t ntop = (size_t)ev->nlogprobs;
+    memcpy(e.lp.top, ev->top_tokens, ntop * sizeof *e.lp.top);
+    memcpy(e.lp.top_logprob, ev->top_logprobs, ntop * sizeof *e.lp.top_logprob);
     if (q->n < q->cap) {
         q->q[(q->head + q->n++) % q->cap] = e;
     } else if (ev->finish != PE_FINISH_NONE && q->n > 0) {
         /* no room for the final event: it replaces the newest token, as an error */
-        q->q[(q->head + q->n - 1) % q->cap] = (serve_ev){-1, PE_FINISH_ERROR, PE_ENOMEM};
+        q->q[(q->head + q->n - 1) % q->cap] = (serve_ev){
+            .token = -1, .finish = PE_FINISH_ERROR, .status = PE_ENOMEM};
     }
     if (ev->finish != PE_FINISH_NONE)
         q->ended = 1;
@@ -234,6 +239,8 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     p.stop = j->nstop_ids ? j->stop_ids : NULL;
     p.nstop = j->nstop_ids;
     p.ignore_eos = j->ignore_eos;
+    /* the engine gives the token's own log-probability with its top list: at least 1 */
+    p.logprobs = j->logprobs < 0 ? 0 : j->logprobs > 0 ? j->logprobs : 1;
     p.user = q;
     q->t_submit = cli_now_ms();
     /* counted first: the pump must be awake for the events of the submit */

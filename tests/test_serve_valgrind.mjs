@@ -32,11 +32,13 @@ try {
     const whole = await (await post('/v1/completions', { prompt: 'Hello', max_tokens: 4,
                                                           temperature: 0 })).json();
     check(whole.usage.completion_tokens === 4, `a whole completion: ${JSON.stringify(whole)}`);
-    check(await stream({ prompt: 'Hello', max_tokens: 4, temperature: 0 }) >= 2,
-          'a stream: chunks and [DONE]');
+    check(await stream({ prompt: 'Hello', max_tokens: 4, temperature: 0, logprobs: 2 }) >= 2,
+          'a stream with logprobs: chunks and [DONE]');
     const chat = await (await post('/v1/chat/completions', {
-        messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3, temperature: 0 })).json();
-    check(chat.choices[0].message.role === 'assistant', `a chat: ${JSON.stringify(chat)}`);
+        messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3, temperature: 0,
+        logprobs: true, top_logprobs: 2 })).json();
+    check(chat.choices[0].message.role === 'assistant' &&
+          chat.choices[0].logprobs.content.length === 3, `a chat: ${JSON.stringify(chat)}`);
     // 4 at once on a pool of 8 blocks: some are preempted
     await Promise.all([0, 1, 2, 3].map((i) => stream({
         prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));

@@ -609,6 +609,43 @@ static void test_vocabulary_lookups_and_bad_ids(void **state)
     pe_tokenizer_free(t);
 }
 
+/* token_bytes(id) must be exactly want (n bytes). */
+static void expect_token_bytes(const pe_tokenizer *t, int32_t id, const char *want, size_t n)
+{
+    char *b = NULL;
+    size_t len = 0;
+    assert_int_equal(pe_tokenizer_token_bytes(t, id, &b, &len), PE_OK);
+    assert_int_equal(len, n);
+    assert_memory_equal(b, want, n);
+    assert_int_equal(b[len], '\0');
+    free(b);
+}
+
+/* A token's bytes alone are decode([id]) but for the bytes of a partial character, which
+ * come as they are (decode gives U+FFFD). */
+static void test_token_bytes_give_a_partial_character_as_its_bytes(void **state)
+{
+    (void)state;
+    pe_tokenizer *t = must_load(g_spm);
+    expect_token_bytes(t, 7, "hi", 2);              /* ▁hi: the first token drops its space */
+    expect_token_bytes(t, 8, "\xF0", 1);            /* <0xF0>: decode gives U+FFFD */
+    expect_decode(t, (const int32_t[]){8}, 1, 0, "\xEF\xBF\xBD");
+    expect_token_bytes(t, 2, "</s>", 4);            /* special tokens are shown */
+    char *b = (char *)1;
+    size_t len = 1;
+    assert_int_equal(pe_tokenizer_token_bytes(t, 12, &b, &len), PE_EINVAL);
+    assert_null(b);
+    assert_int_equal(len, 0);
+    assert_non_null(strstr(pe_last_error(), "12"));
+    assert_int_equal(pe_tokenizer_token_bytes(t, 7, NULL, &len), PE_EINVAL);
+    pe_tokenizer_free(t);
+    /* byte level: the symbols of E6 97 (part of 日) and of "1" */
+    t = bytelevel_tok("\\\\p{N}{1,3}", NULL);
+    expect_token_bytes(t, 0xE6, "\xE6", 1);
+    expect_token_bytes(t, 49, "1", 1);
+    pe_tokenizer_free(t);
+}
+
 /* ---- GPT-2's vocab.json + merges.txt ------------------------------------------------------------ */
 
 static void test_vocab_json_and_merges_txt_load_as_gpt2(void **state)
@@ -771,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_streaming_holds_a_character_until_its_last_byte),
         cmocka_unit_test(test_streaming_never_takes_back_or_repeats_text),
         cmocka_unit_test(test_vocabulary_lookups_and_bad_ids),
+        cmocka_unit_test(test_token_bytes_give_a_partial_character_as_its_bytes),
         cmocka_unit_test(test_vocab_json_and_merges_txt_load_as_gpt2),
         cmocka_unit_test(test_unsupported_or_malformed_files_fail_naming_the_part),
         cmocka_unit_test(test_threads_share_one_tokenizer),

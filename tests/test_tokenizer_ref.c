@@ -9,6 +9,7 @@
  *     it (with the reason), and then the decode must really differ from s;
  *   - the streaming detokenizer, fed one id at a time, releases only whole characters and
  *     ends with exactly the decode.
+ * And every id's bytes alone equal its decode, or are part of a character.
  *
  * argv[1]: tests/tokenizer (the corpus, reference.js and node_modules). Exits 77 (a skip
  * for ctest) when the npm packages are not installed there: scripts/test.sh installs them. */
@@ -294,6 +295,47 @@ static void test_streaming_releases_whole_characters_and_ends_with_the_decode(vo
     assert_int_equal(bad, 0);
 }
 
+/* Every id's bytes alone (pe_tokenizer_token_bytes): the decode of the id where they are
+ * UTF-8; the tokens of single bytes >= 0x80 are those bytes (decode gives U+FFFD). */
+static void test_token_bytes_are_the_decode_or_a_characters_part(void **state)
+{
+    (void)state;
+    for (int k = 0; k < NTOK; k++) {
+        const pe_tokenizer *t = g_tok[k];
+        size_t partial = 0, vocab = pe_tokenizer_vocab_size(t);
+        for (int32_t id = 0; (size_t)id < vocab; id++) {
+            char *b, *d;
+            size_t n, dn;
+            assert_int_equal(pe_tokenizer_token_bytes(t, id, &b, &n), PE_OK);
+            if (!valid_utf8(b, n)) {
+                partial++;
+            } else {
+                assert_int_equal(pe_tokenizer_decode(t, &id, 1, 0, &d, &dn), PE_OK);
+                if (dn != n || memcmp(d, b, n) != 0)
+                    fail_msg("%s: id %d: bytes \"%s\", decode \"%s\"", g_names[k], id, b, d);
+                free(d);
+            }
+            free(b);
+        }
+        /* byte E2 (the first of a 3-byte character): Llama 2's <0xE2>, and the byte-level
+         * symbol U+00E2 of the others */
+        int32_t e2 = pe_tokenizer_token_id(t, k == 2 ? "<0xE2>" : "\xC3\xA2");
+        char *b;
+        size_t n;
+        assert_true(e2 >= 0);
+        assert_int_equal(pe_tokenizer_token_bytes(t, e2, &b, &n), PE_OK);
+        assert_int_equal(n, 1);
+        assert_int_equal((unsigned char)b[0], 0xE2);
+        free(b);
+        print_message("%s: %zu of %zu tokens are part of a character\n", g_names[k], partial,
+                      vocab);
+        if (k == 2) /* <0x80> .. <0xFF> */
+            assert_int_equal(partial, 128);
+        else
+            assert_true(partial >= 128);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -313,6 +355,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_encode_equals_reference_ids),
         cmocka_unit_test(test_decode_equals_reference_and_round_trips),
         cmocka_unit_test(test_streaming_releases_whole_characters_and_ends_with_the_decode),
+        cmocka_unit_test(test_token_bytes_are_the_decode_or_a_characters_part),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

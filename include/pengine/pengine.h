@@ -360,6 +360,13 @@ pe_status pe_tokenizer_encode(const pe_tokenizer *t, const char *text, size_t le
  * special tokens out. An id >= vocab is PE_EINVAL. */
 pe_status pe_tokenizer_decode(const pe_tokenizer *t, const int32_t *ids, size_t n,
                               int skip_special, char **text, size_t *len);
+/* The bytes token id stands for alone, special or not: pe_tokenizer_decode of the one id,
+ * except that the bytes of a byte-level or byte-fallback token holding part of a character
+ * are given as they are, not as U+FFFD (so they need not be valid UTF-8). As OpenAI's
+ * logprobs "bytes". *bytes is malloc'ed (free() it; NUL-terminated), *len bytes long. An id
+ * >= vocab is PE_EINVAL. */
+pe_status pe_tokenizer_token_bytes(const pe_tokenizer *t, int32_t id, char **bytes,
+                                   size_t *len);
 /* Ids in the vocabulary, added tokens included. */
 size_t pe_tokenizer_vocab_size(const pe_tokenizer *t);
 /* The id of a token's string (as in the vocabulary, e.g. "<|endoftext|>"), or -1. */

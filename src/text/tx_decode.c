@@ -52,7 +52,7 @@ static void tl_free(toklist *l)
 
 /* ---- ByteLevel: every token's characters back to bytes, then the bytes as text ----------------- */
 
-static int bytelevel(const toklist *in, toklist *out, int hold_tail, int *held)
+static int bytelevel(const toklist *in, toklist *out, tx_bytes_mode mode, int *held)
 {
     tx_buf bytes = {0}, text = {0};
     int rc = 0;
@@ -69,8 +69,13 @@ static int bytelevel(const toklist *in, toklist *out, int hold_tail, int *held)
             rc = tx_buf_add(&bytes, s, n);
         }
     }
+    if (mode == TX_BYTES_RAW) {
+        rc = rc == 0 ? tl_push(out, bytes.p, bytes.n) : -1;
+        tx_buf_free(&bytes);
+        return rc;
+    }
     long tail = rc == 0 ? tx_utf8_lossy((const unsigned char *)bytes.p, bytes.n, &text,
-                                        hold_tail) : -1;
+                                        mode == TX_BYTES_HOLD) : -1;
     if (tail > 0)
         *held = 1;
     rc = tail < 0 ? -1 : tl_push(out, text.p, text.n);
@@ -97,13 +102,19 @@ static int hex_byte(const char *s, size_t n)
     return v;
 }
 
-/* A run of bytes: one token when valid UTF-8, else one U+FFFD per byte (as Hugging Face).
- * last_hold: the run ends the text and may wait for the rest of its last character; such a
- * tail is held back (not turned into U+FFFD), valid run or not. */
-static int flush_run(tx_buf *run, toklist *out, int last_hold, int *held)
+/* A run of bytes: one token when valid UTF-8, else one U+FFFD per byte (as Hugging Face);
+ * with raw, the bytes as they are. last_hold: the run ends the text and may wait for the
+ * rest of its last character; such a tail is held back (not turned into U+FFFD), valid run
+ * or not. */
+static int flush_run(tx_buf *run, toklist *out, int raw, int last_hold, int *held)
 {
     if (!run->n)
         return 0;
+    if (raw) {
+        int rc = tl_push(out, run->p, run->n);
+        run->n = 0;
+        return rc;
+    }
     tx_buf text = {0};
     long tail = tx_utf8_lossy((const unsigned char *)run->p, run->n, &text, last_hold);
     int rc = 0;
@@ -124,8 +135,9 @@ static int flush_run(tx_buf *run, toklist *out, int last_hold, int *held)
     return rc;
 }
 
-static int bytefallback(const toklist *in, toklist *out, int hold_tail, int *held)
+static int bytefallback(const toklist *in, toklist *out, tx_bytes_mode mode, int *held)
 {
+    const int raw = mode == TX_BYTES_RAW;
     tx_buf run = {0};
     int rc = 0;
     for (size_t i = 0; i < in->n && rc == 0; i++) {
@@ -134,12 +146,12 @@ static int bytefallback(const toklist *in, toklist *out, int hold_tail, int *hel
             rc = tx_buf_addc(&run, (char)b);
             continue;
         }
-        rc = flush_run(&run, out, 0, held);
+        rc = flush_run(&run, out, raw, 0, held);
         if (rc == 0)
             rc = tl_push(out, TOK(in, i), in->len[i]);
     }
     if (rc == 0)
-        rc = flush_run(&run, out, hold_tail, held);
+        rc = flush_run(&run, out, raw, mode == TX_BYTES_HOLD, held);
     tx_buf_free(&run);
     return rc;
 }
@@ -170,6 +182,16 @@ static int metaspace(const tx_dec *d, const toklist *in, toklist *out)
     return 0;
 }
 
+static int valid_utf8(const char *s, size_t n)
+{
+    size_t k = 0, c;
+    while (k < n && (c = tx_utf8_valid_len((const unsigned char *)s, n, k)) != 0)
+        k += c;
+    return k == n;
+}
+
+/* A regex never sees bytes that are not UTF-8 (TX_BYTES_RAW after a byte step): such a
+ * token is left as it is. */
 static int replace(const tx_dec *d, const toklist *in, toklist *out, tx_region **r)
 {
     if (d->pattern.regex && !*r && !(*r = tx_region_new()))
@@ -178,6 +200,10 @@ static int replace(const tx_dec *d, const toklist *in, toklist *out, tx_region *
     int rc = 0;
     for (size_t i = 0; i < in->n && rc == 0; i++) {
         tmp.n = 0;
+        if (d->pattern.regex && !valid_utf8(TOK(in, i), in->len[i])) {
+            rc = tl_push(out, TOK(in, i), in->len[i]);
+            continue;
+        }
         rc = tx_replace(&d->pattern, d->content, d->content_len, TOK(in, i), in->len[i], *r,
                         &tmp);
         if (rc == 0)
@@ -216,12 +242,12 @@ static int strip(const tx_dec *d, const toklist *in, toklist *out)
 
 /* ---- the chain ---------------------------------------------------------------------------------- */
 
-static int run_step(const tx_dec *d, const toklist *in, toklist *out, int hold_tail, int *held,
-                    tx_region **r)
+static int run_step(const tx_dec *d, const toklist *in, toklist *out, tx_bytes_mode mode,
+                    int *held, tx_region **r)
 {
     switch (d->kind) {
-    case TX_DEC_BYTELEVEL: return bytelevel(in, out, hold_tail, held);
-    case TX_DEC_BYTEFALLBACK: return bytefallback(in, out, hold_tail, held);
+    case TX_DEC_BYTELEVEL: return bytelevel(in, out, mode, held);
+    case TX_DEC_BYTEFALLBACK: return bytefallback(in, out, mode, held);
     case TX_DEC_METASPACE: return metaspace(d, in, out);
     case TX_DEC_REPLACE: return replace(d, in, out, r);
     case TX_DEC_FUSE: return fuse(in, out);
@@ -231,7 +257,7 @@ static int run_step(const tx_dec *d, const toklist *in, toklist *out, int hold_t
 }
 
 pe_status tx_decode(const pe_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
-                    int hold_tail, tx_buf *out, int *held, pe_err *err)
+                    tx_bytes_mode mode, tx_buf *out, int *held, pe_err *err)
 {
     *held = 0;
     out->n = 0;
@@ -251,7 +277,7 @@ pe_status tx_decode(const pe_tokenizer *t, const int32_t *ids, size_t n, int ski
     }
     for (int k = 0; k < t->ndec && rc == 0; k++) {
         next->buf.n = next->n = 0;
-        rc = run_step(&t->dec[k], cur, next, hold_tail, held, &r);
+        rc = run_step(&t->dec[k], cur, next, mode, held, &r);
         toklist *tmp = cur;
         cur = next;
         next = tmp;
@@ -290,13 +316,38 @@ pe_status pe_tokenizer_decode(const pe_tokenizer *t, const int32_t *ids, size_t 
     pe_err err = {{0}};
     tx_buf out = {0};
     int held;
-    pe_status s = tx_decode(t, ids, n, skip_special, 0, &out, &held, &err);
+    pe_status s = tx_decode(t, ids, n, skip_special, TX_BYTES_LOSSY, &out, &held, &err);
     if (s != PE_OK) {
         tx_buf_free(&out);
         pe_set_last_error(err.msg);
         return s;
     }
     *text = out.p;
+    *len = out.n;
+    return PE_OK;
+}
+
+pe_status pe_tokenizer_token_bytes(const pe_tokenizer *t, int32_t id, char **bytes, size_t *len)
+{
+    if (bytes)
+        *bytes = NULL;
+    if (len)
+        *len = 0;
+    if (!t || !bytes || !len) {
+        pe_set_last_error("pe_tokenizer_token_bytes: the tokenizer, bytes and len must not be "
+                          "NULL");
+        return PE_EINVAL;
+    }
+    pe_err err = {{0}};
+    tx_buf out = {0};
+    int held;
+    pe_status s = tx_decode(t, &id, 1, 0, TX_BYTES_RAW, &out, &held, &err);
+    if (s != PE_OK) {
+        tx_buf_free(&out);
+        pe_set_last_error(err.msg);
+        return s;
+    }
+    *bytes = out.p;
     *len = out.n;
     return PE_OK;
 }

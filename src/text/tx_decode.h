@@ -6,10 +6,17 @@
 #include "text/tx_internal.h"
 #include "text/tx_utf8.h"
 
-/* out = the text of ids (cleared first; valid UTF-8). With hold_tail, a character whose
- * bytes are not all there yet at the very end is left out and *held is set to 1. PE_EINVAL
+/* What tx_decode makes of the bytes that byte tokens (ByteLevel, ByteFallback) stand for. */
+typedef enum tx_bytes_mode {
+    TX_BYTES_LOSSY = 0, /* text: bytes that are not valid UTF-8 become U+FFFD (as Hugging Face) */
+    TX_BYTES_HOLD,      /* the same, but a character whose bytes are not all there yet at the
+                         * very end is left out (and *held set to 1) */
+    TX_BYTES_RAW        /* the bytes as they are, valid UTF-8 or not */
+} tx_bytes_mode;
+
+/* out = the text of ids (cleared first; valid UTF-8 unless mode is TX_BYTES_RAW). PE_EINVAL
  * (message in err) for an id without a token. */
 pe_status tx_decode(const pe_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
-                    int hold_tail, tx_buf *out, int *held, pe_err *err);
+                    tx_bytes_mode mode, tx_buf *out, int *held, pe_err *err);
 
 #endif

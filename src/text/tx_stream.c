@@ -76,7 +76,8 @@ static pe_status release(pe_detokenizer *d, int final, const char **text, size_t
     for (int restarted = 0;; restarted = 1) {
         int held = 0;
         pe_status s = tx_decode(d->t, d->ids + d->start, d->n - d->start, d->skip_special,
-                                !final, &d->text, &held, &err);
+                                final ? TX_BYTES_LOSSY : TX_BYTES_HOLD, &d->text, &held,
+                                &err);
         if (s != PE_OK)
             return fail(&err, s);
         if (held && d->n - d->read < TX_HOLD_IDS)
@@ -91,8 +92,8 @@ static pe_status release(pe_detokenizer *d, int final, const char **text, size_t
                 return fail(&err, pe_fail(&err, PE_ENOMEM, "out of memory in the detokenizer"));
             d->start = d->read;
             d->read = d->n;
-            s = tx_decode(d->t, d->ids + d->start, d->read - d->start, d->skip_special, 1,
-                          &d->prefix, &held, &err);
+            s = tx_decode(d->t, d->ids + d->start, d->read - d->start, d->skip_special,
+                          TX_BYTES_HOLD, &d->prefix, &held, &err);
             if (s != PE_OK)
                 return fail(&err, s);
             break;

@@ -6,8 +6,9 @@
  * 5, 6: skip special there); the rest is the text. Checks that encode succeeds with every id
  * in range, that the decode of those ids succeeds, that the streamed text is well-formed
  * UTF-8 and never longer in characters than the decode (released text is never repeated),
- * and that out-of-range ids are refused without a sanitizer report. Exits 77 (a skip) when
- * TOKENIZER is unset or names a missing file. */
+ * that out-of-range ids are refused without a sanitizer report, and that a token's bytes
+ * alone (pe_tokenizer_token_bytes), when they are UTF-8, are the decode of its id. Exits 77
+ * (a skip) when TOKENIZER is unset or names a missing file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,23 @@ static size_t stream(const pe_tokenizer *tk, int skip_special, const int32_t *id
     return chars;
 }
 
+/* A token's bytes alone: refused for an id out of range; else, when they are UTF-8, they
+ * are the decode of the one id. */
+static void token_bytes(const pe_tokenizer *tk, int32_t id)
+{
+    char *b = NULL, *text = NULL;
+    size_t n = 0, tn = 0;
+    pe_status st = pe_tokenizer_token_bytes(tk, id, &b, &n);
+    if ((st == PE_OK) != (id >= 0 && (size_t)id < pe_tokenizer_vocab_size(tk)))
+        abort();
+    if (st == PE_OK && fuzz_utf8_valid(b, n) &&
+        (pe_tokenizer_decode(tk, &id, 1, 0, &text, &tn) != PE_OK || tn != n ||
+         memcmp(text, b, n) != 0))
+        abort();
+    free(b);
+    free(text);
+}
+
 static void run(const pe_tokenizer *tk, int flags, const char *text, size_t len)
 {
     size_t vocab = pe_tokenizer_vocab_size(tk);
@@ -108,6 +126,8 @@ static void run(const pe_tokenizer *tk, int flags, const char *text, size_t len)
     }
     if (pe_tokenizer_decode(tk, raw, k, (flags >> 5) & 1, &out, &out_len) == PE_OK)
         free(out);
+    for (size_t i = 0; i < k; i++)
+        token_bytes(tk, raw[i]);
     pe_detokenizer *dt;
     if (pe_detokenizer_create(tk, (flags >> 6) & 1, &dt) == PE_OK) {
         const char *s;
