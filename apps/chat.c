@@ -23,6 +23,7 @@
 #include "chat_template.h"
 #include "generate.h"
 #include "mpi_job.h"
+#include "sampling_flags.h"
 
 typedef struct chat_opts {
     cli_options dev;           /* --model, --gpus, --pp, --tp, --backend, --dtype, ... */
@@ -60,7 +61,6 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
 {
     chat_opts *o = ctx;
     long x = 0;
-    double d = 0;
     int bad = 0;
     const int talk = cli_apply_chat_flag(&o->talk, f, v, msg, len);
     if (talk >= 0) {
@@ -73,21 +73,8 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
             snprintf(msg, len, "--max-tokens %s allows no reply; give a count of at least 1 "
                      "(the default is 256)", v);
         o->max_tokens = (int)x;
-    } else if (!strcmp(f, "--temperature")) {
-        bad = cli_parse_double(f, v, 0.0, 100.0, &d, msg, len);
-        o->sampling.temperature = (float)d;
-    } else if (!strcmp(f, "--top-k")) {
-        bad = cli_parse_long(f, v, 0, 1L << 30, &x, msg, len);
-        o->sampling.top_k = (int)x;
-    } else if (!strcmp(f, "--top-p")) {
-        bad = cli_parse_double(f, v, 0.0, 1.0, &d, msg, len);
-        if (!bad && d <= 0.0) {
-            snprintf(msg, len, "--top-p 0 keeps no token; give a number in (0, 1]");
-            bad = 1;
-        }
-        o->sampling.top_p = (float)d;
-    } else if (!strcmp(f, "--seed")) {
-        bad = cli_parse_u64(f, v, &o->sampling.seed, msg, len);
+    } else if ((bad = cli_apply_sampling_flag(&o->sampling, f, v, msg, len)) >= 0) {
+        /* applied */
     } else {
         bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
     }
@@ -99,7 +86,7 @@ static int parse(int argc, char **argv, chat_opts *o)
 {
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--system", "--max-tokens",
-        "--temperature", "--top-k", "--top-p", "--seed", "--gpus", "--backend", "--dtype",
+        CLI_SAMPLING_FLAGS, "--gpus", "--backend", "--dtype",
         "--threads", "--kv-tokens", "--pp", "--tp"};
     char msg[CLI_MSG_LEN];
     int rc = cli_parse_subcommand(argc, argv, "chat", with_value,
@@ -395,7 +382,7 @@ int cli_chat(int argc, char **argv)
     chat_opts o = {.max_tokens = 256};
     o.talk.model_path = &o.dev.model_path;
     cli_default_options(&o.dev);
-    o.sampling.top_p = 1.0f; /* greedy, as pe_seq_params_init */
+    cli_sampling_init(&o.sampling); /* greedy, as pe_seq_params_init */
     int rc = parse(argc, argv, &o);
     if (rc != CLI_OK)
         return rc < 0 ? CLI_OK : rc;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampling_flags.h"
+
 #define GEN_MAX_PROMPT 65536
 
 static int usage_error(const char *msg)
@@ -72,7 +74,6 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
 {
     gen_opts *g = ctx;
     long x = 0;
-    double d = 0;
     int bad = 0;
     if (!strcmp(f, "--model")) {
         g->dev.model_path = v;
@@ -91,21 +92,8 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         g->tokenizer = v;
     } else if (!strcmp(f, "--max-tokens")) {
         bad = set_max_tokens(g, v, msg, len);
-    } else if (!strcmp(f, "--temperature")) {
-        bad = cli_parse_double(f, v, 0.0, 100.0, &d, msg, len);
-        g->sampling.temperature = (float)d;
-    } else if (!strcmp(f, "--top-k")) {
-        bad = cli_parse_long(f, v, 0, 1L << 30, &x, msg, len);
-        g->sampling.top_k = (int)x;
-    } else if (!strcmp(f, "--top-p")) {
-        bad = cli_parse_double(f, v, 0.0, 1.0, &d, msg, len);
-        if (!bad && d <= 0.0) {
-            snprintf(msg, len, "--top-p 0 keeps no token; give a number in (0, 1]");
-            bad = 1;
-        }
-        g->sampling.top_p = (float)d;
-    } else if (!strcmp(f, "--seed")) {
-        bad = cli_parse_u64(f, v, &g->sampling.seed, msg, len);
+    } else if ((bad = cli_apply_sampling_flag(&g->sampling, f, v, msg, len)) >= 0) {
+        /* applied */
     } else if (!strcmp(f, "--logprobs")) {
         bad = cli_parse_long(f, v, 0, PE_MAX_LOGPROBS, &x, msg, len);
         g->logprobs = (int)x;
@@ -149,7 +137,7 @@ static int parse(int argc, char **argv, gen_opts *g)
 {
     static const char *const with_value[] = {
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
-        "--temperature", "--top-k", "--top-p", "--seed", "--logprobs", "--stop", "--stop-ids",
+        CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
@@ -292,7 +280,7 @@ int cli_generate(int argc, char **argv)
     memset(&g, 0, sizeof g);
     cli_default_options(&g.dev);
     g.max_tokens = 16;
-    g.sampling.top_p = 1.0f;
+    cli_sampling_init(&g.sampling);
     int rc = parse(argc, argv, &g);
     if (rc == CLI_OK)
         rc = g.nids > 0 ? run_ids(&g) : gen_run_text(&g);

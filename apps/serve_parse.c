@@ -69,7 +69,26 @@ static unsigned get_int(const cJSON *o, const char *name, double lo, double hi, 
     return 0;
 }
 
-/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one). */
+/* presence_penalty and frequency_penalty (-2 to 2, as OpenAI's), repetition_penalty (an
+ * extension, as vLLM's: > 0, 1 off). */
+static unsigned parse_penalties(const cJSON *o, pe_sampling *s, char *msg, size_t msg_len)
+{
+    double pres = 0, freq = 0, rep = 1;
+    unsigned st = get_number(o, "presence_penalty", -2.0, 2.0, &pres, msg, msg_len);
+    if (!st)
+        st = get_number(o, "frequency_penalty", -2.0, 2.0, &freq, msg, msg_len);
+    if (!st)
+        st = get_number(o, "repetition_penalty", 0.0, 100.0, &rep, msg, msg_len);
+    if (!st && rep <= 0.0)
+        st = BAD("'repetition_penalty' 0 would divide by 0; give a number above 0 (1: off)");
+    s->presence_penalty = (float)pres;
+    s->frequency_penalty = (float)freq;
+    s->repetition_penalty = (float)rep;
+    return st;
+}
+
+/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one), and
+ * the penalties. */
 static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
 {
     double t = 1.0, p = 1.0, k = 0, seed = 0;
@@ -83,6 +102,8 @@ static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t m
         st = get_int(o, "top_k", -1, 1 << 30, &k, NULL, msg, msg_len);
     if (!st)
         st = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &seeded, msg, msg_len);
+    if (!st)
+        st = parse_penalties(o, &j->sampling, msg, msg_len);
     if (st)
         return st;
     j->sampling.temperature = (float)t;

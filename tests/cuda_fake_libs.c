@@ -514,6 +514,14 @@ cudaError_t cb_launch_topk(cudaStream_t s, const float *x, size_t rows, size_t n
     return cudaSuccess;
 }
 
+cudaError_t cb_launch_penalize(cudaStream_t s, float *x, size_t rows, size_t n, int32_t id0,
+                               const pe_k_penalty *p, size_t count)
+{
+    (void)s;
+    pe_k_penalize_rows(x, (int32_t)rows, (int32_t)n, id0, p, (int32_t)count);
+    return cudaSuccess;
+}
+
 cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,
                              const pe_k_sampling *params, int32_t *tokens, float *logit)
 {

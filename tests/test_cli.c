@@ -811,6 +811,12 @@ static void test_generate_bad_input_names_the_problem(void **state)
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--top-p", "0");
     EXPECT_USAGE(r, "--top-p 0 keeps no token");
     tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--repetition-penalty", "0");
+    EXPECT_USAGE(r, "--repetition-penalty 0 would divide by 0");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--frequency-penalty", "2.5");
+    EXPECT_USAGE(r, "--frequency-penalty");
+    tu_run_free(&r);
     r = RUN("generate", "--model", dir, "--tokens", "1,99999999999");
     EXPECT_USAGE(r, "token id 99999999999 is too large");
     assert_null(strstr(r.err, "backend")); /* a token id, not a device id */

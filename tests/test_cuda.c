@@ -1148,6 +1148,50 @@ static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, 
     return margin;
 }
 
+/* penalize against sample.h's pe_k_penalize_rows (the host's loop): a thread an entry, each
+ * logit changed by its entry alone (a rank's ids from id0: entries outside left out), bit
+ * for bit (one division or product and one subtraction). */
+static void penalize_agrees_with_host_rule(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t rows = 9, n = 3000, count = tu_small() ? 200 : 2000;
+    const int32_t id0 = 1500; /* a second rank's ids: 1500 .. 4499 */
+    float *x = logit_rows(rows, n, 812), *want = malloc(rows * n * sizeof *want);
+    for (size_t i = 0; i < rows * n; i++)
+        if (isnan(x[i]))
+            x[i] = -1.0f;
+    memcpy(want, x, rows * n * sizeof *want);
+    pe_k_penalty *p = malloc(count * sizeof *p);
+    /* distinct (row, id): a row's ids step through 1000 .. 5000, so some are another rank's */
+    const size_t step = 4000 / (count / (rows + 1) + 1);
+    for (size_t i = 0; i < count; i++) {
+        const size_t r = i % (rows + 1); /* row 9: past the step */
+        p[i] = (pe_k_penalty){(int32_t)r, (int32_t)(1000 + i / (rows + 1) * step + i % 3),
+                              1.0f + (float)(i % 5) * 0.25f, (float)(i % 7) * 0.3f - 0.9f};
+    }
+    pe_k_penalize_rows(want, (int32_t)rows, (int32_t)n, id0, p, (int32_t)count);
+    float *dx = upload(d, x, rows * n);
+    void *dp = upload_bytes(d, p, count * sizeof *p);
+    assert_int_equal(ops->penalize(d, dx, rows, n, id0, dp, count), PE_OK);
+    float *got = malloc(rows * n * sizeof *got);
+    download_bytes(d, got, dx, rows * n * sizeof(float));
+    assert_memory_equal(got, want, rows * n * sizeof(float));
+    size_t changed = 0;
+    for (size_t i = 0; i < rows * n; i++)
+        changed += memcmp(&got[i], &x[i], sizeof(float)) != 0;
+    print_message("penalize: %zu of %zu entries changed a logit\n", changed, count);
+    assert_true(changed > count / 4 && changed < count); /* some outside the rank's ids */
+    assert_int_equal(ops->penalize(d, dx, rows, 0, id0, dp, count), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(d), "penalize"));
+    ops->free(d, dx);
+    ops->free(d, dp);
+    free(x), free(want), free(got), free(p);
+    ops->close(d);
+}
+
 /* sample against pe_k_sample_row on the same logits and draws, over many rows: greedy,
  * temperatures, top-k (1, 40, the whole row), top-p (0.5, 0.9, 1), together; the token
  * the same except at a boundary (draw_margin), the logit output the chosen one's, and on
@@ -2016,6 +2060,7 @@ int main(void)
         cmocka_unit_test(attention_matches_naive_twin),
         cmocka_unit_test(argmax_topk_and_lse_match_host),
         cmocka_unit_test(sample_agrees_with_host_rule),
+        cmocka_unit_test(penalize_agrees_with_host_rule),
         cmocka_unit_test(decoder_ops_refuse_bad_arguments),
         cmocka_unit_test(sample_ops_accept_no_rows),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),

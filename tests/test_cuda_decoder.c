@@ -133,9 +133,18 @@ static void generate(pe_engine *e, int n, const pe_sampling *s, int vocab,
     }
 }
 
-/* Greedy, and a fixed seed with temperature, top-k and top-p: the same tokens on both
- * backends (these sharp models keep their top logits apart; on a GPU a draw landing within
- * rounding of a boundary may still differ: at most one sequence may). */
+/* Greedy with the three penalties (each rank's ids penalized on the device before its
+ * pick). */
+#define PENALIZED                                                                              \
+    {                                                                                          \
+        .top_p = 1.0f, .repetition_penalty = 1.3f, .frequency_penalty = 0.5f,                 \
+        .presence_penalty = 0.3f                                                               \
+    }
+
+/* Greedy, a fixed seed with temperature, top-k and top-p, and greedy with the penalties:
+ * the same tokens on both backends (these sharp models keep their top logits apart; on a
+ * GPU a draw landing within rounding of a boundary may still differ: at most one sequence
+ * may). */
 static void the_same_seed_gives_the_same_tokens_on_both_backends(void **state)
 {
     (void)state;
@@ -146,9 +155,10 @@ static void the_same_seed_gives_the_same_tokens_on_both_backends(void **state)
     pe_engine *h = open_engine(PE_BACKEND_HOST, dir, PE_DTYPE_FP32, 512);
     pe_engine *g = open_engine(PE_BACKEND_CUDA, dir, PE_DTYPE_FP32, 512);
     enum { N = 4 };
-    const pe_sampling modes[2] = {{.top_p = 1.0f},
-                                  {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 9}};
-    for (int m = 0; m < 2; m++) {
+    const pe_sampling modes[3] = {{.top_p = 1.0f},
+                                  {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 9},
+                                  PENALIZED};
+    for (int m = 0; m < 3; m++) {
         int32_t a[N][NGEN], b[N][NGEN];
         memset(a, 0xff, sizeof a);
         memset(b, 0xff, sizeof b);
@@ -197,11 +207,12 @@ static void grids_on_a_repeated_device_match_the_host(void **state)
         double scale = 0;
         for (size_t i = 0; i < NTOK * V; i++)
             scale = fmax(scale, fabs((double)a[i]));
-        const pe_sampling modes[2] = {
-            {.top_p = 1.0f}, {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 9}};
+        const pe_sampling modes[3] = {
+            {.top_p = 1.0f}, {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 9},
+            PENALIZED};
         enum { N = 4 };
-        int32_t want[2][N][NGEN];
-        for (int m = 0; m < 2; m++)
+        int32_t want[3][N][NGEN];
+        for (int m = 0; m < 3; m++)
             generate(h, N, &modes[m], spec.vocab, want[m]);
         static const int grids[][2] = {{1, 2}, {2, 2}, {1, 4}, {2, 1}}; /* pp, tp */
         for (int k = 0; k < 4; k++) {
@@ -213,7 +224,7 @@ static void grids_on_a_repeated_device_match_the_host(void **state)
             printf("  arch %d, pp %d x tp %d on device 0: max |cuda - host| %.3g of %.3g\n",
                    arch, pp, tp, d, scale);
             assert_true(d <= TOL_FP32 * scale);
-            for (int m = 0; m < 2; m++) {
+            for (int m = 0; m < 3; m++) {
                 int32_t got[N][NGEN];
                 memset(got, 0xff, sizeof got);
                 generate(g, N, &modes[m], spec.vocab, got);

@@ -162,12 +162,13 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
     if (tu_small() && small < 0)
         return;
     const int G = (int)tu_size(TG_MAXG, 6);
-    static tg_answers one_greedy, one_sampled, one_sampled_all, got;
+    static tg_answers one_greedy, one_sampled, one_sampled_all, one_penalized, got;
     static const int single[1] = {0};
     pe_engine *e = grid_engine(dir, 1, 1, 1, single);
     generate(e, vocab, G, TG_GREEDY, &one_greedy);
     generate(e, vocab, G, TG_SAMPLED_TOP_K, &one_sampled);
     generate(e, vocab, G, TG_SAMPLED_ALL, &one_sampled_all);
+    generate(e, vocab, G, TG_GREEDY_PENALIZED, &one_penalized);
     float *one_logits = score_all(e, vocab);
     pe_engine_destroy(e);
     for (size_t g = 0; g < ngrids; g++) {
@@ -184,9 +185,12 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
         expect_same_answers(&one_greedy, &got, exact, what);
         generate(e, vocab, G, TG_SAMPLED_TOP_K, &got);
         expect_same_answers(&one_sampled, &got, exact, what);
-        if (!tu_small()) { /* the rows-whole path, which the candidates path shares most of */
+        if (!tu_small()) { /* the rows-whole path, which the candidates path shares most of,
+                            * and the penalties before each rank's best */
             generate(e, vocab, G, TG_SAMPLED_ALL, &got);
             expect_same_answers(&one_sampled_all, &got, exact, what);
+            generate(e, vocab, G, TG_GREEDY_PENALIZED, &got);
+            expect_same_answers(&one_penalized, &got, exact, what);
         }
         float *logits = score_all(e, vocab);
         char why[TG_WHY];

@@ -44,9 +44,21 @@ static inline void tg_params(pe_seq_params *p, int32_t prompt[TG_MAXPROMPT], int
     p->user = (void *)(intptr_t)i;
 }
 
-/* How tg_generate samples: greedy; with a temperature, top-k and top-p (TP gathers each
- * rank's top-k candidates); with a temperature and top-p only (TP gathers the rows whole). */
-typedef enum tg_sampling { TG_GREEDY = 0, TG_SAMPLED_TOP_K, TG_SAMPLED_ALL } tg_sampling;
+/* How tg_generate samples: greedy; with a temperature, top-k, top-p and the three
+ * penalties (TP gathers each rank's top-k candidates, each rank penalizing its own ids);
+ * with a temperature and top-p only (TP gathers the rows whole); greedy with the penalties
+ * (TP gathers each rank's best). */
+typedef enum tg_sampling {
+    TG_GREEDY = 0,
+    TG_SAMPLED_TOP_K,
+    TG_SAMPLED_ALL,
+    TG_GREEDY_PENALIZED
+} tg_sampling;
+
+static inline int tg_greedy(tg_sampling how)
+{
+    return how == TG_GREEDY || how == TG_GREEDY_PENALIZED;
+}
 
 /* The tokens of a run's nseq sequences, G asked of each. */
 typedef struct tg_answers {
@@ -73,11 +85,16 @@ static inline int tg_generate(pe_engine *e, int vocab, int nseq, int G, tg_sampl
         int32_t prompt[TG_MAXPROMPT];
         pe_seq_params p;
         tg_params(&p, prompt, i, vocab, 100, G);
-        if (how != TG_GREEDY) {
+        if (how == TG_SAMPLED_TOP_K || how == TG_SAMPLED_ALL) {
             p.sampling.temperature = 0.9f;
             p.sampling.top_k = how == TG_SAMPLED_TOP_K ? 40 : 0;
             p.sampling.top_p = 0.95f;
             p.sampling.seed = 7 + (uint64_t)i;
+        }
+        if (how == TG_SAMPLED_TOP_K || how == TG_GREEDY_PENALIZED) {
+            p.sampling.repetition_penalty = 1.3f;
+            p.sampling.frequency_penalty = 0.4f;
+            p.sampling.presence_penalty = 0.2f;
         }
         p.logprobs = TG_TOPK;
         uint64_t id;
@@ -107,7 +124,7 @@ static inline int tg_generate(pe_engine *e, int vocab, int nseq, int G, tg_sampl
             out->top[i][k][j] = ev.top_logprobs[j];
             out->top_ids[i][k][j] = ev.top_tokens[j];
         }
-        if (how == TG_GREEDY && (ev.nlogprobs < 1 || ev.token != ev.top_tokens[0])) {
+        if (tg_greedy(how) && (ev.nlogprobs < 1 || ev.token != ev.top_tokens[0])) {
             snprintf(why, TG_WHY, "sequence %d token %d: greedy chose %d, its top logprob is "
                      "token %d's (%d logprobs)", i, k, ev.token,
                      ev.nlogprobs ? ev.top_tokens[0] : -1, ev.nlogprobs);
@@ -145,7 +162,7 @@ static inline int tg_parts_at_a_near_tie(const tg_answers *one, const tg_answers
                                          int k)
 {
     int32_t a = one->tok[i][k], b = got->tok[i][k];
-    if (one->how != TG_GREEDY)
+    if (!tg_greedy(one->how))
         return a == b + 1 || b == a + 1;
     float la = tg_ref_logprob(one, i, k, a), lb = tg_ref_logprob(one, i, k, b);
     return la <= 0.0f && lb <= 0.0f && fabsf(la - lb) <= 1e-4f;
@@ -168,7 +185,7 @@ static inline int tg_same_answers(const tg_answers *one, const tg_answers *got, 
                     printf("    (sequence %d parts from the reference at token %d, %s: %d %.7g "
                            "and %d %.7g)\n",
                            i, k,
-                           one->how == TG_GREEDY ? "a near-tie" : "a draw between neighbours",
+                           tg_greedy(one->how) ? "a near-tie" : "a draw between neighbours",
                            one->tok[i][k], (double)one->lp[i][k], got->tok[i][k],
                            (double)got->lp[i][k]);
                     break;

@@ -1,6 +1,6 @@
 /* test_llm_ops.c: the host backend's decoder operations against independent expectations:
  * RMSNorm, RoPE, SwiGLU's product, the bf16 embedding table, kv_append, paged attention,
- * argmax, top-k with log-sum-exp, and sampling.
+ * argmax, top-k with log-sum-exp, the sampling penalties, and sampling.
  *
  * References are the naive twins of src/kernels (pe_k_attend_naive, pe_k_sample_row,
  * pe_k_rope_head) or loops written here in double; hand-computed cases where easy. Inputs
@@ -832,6 +832,36 @@ static void test_argmax_is_the_first_largest(void **state)
     free(x);
 }
 
+/* The penalties by hand on 2 rows of a rank's 6 ids (10 .. 15): a positive logit divided by
+ * rep, a negative one multiplied, then sub taken off; entries of other ranks' ids or of
+ * rows past the step's change nothing. */
+static void test_penalize_changes_the_named_logits_by_hand(void **state)
+{
+    be_device *dev = *state;
+    float x[12] = {1, 3, -1, 0, 4, 5, /* row 0 */ -2, 2, 6, 0.5f, 4, 7};
+    const float before[12] = {1, 3, -1, 0, 4, 5, -2, 2, 6, 0.5f, 4, 7};
+    const pe_k_penalty p[] = {
+        {0, 11, 2.0f, 0.0f},   /* 3 / 2 = 1.5 */
+        {0, 12, 2.0f, 0.5f},   /* -1 * 2 - 0.5 = -2.5 */
+        {0, 13, 1.5f, 0.0f},   /* 0: multiplied, stays 0 */
+        {1, 10, 1.0f, 1.25f},  /* -2 - 1.25 = -3.25 */
+        {1, 15, 4.0f, -1.0f},  /* 7 / 4 + 1 = 2.75 */
+        {1, 9, 2.0f, 1.0f},    /* id 9: another rank's */
+        {1, 16, 2.0f, 1.0f},   /* id 16: another rank's */
+        {2, 11, 2.0f, 1.0f},   /* row 2: past the step's 2 */
+    };
+    assert_int_equal(ops->penalize(dev, x, 2, 6, 10, p, sizeof p / sizeof p[0]), PE_OK);
+    const float want[12] = {1, 1.5f, -2.5f, 0, 4, 5, -3.25f, 2, 6, 0.5f, 4, 2.75f};
+    for (int i = 0; i < 12; i++)
+        if (x[i] != want[i])
+            fail_msg("logit %d: %g, want %g (was %g)", i, (double)x[i], (double)want[i],
+                     (double)before[i]);
+    assert_int_equal(ops->penalize(dev, x, 0, 6, 10, p, 2), PE_OK); /* no rows */
+    assert_int_equal(ops->penalize(dev, x, 2, 6, 10, NULL, 0), PE_OK); /* no entries */
+    assert_int_equal(ops->penalize(dev, x, 2, 0, 10, p, 2), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "penalize"));
+}
+
 static const float *sort_row; /* qsort has no context argument */
 
 /* Larger values first, equal values in index order. */
@@ -1112,6 +1142,8 @@ int main(void)
         cmocka_unit_test(test_vector_gelu_and_silu_are_within_a_few_ulp),
         cmocka_unit_test(test_attention_loops_over_query_groups),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sampling_rules, setup, teardown),

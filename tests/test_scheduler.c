@@ -342,7 +342,8 @@ static void check_step(harness *h)
     const en_sched_config *cfg = &h->cfg;
     const int B = cfg->block_tokens;
     assert_true(st->nchunks >= 1);
-    en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    en_meta_layout L =
+        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
     assert_int_equal(st->meta_words, L.words);
     const int32_t *m = st->meta;
     const pe_k_sampling *samp = (const pe_k_sampling *)(const void *)(m + L.sampling);
@@ -877,7 +878,7 @@ static void test_meta_sections_follow_each_other_in_the_documented_order(void **
 {
     (void)state;
     /* 5 tokens, 2 chunks, 3 block-table entries, 2 logit rows */
-    en_meta_layout L = en_meta_layout_of(5, 2, 3, 2);
+    en_meta_layout L = en_meta_layout_of(5, 2, 3, 2, 0);
     assert_int_equal(L.tokens, 0);
     assert_int_equal(L.positions, 5);
     assert_int_equal(L.slots, 10);
@@ -963,7 +964,8 @@ static void test_long_prompt_is_prefilled_in_order_over_several_steps(void **sta
         assert_int_equal(h->st->nchunks, 1);
         assert_chunk(h, 0, 1, pos0[s], n[s], s == 2); /* a logit row only at the end */
         assert_int_equal(h->st->sample, s == 2);
-        en_meta_layout L = en_meta_layout_of(h->st->ntok, 1, h->st->nbt, h->st->nlogits);
+        en_meta_layout L =
+            en_meta_layout_of(h->st->ntok, 1, h->st->nbt, h->st->nlogits, h->st->npen);
         for (int k = 0; k < n[s]; k++) {
             assert_int_equal(h->st->meta[L.positions + k], pos0[s] + k);
             seen[pos0[s] + k] = h->st->meta[L.tokens + k];
@@ -983,14 +985,16 @@ static void test_chunk_table_logit_rows_and_draws_describe_the_step(void **state
     (void)state;
     en_sched_config cfg = default_config();
     harness *h = h_new(&cfg);
-    seq_spec x = {.prompt_len = 5, .max_tokens = 3, .sampling = {0.7f, 5, 0.9f, 1234},
+    seq_spec x = {.prompt_len = 5,
+                  .max_tokens = 3,
+                  .sampling = {.temperature = 0.7f, .top_k = 5, .top_p = 0.9f, .seed = 1234},
                   .logprobs = 2};
     seq_spec y = {.prompt_len = 3, .max_tokens = 3, .sampling = {.seed = 99}}; /* greedy */
     h_add(h, 1, &x);
     h_add(h, 2, &y);
     assert_int_equal(h_build(h), 1);
     const en_step *st = h->st;
-    en_meta_layout L = en_meta_layout_of(8, 2, 3, 2);
+    en_meta_layout L = en_meta_layout_of(8, 2, 3, 2, 0);
     assert_int_equal(st->ntok, 8);
     assert_int_equal(st->nbt, 3); /* 5 positions in 2 blocks of 4, 3 in 1 */
     assert_int_equal(st->nlogits, 2);
@@ -1021,7 +1025,7 @@ static void test_chunk_table_logit_rows_and_draws_describe_the_step(void **state
 
     /* the decodes: one row each, at positions 5 and 3, drawing the second number */
     assert_int_equal(h_build(h), 1);
-    L = en_meta_layout_of(2, 2, 3, 2);
+    L = en_meta_layout_of(2, 2, 3, 2, 0);
     m = h->st->meta; /* it may have moved */
     static const int32_t decodes[2][PE_K_CHUNK_FIELDS] = {{0, 1, 5, 0}, {1, 1, 3, 2}};
     for (int i = 0; i < 2; i++)
@@ -1618,7 +1622,8 @@ static void build_chunk(en_sched *s, en_step *st, int pos0, int n, int logits)
  * blocks (the sequence's table as the test saw it). */
 static void expect_slots(const en_step *st, const int32_t *blocks, int B)
 {
-    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    const en_meta_layout L =
+        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
     const en_chunk *c = &st->chunks[0];
     for (int k = 0; k < c->n; k++) {
         int p = c->pos0 + k;
@@ -1820,8 +1825,9 @@ static seq_spec random_spec(harness *h)
     s.logprobs = rnd_in(g, 0, 3);
     s.nstop = rnd_in(g, 0, 2);
     s.stop[0] = STOP, s.stop[1] = STOP2;
-    s.sampling = (pe_sampling){(float)rnd_in(g, 0, 3) * 0.25f, rnd_in(g, 0, 4),
-                               (float)rnd_in(g, 1, 4) * 0.25f, rnd(g)};
+    s.sampling = (pe_sampling){.temperature = (float)rnd_in(g, 0, 3) * 0.25f,
+                               .top_k = rnd_in(g, 0, 4),
+                               .top_p = (float)rnd_in(g, 1, 4) * 0.25f, .seed = rnd(g)};
     return s;
 }
 

@@ -1,7 +1,7 @@
 /* test_sequences.c: the sequence API on the host backend: mixed batches give each sequence
  * what it gets alone (bit for bit where the backend is batch-invariant); KV paging (blocks
  * freed, a pool filled exactly, waiting and refusal); sampling (greedy, top-k 1, seeds,
- * the softmax's distribution, the nucleus); 1,000
+ * the penalties against a reference, the softmax's distribution, the nucleus); 1,000
  * sequences from 4 threads each get all of their tokens and one final event; cancel; bad
  * parameters; a worker failing mid-decode; kept sequences (append, release). */
 #include <math.h>
@@ -12,6 +12,7 @@
 
 #include "backend/host/hb_simd.h"
 #include "engine/engine_testing.h"
+#include "kernels/sample.h"
 #include "test_models.h"
 
 static char llama_dir[512];
@@ -302,6 +303,88 @@ static void top_k_1_is_greedy_and_a_seed_repeats_its_tokens(void **state)
     s.seed = 43;
     generate(e, prompt, 7, G, &s, c);
     assert_memory_not_equal(a, c, (size_t)G * sizeof(int32_t));
+    pe_engine_destroy(e);
+}
+
+/* The next token by a reference: pe_score's logits of ctx (n tokens, the first np the
+ * prompt), penalized here from the counts of ctx's tokens as pengine.h words it, then the
+ * largest (greedy) or sample.h's rule with draw number k of s's seed. *margin: the gap
+ * between the two largest penalized logits. */
+static int32_t reference_token(pe_engine *e, const int32_t *ctx, int n, int np, int k,
+                               const pe_sampling *s, float *lg, float *margin)
+{
+    const int V = llama_spec.vocab;
+    const float r = s->repetition_penalty > 0.0f ? s->repetition_penalty : 1.0f; /* 0: off */
+    assert_int_equal(pe_score(e, ctx, (size_t)n, 0, lg), PE_OK);
+    for (int v = 0; v < V; v++) {
+        int generated = 0, in_prompt = 0;
+        for (int i = 0; i < n; i++) {
+            generated += i >= np && ctx[i] == v;
+            in_prompt |= i < np && ctx[i] == v;
+        }
+        if (generated || in_prompt)
+            lg[v] = lg[v] > 0.0f ? lg[v] / r : lg[v] * r;
+        if (generated)
+            lg[v] -= s->frequency_penalty * (float)generated + s->presence_penalty;
+    }
+    float a = -INFINITY, b = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (lg[v] > a)
+            b = a, a = lg[v];
+        else if (lg[v] > b)
+            b = lg[v];
+    *margin = a - b;
+    float *w = malloc((size_t)V * sizeof *w), mass[256];
+    uint32_t hist[256];
+    pe_k_sampling p = {s->temperature, s->top_k, s->top_p, pe_k_uniform(s->seed, (uint64_t)k)};
+    int32_t t = pe_k_sample_row(lg, V, p, w, hist, mass);
+    free(w);
+    return t;
+}
+
+/* The repetition, frequency and presence penalties, each alone, all three, and negative
+ * ones, greedy and sampled: every token is the reference's (reference_token, which follows
+ * the engine's tokens), up to a near-tie where the backend is not batch-invariant. */
+static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    const int V = llama_spec.vocab, G = (int)tu_size(24, 6), NP = 7;
+    int32_t prompt[7], got[24], plain[24], ctx[7 + 24];
+    tm_tokens(prompt, NP, V, 31);
+    generate(e, prompt, NP, G, NULL, plain);
+    const pe_sampling cases[] = {
+        {.top_p = 1.0f, .repetition_penalty = 1.8f},
+        {.top_p = 1.0f, .frequency_penalty = 0.9f},
+        {.top_p = 1.0f, .presence_penalty = 1.1f},
+        {.top_p = 1.0f, .repetition_penalty = 1.3f, .frequency_penalty = -0.5f,
+         .presence_penalty = 0.7f},
+        {.top_p = 1.0f, .frequency_penalty = -2.0f}, /* repeats */
+        {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 3,
+         .repetition_penalty = 1.4f, .frequency_penalty = 0.6f, .presence_penalty = 0.3f},
+    };
+    const int exact = hb_simd_batch_invariant(hb_simd_get());
+    float *lg = malloc((size_t)V * sizeof *lg);
+    int changed = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        generate(e, prompt, NP, G, &cases[c], got);
+        changed += memcmp(got, plain, (size_t)G * sizeof *got) != 0;
+        memcpy(ctx, prompt, sizeof prompt);
+        for (int k = 0; k < G; k++) {
+            float margin;
+            int32_t want = reference_token(e, ctx, NP + k, NP, k, &cases[c], lg, &margin);
+            if (got[k] != want) {
+                if (!exact && margin <= 1e-4f)
+                    break; /* another order of the same sums: the two part here */
+                fail_msg("case %zu token %d: %d, the reference's %d (margin %g)", c, k, got[k],
+                         want, (double)margin);
+            }
+            ctx[NP + k] = got[k];
+        }
+    }
+    /* and they do change the tokens: every case here on this model */
+    assert_int_equal(changed, (int)(sizeof cases / sizeof cases[0]));
+    free(lg);
     pe_engine_destroy(e);
 }
 
@@ -723,6 +806,7 @@ static void bad_parameters_are_refused_with_a_message(void **state)
     } cases[] = {
         {"top_p", NULL}, {"temperature", NULL}, {"empty", NULL}, {"context", NULL},
         {"vocabulary", NULL}, {"max_tokens", NULL}, {"top_k", NULL}, {"logprobs", NULL},
+        {"repetition_penalty", NULL}, {"frequency_penalty", NULL}, {"presence_penalty", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pe_seq_params p;
@@ -738,6 +822,9 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         case 5: p.max_tokens = 0; break;
         case 6: p.sampling.top_k = -2; break;
         case 7: p.logprobs = PE_MAX_LOGPROBS + 1; break;
+        case 8: p.sampling.repetition_penalty = -1.0f; break;
+        case 9: p.sampling.frequency_penalty = INFINITY; break;
+        case 10: p.sampling.presence_penalty = NAN; break;
         }
         uint64_t id;
         assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);
@@ -810,6 +897,7 @@ int main(void)
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
         cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),
         cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
+        cmocka_unit_test(penalties_give_the_tokens_of_a_reference_on_pe_score),
         cmocka_unit_test(temperature_sampling_follows_the_softmax),
         cmocka_unit_test(top_p_keeps_the_nucleus),
         cmocka_unit_test(a_thousand_sequences_from_four_threads_each_end_once),

@@ -109,6 +109,15 @@ async function completionEqualsGenerate(url) {
         prompt, max_tokens: 12, temperature: 0, return_token_ids: true, ignore_eos: true }))
         .json()).choices[0];
     eq([noEos.token_ids, noEos.finish_reason], [ref.tokens, 'length'], 'ignore_eos: true');
+    // the penalties, as `pengine generate` takes them (a negative frequency penalty repeats)
+    const pen = generateAlone(prompt, 12, ['--frequency-penalty', '-2', '--presence-penalty',
+                                           '0.5', '--repetition-penalty', '1.2']);
+    const penalized = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, return_token_ids: true, frequency_penalty: -2,
+        presence_penalty: 0.5, repetition_penalty: 1.2 })).json()).choices[0];
+    eq(penalized.token_ids, pen.tokens, 'penalties = generate\'s');
+    check(JSON.stringify(pen.tokens) !== JSON.stringify(ref.tokens) &&
+          new Set(pen.tokens).size < pen.tokens.length, 'the penalties change the tokens');
     const s = await readStream(await post(url, '/v1/completions', {
         prompt, max_tokens: 12, temperature: 0, stream: true, return_token_ids: true,
         stream_options: { include_usage: true } }));
@@ -315,6 +324,10 @@ async function badRequests(url) {
                  'messages a string');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logprobs: 21 }), 400,
                  'logprobs 21');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', presence_penalty: 2.5 }),
+                 400, 'presence_penalty 2.5');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', repetition_penalty: 0 }),
+                 400, 'repetition_penalty 0');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logprobs: true }), 400,
                  'a completion\'s logprobs a boolean');
     await expect(await post(url, '/v1/chat/completions', {

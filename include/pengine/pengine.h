@@ -261,6 +261,14 @@ typedef struct pe_sampling {
     int top_k;         /* keep the k most likely tokens; 0 = off */
     float top_p;       /* keep the smallest set holding this much probability; (0, 1], 1 = off */
     uint64_t seed;     /* the sequence's random draws: the same seed gives the same tokens */
+    /* Penalties, applied to the logits before everything above (greedy too), as vLLM's:
+     * first the repetition penalty to every token of the prompt or generated (a positive
+     * logit divided by it, another multiplied), then minus frequency_penalty x the token's
+     * count in the generated tokens, minus presence_penalty once it is there. "Generated":
+     * since the sequence's last submit or append. */
+    float repetition_penalty; /* > 0; 1 = off, and 0 is read as 1 (off) */
+    float frequency_penalty;  /* finite; 0 = off (OpenAI's range is -2..2) */
+    float presence_penalty;   /* finite; 0 = off (OpenAI's range is -2..2) */
 } pe_sampling;
 
 typedef struct pe_seq_params {
@@ -277,7 +285,8 @@ typedef struct pe_seq_params {
     void *user;             /* handed back in every event */
 } pe_seq_params;
 
-/* Fills p with the defaults: no prompt, max_tokens 16, greedy, top_p 1, seed 0. */
+/* Fills p with the defaults: no prompt, max_tokens 16, greedy, top_p 1, seed 0, no
+ * penalty (repetition_penalty 1). */
 void pe_seq_params_init(pe_seq_params *p);
 
 typedef enum pe_finish {

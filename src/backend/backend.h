@@ -200,6 +200,11 @@ typedef struct be_ops {
      * logit(rows), or NULL: the chosen token's value x(r, token) */
     pe_status (*sample)(be_device *dev, const float *x, size_t rows, size_t n,
                         const pe_k_sampling *params, int32_t *tokens, float *logit);
+    /* The sampling penalties p(count) on logits x(rows, n), which hold vocabulary ids id0
+     * .. id0 + n - 1 (sample.h's pe_k_penalize_rows): entries outside are left out. Each
+     * (row, id) is named at most once. */
+    pe_status (*penalize)(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                          const pe_k_penalty *p, size_t count);
 
     /* ---- communicators (ncclCommInitAll-like) ----
      * One call makes n ranks, rank r on devs[r]; out[r] is rank r's handle. Any thread. */

@@ -157,7 +157,8 @@ static pe_status download_candidates(en_worker *w, en_step *st, const md_shard *
 {
     const be_ops *ops = w->e->ops;
     const size_t R = (size_t)st->nlogits, n = (size_t)sh->tp * R * (2 * (size_t)K + 1);
-    const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+    const en_meta_layout L =
+        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
     float *cands = malloc(n * sizeof *cands);
     if (!cands)
         return PE_ENOMEM;
@@ -242,7 +243,7 @@ static md_gather gather_of(const en_step *st, const md_config *cfg, const md_sha
             return MD_GATHER_ROWS;
     if (st->sample) {
         const en_meta_layout L =
-            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
         const pe_k_sampling *smp = (const pe_k_sampling *)(const void *)(st->meta + L.sampling);
         for (int i = 0; i < st->nlogits; i++) {
             if (!(smp[i].temperature > 0.0f))
@@ -280,7 +281,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             pe_fail(err, s, "worker %d: no device memory for a %d-token step: %s", w->rank,
                     st->ntok, ops->last_error(w->dev));
     } else {
-        const en_meta_layout L = en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits);
+        const en_meta_layout L =
+            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
         const int32_t *m = w->meta_dev;
         md_step ms = {
             .rows = (size_t)st->ntok,
@@ -294,6 +296,8 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .block_tables = m + L.block_tables,
             .logit_rows = m + L.logit_rows,
             .sampling = st->sample ? (const pe_k_sampling *)(const void *)(m + L.sampling) : NULL,
+            .penalties = (const pe_k_penalty *)(const void *)(m + L.penalties),
+            .npen = (size_t)st->npen,
             .topk = st->topk,
             .gather = gather,
             .candidates = K,

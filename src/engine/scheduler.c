@@ -6,7 +6,7 @@
 
 #include "kernels/attention.h"
 
-en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits)
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen)
 {
     en_meta_layout L;
     L.tokens = 0;
@@ -16,7 +16,8 @@ en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits)
     L.block_tables = L.chunks + (size_t)nchunks * PE_K_CHUNK_FIELDS;
     L.logit_rows = L.block_tables + (size_t)nbt;
     L.sampling = L.logit_rows + (size_t)nlogits;
-    L.words = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
+    L.penalties = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
+    L.words = L.penalties + (size_t)npen * (sizeof(pe_k_penalty) / sizeof(int32_t));
     return L;
 }
 
@@ -41,6 +42,7 @@ void en_seq_free(en_seq *seq)
         return;
     free(seq->tokens);
     free(seq->blocks);
+    en_counts_free(&seq->counts);
     free(seq);
 }
 
@@ -629,9 +631,10 @@ static void take_blocks(en_sched *s, en_seq *seq, int positions)
         seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
 }
 
-int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk)
+int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int npen,
+                    int topk)
 {
-    en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits);
+    en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits, npen);
     if (L.words > st->meta_cap) {
         int32_t *m = realloc(st->meta, L.words * sizeof *m);
         if (!m)
@@ -676,7 +679,7 @@ int en_sched_build(en_sched *s, en_step *st)
     }
     if (st->nchunks == 0)
         return 0;
-    int ntok = 0, nbt = 0, nlogits = 0, topk = 0;
+    int ntok = 0, nbt = 0, nlogits = 0, npen = 0, topk = 0;
     const int B = s->cfg.block_tokens;
     for (int i = 0; i < st->nchunks; i++) {
         en_chunk *c = &st->chunks[i];
@@ -692,12 +695,19 @@ int en_sched_build(en_sched *s, en_step *st)
         nlogits += c->nlogits;
         if (c->sample && seq->logprobs > topk)
             topk = seq->logprobs;
+        if (c->sample && en_penalties_on(&seq->sampling)) { /* at most a distinct token each */
+            if (en_counts_update(&seq->counts, seq->tokens, seq->ntok, seq->prompt_len) != 0)
+                return -1;
+            npen += seq->counts.n;
+        }
     }
-    if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, topk) != 0)
+    if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
         return -1;
-    en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits);
+    en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits, npen);
     int32_t *m = st->meta;
     pe_k_sampling *samp = (pe_k_sampling *)(void *)(m + L.sampling);
+    pe_k_penalty *pen = (pe_k_penalty *)(void *)(m + L.penalties);
+    npen = 0;
     int row = 0, bt = 0, lr = 0;
     st->max_keys = 0;
     st->sample = 0;
@@ -735,6 +745,8 @@ int en_sched_build(en_sched *s, en_step *st)
                 sp.top_p = seq->sampling.top_p;
                 sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
                 st->sample = 1;
+                if (en_penalties_on(&seq->sampling))
+                    npen += en_counts_entries(&seq->counts, &seq->sampling, lr, pen + npen);
             }
             samp[lr] = sp;
         }
@@ -744,6 +756,8 @@ int en_sched_build(en_sched *s, en_step *st)
     st->ntok = ntok;
     st->nbt = nbt;
     st->nlogits = nlogits;
+    st->npen = npen; /* entries that change a logit: the meta ends after them */
+    st->meta_words = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits, npen).words;
     st->topk = topk;
     st->status = PE_OK;
     return 1;

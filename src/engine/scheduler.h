@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "engine/kv_blocks.h"
+#include "engine/penalties.h"
 #include "kernels/sample.h"
 #include "pengine/pengine.h"
 
@@ -88,6 +89,7 @@ typedef struct en_seq {
     int generated;
     int max_tokens;
     pe_sampling sampling;
+    en_counts counts;    /* its tokens' counts, for the penalties (when sampling has any) */
     int logprobs;
     int32_t stop[PE_MAX_STOP];
     int nstop;
@@ -133,12 +135,13 @@ typedef struct en_chunk {
 typedef struct en_step {
     en_msg hdr;
     int ntok, nchunks, nlogits, nbt;
+    int npen;             /* penalized logits (pe_k_penalty entries) */
     int32_t max_keys;
     int topk;             /* largest logprobs of its rows (0: no top-k) */
     int sample;           /* any row samples */
     /* meta: tokens (ntok) | positions (ntok) | slots (ntok) | chunks (nchunks x
      * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | sampling
-     * (nlogits x 4 words: pe_k_sampling) */
+     * (nlogits x 4 words: pe_k_sampling) | penalties (npen x 4 words: pe_k_penalty) */
     int32_t *meta;
     size_t meta_words, meta_cap;
     en_chunk *chunks;     /* (nchunks) */
@@ -161,14 +164,16 @@ typedef struct en_step {
 
 /* Offsets of the sections of en_step.meta, in int32 words. */
 typedef struct en_meta_layout {
-    size_t tokens, positions, slots, chunks, block_tables, logit_rows, sampling, words;
+    size_t tokens, positions, slots, chunks, block_tables, logit_rows, sampling, penalties,
+        words;
 } en_meta_layout;
-en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits);
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen);
 
 void en_step_free(en_step *st);
 /* Room in st for a step of that shape (meta_words set; chunks not touched); -1 when out of
  * memory. */
-int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int topk);
+int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int npen,
+                    int topk);
 
 typedef struct en_sched_config {
     int block_tokens;     /* positions per KV block */

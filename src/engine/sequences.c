@@ -20,6 +20,7 @@ void pe_seq_params_init(pe_seq_params *p)
     memset(p, 0, sizeof *p);
     p->max_tokens = 16;
     p->sampling.top_p = 1.0f;
+    p->sampling.repetition_penalty = 1.0f;
 }
 
 static pe_status need_decoder(pe_engine *e, const char *call, pe_err *err)
@@ -82,6 +83,13 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
     if (s->top_k < 0)
         return pe_fail(err, PE_EINVAL, "%s: top_k %d must be >= 0 (0 keeps every "
                        "token)", call, s->top_k);
+    if (!(s->repetition_penalty >= 0.0f) || isinf(s->repetition_penalty))
+        return pe_fail(err, PE_EINVAL, "%s: repetition_penalty %g must be a finite number "
+                       "> 0 (1 or 0: off)", call, (double)s->repetition_penalty);
+    if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
+        return pe_fail(err, PE_EINVAL, "%s: frequency_penalty %g and presence_penalty %g must "
+                       "be finite (0: off)", call, (double)s->frequency_penalty,
+                       (double)s->presence_penalty);
     if (p->logprobs < 0 || p->logprobs > PE_MAX_LOGPROBS)
         return pe_fail(err, PE_EINVAL, "%s: logprobs %d must be in 0..%d", call,
                        p->logprobs, PE_MAX_LOGPROBS);

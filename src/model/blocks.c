@@ -167,6 +167,16 @@ void blk_silu_mul(md_ctx *c, float *out, const float *gu)
     check(c, c->ops->silu_mul(c->dev, out, gu, rows_of(c), (size_t)c->sh.I), "silu_mul");
 }
 
+/* The sampling penalties on logits (R, n), which hold vocabulary ids id0 .. id0 + n - 1:
+ * before the top-k and the picks, so that logprobs are of the distribution sampled. */
+static void penalize(md_ctx *c, size_t R, size_t n, int id0)
+{
+    const md_step *s = c->step;
+    if (!c->st && s->npen > 0)
+        check(c, c->ops->penalize(c->dev, c->a->logits, R, n, id0, s->penalties, s->npen),
+              "the sampling penalties");
+}
+
 /* The sampled tokens and the top-k of logits (R, n). */
 static void pick_tokens(md_ctx *c, const float *logits, size_t R, size_t n)
 {
@@ -343,6 +353,7 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
           "gathering the logit rows");
     if (!c->tp) {
         linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE); /* logits (R, V) */
+        penalize(c, R, head->out, 0);
         pick_tokens(c, a->logits, R, head->out);
         return;
     }
@@ -355,6 +366,7 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
         mine.w = (char *)head->w + (size_t)c->sh.V0 * head->in *
                                             (c->dtype == PE_DTYPE_BF16 ? 2u : 4u);
     linear_rows(c, a->logits, a->hl, R, &mine, 1, BE_ACT_NONE);
+    penalize(c, R, mine.out, c->sh.V0); /* this rank's ids: before any gather */
     if (!c->st)
         gather_logits(c, R);
 }

@@ -47,6 +47,8 @@ typedef struct md_step {
     const int32_t *block_tables;    /* device, the chunks' tables end to end */
     const int32_t *logit_rows;      /* device (R) rows of the step */
     const pe_k_sampling *sampling;  /* device (R): sample a token per logit row; NULL: none */
+    const pe_k_penalty *penalties;  /* device (npen): logits changed before any pick */
+    size_t npen;
     int topk;                       /* > 0: the top-k of each logit row and its lse */
     md_gather gather;               /* TP: what of the logit rows is gathered */
     int candidates;                 /* K under MD_GATHER_CANDIDATES (>= topk) */

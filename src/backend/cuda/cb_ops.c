@@ -36,6 +36,7 @@ static const be_ops cuda_ops = {
     .argmax = cb_argmax,
     .topk = cb_topk,
     .sample = cb_sample,
+    .penalize = cb_penalize,
     .comm_create = cb_comm_create,
 #if defined(PE_HAVE_MPI)
     .comm_create_procs = cb_comm_create_procs,

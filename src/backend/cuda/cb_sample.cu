@@ -449,6 +449,20 @@ __global__ void __launch_bounds__(1024) topk_rows(const float *x, size_t rows, i
     }
 }
 
+/* sample.h's pe_k_penalize_rows, a thread per entry. */
+__global__ void penalize_entries(float *x, int32_t rows, int32_t n, int32_t id0,
+                                 const pe_k_penalty *p, size_t count)
+{
+    for (size_t i = cb::thread_index(); i < count; i += cb::grid_stride()) {
+        const pe_k_penalty e = p[i];
+        const int32_t c = e.id - id0;
+        if (e.row >= 0 && e.row < rows && c >= 0 && c < n) {
+            float *v = x + (size_t)e.row * (size_t)n + (size_t)c;
+            *v = pe_k_penalize(*v, e.rep, e.sub);
+        }
+    }
+}
+
 int row_threads(size_t n) { return n >= 4096 ? 1024 : 256; }
 
 } /* namespace */
@@ -468,6 +482,15 @@ extern "C" cudaError_t cb_launch_topk(cudaStream_t s, const float *x, size_t row
         return cudaSuccess;
     return cb::launch(topk_rows, row_blocks(rows), row_threads(n), s, x, rows, (int32_t)n, (int)k,
                       idx, val, lse);
+}
+
+extern "C" cudaError_t cb_launch_penalize(cudaStream_t s, float *x, size_t rows, size_t n,
+                                          int32_t id0, const pe_k_penalty *p, size_t count)
+{
+    if (rows == 0 || n == 0 || count == 0)
+        return cudaSuccess;
+    return cb::launch(penalize_entries, cb::grid_for(count, cb::kThreads), cb::kThreads, s, x,
+                      (int32_t)rows, (int32_t)n, id0, p, count);
 }
 
 extern "C" cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,

@@ -1,4 +1,4 @@
-/* cb_sample_ops.c: argmax, topk and sample on the CUDA backend: argument checks, the
+/* cb_sample_ops.c: argmax, topk, sample and penalize on the CUDA backend: argument checks, the
  * launch on the device's stream, launch errors as pe_status. The grids (one block per
  * row) are in cb_sample.cu. No rows is PE_OK before any check, as on the host. */
 #include <stdint.h>
@@ -46,6 +46,23 @@ pe_status cb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t 
                        k, n, CB_TOPK_MAX);
     return cb_check_launch(dev, cb_launch_topk(dev->stream, x, rows, n, k, idx, val, lse),
                            "topk kernel launch");
+}
+
+pe_status cb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                      const pe_k_penalty *p, size_t count)
+{
+    if (rows == 0 || count == 0)
+        return PE_OK;
+    pe_status s = check_rows(dev, "penalize", rows, n, INT32_MAX);
+    if (s == PE_OK && rows > INT32_MAX)
+        s = pe_fail(&dev->err, PE_EINVAL, "penalize: %zu rows; at most %d", rows, INT32_MAX);
+    if (s == PE_OK && (!x || !p))
+        s = pe_fail(&dev->err, PE_EINVAL, "penalize: the logits and the entries must not be "
+                    "NULL");
+    if (s != PE_OK)
+        return s;
+    return cb_check_launch(dev, cb_launch_penalize(dev->stream, x, rows, n, id0, p, count),
+                           "penalize kernel launch");
 }
 
 pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,

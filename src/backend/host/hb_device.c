@@ -307,6 +307,7 @@ static const be_ops hb_ops = {
     .argmax = hb_argmax,
     .topk = hb_topk,
     .sample = hb_sample,
+    .penalize = hb_penalize,
     .comm_create = hb_comm_create,
 #if defined(PE_HAVE_MPI)
     .comm_create_procs = hb_net_create_procs,

@@ -1,6 +1,6 @@
 /* hb_sample.c: choosing tokens from logits on a host device: argmax, the top-k list with
  * log-sum-exp, and sampling by sample.h's rule (pe_k_sample_row per row, with per-thread
- * scratch), rows split over the device's threads. */
+ * scratch), rows split over the device's threads; and the penalties before them. */
 #include <stdint.h>
 
 #include "backend/host/hb_internal.h"
@@ -87,6 +87,25 @@ pe_status hb_topk(be_device *dev, const float *x, size_t rows, size_t n, size_t 
     HB_NEED(dev, val, k, "topk");
     topk_job j = {x, n, k, idx, val, lse};
     hb_for(dev, rows, hb_row_grain(n), topk_rows, &j);
+    return PE_OK;
+}
+
+/* ---- penalties ---------------------------------------------------------------------- */
+
+pe_status hb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                      const pe_k_penalty *p, size_t count)
+{
+    if (rows == 0 || count == 0)
+        return PE_OK;
+    pe_status s = check_logits(dev, x, rows, n, "penalize");
+    if (s != PE_OK)
+        return s;
+    HB_NEED(dev, p, count, "penalize");
+    if (rows > INT32_MAX || count > INT32_MAX)
+        return hb_fail(dev, PE_EINVAL, "penalize on host device %d: %zu rows and %zu entries; "
+                       "at most %d each", dev->id, rows, count, INT32_MAX);
+    /* a few entries a row that samples: one thread */
+    pe_k_penalize_rows(x, (int32_t)rows, (int32_t)n, id0, p, (int32_t)count);
     return PE_OK;
 }
 

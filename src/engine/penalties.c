@@ -1,0 +1,123 @@
+/* penalties.c: the token counts behind the sampling penalties (penalties.h). */
+#include "engine/penalties.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static float repetition_of(const pe_sampling *s)
+{
+    return s->repetition_penalty > 0.0f ? s->repetition_penalty : 1.0f; /* 0 reads as off */
+}
+
+int en_penalties_on(const pe_sampling *s)
+{
+    return repetition_of(s) != 1.0f || s->frequency_penalty != 0.0f ||
+           s->presence_penalty != 0.0f;
+}
+
+void en_counts_free(en_counts *c)
+{
+    free(c->ids);
+    free(c->gen);
+    free(c->prompt);
+    free(c->slots);
+    memset(c, 0, sizeof *c);
+}
+
+static uint32_t hash_of(int32_t id, int nslots)
+{
+    return ((uint32_t)id * 2654435761u) & (uint32_t)(nslots - 1);
+}
+
+/* Room for one more distinct token, the table at most half full. */
+static int grow(en_counts *c)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 64;
+        int32_t *ids = realloc(c->ids, (size_t)cap * sizeof *ids);
+        if (ids)
+            c->ids = ids;
+        int32_t *gen = realloc(c->gen, (size_t)cap * sizeof *gen);
+        if (gen)
+            c->gen = gen;
+        uint8_t *prompt = realloc(c->prompt, (size_t)cap);
+        if (prompt)
+            c->prompt = prompt;
+        if (!ids || !gen || !prompt)
+            return -1;
+        c->cap = cap;
+    }
+    if (2 * (c->n + 1) <= c->nslots)
+        return 0;
+    int nslots = c->nslots ? 2 * c->nslots : 128;
+    int32_t *slots = calloc((size_t)nslots, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (int i = 0; i < c->n; i++) { /* every token again, into the larger table */
+        uint32_t h = hash_of(c->ids[i], nslots);
+        while (slots[h])
+            h = (h + 1) & (uint32_t)(nslots - 1);
+        slots[h] = i + 1;
+    }
+    free(c->slots);
+    c->slots = slots;
+    c->nslots = nslots;
+    return 0;
+}
+
+static int count(en_counts *c, int32_t id, int generated)
+{
+    uint32_t h = c->nslots ? hash_of(id, c->nslots) : 0;
+    while (c->nslots && c->slots[h] && c->ids[c->slots[h] - 1] != id)
+        h = (h + 1) & (uint32_t)(c->nslots - 1);
+    int i;
+    if (c->nslots && c->slots[h]) {
+        i = c->slots[h] - 1;
+    } else {
+        if (grow(c) != 0)
+            return -1;
+        h = hash_of(id, c->nslots); /* the table may have grown: find the empty slot again */
+        while (c->slots[h])
+            h = (h + 1) & (uint32_t)(c->nslots - 1);
+        i = c->n++;
+        c->slots[h] = i + 1;
+        c->ids[i] = id;
+        c->gen[i] = 0;
+        c->prompt[i] = 0;
+    }
+    if (generated)
+        c->gen[i]++;
+    else
+        c->prompt[i] = 1;
+    return 0;
+}
+
+int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_start)
+{
+    if (c->gen_start != gen_start || c->seen > ntok) { /* an append: count again */
+        c->n = c->seen = 0;
+        if (c->slots)
+            memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
+        c->gen_start = gen_start;
+    }
+    for (; c->seen < ntok; c->seen++)
+        if (count(c, tokens[c->seen], c->seen >= gen_start) != 0) {
+            en_counts_free(c);
+            return -1;
+        }
+    return 0;
+}
+
+int en_counts_entries(const en_counts *c, const pe_sampling *s, int row, pe_k_penalty *out)
+{
+    const float rep = repetition_of(s);
+    int m = 0;
+    for (int i = 0; i < c->n; i++) {
+        const int g = c->gen[i];
+        const float r = rep != 1.0f && (g > 0 || c->prompt[i]) ? rep : 1.0f;
+        const float sub = g > 0 ? s->frequency_penalty * (float)g + s->presence_penalty : 0.0f;
+        if (r != 1.0f || sub != 0.0f)
+            out[m++] = (pe_k_penalty){.row = row, .id = c->ids[i], .rep = r, .sub = sub};
+    }
+    return m;
+}

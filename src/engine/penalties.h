@@ -1,0 +1,41 @@
+/* penalties.h: a sequence's token counts for the sampling penalties (pe_sampling's
+ * repetition, frequency and presence penalties), kept as its tokens come, and the entries
+ * (sample.h's pe_k_penalty) they give the logit row it samples from.
+ *
+ * A token counts as generated at positions from gen_start (the prompt's end: since the
+ * last submit or append), as in the prompt before. The counts grow with the sequence
+ * (each step adds its new tokens), so a step's entries cost the distinct tokens, not the
+ * sequence's length. */
+#ifndef PE_ENGINE_PENALTIES_H
+#define PE_ENGINE_PENALTIES_H
+
+#include <stdint.h>
+
+#include "kernels/sample.h"
+#include "pengine/pengine.h"
+
+typedef struct en_counts {
+    int32_t *ids;       /* (n) the distinct tokens, in the order first seen */
+    int32_t *gen;       /* (n) times each was generated */
+    uint8_t *prompt;    /* (n) 1: it is in the prompt */
+    int n, cap;
+    int32_t *slots;     /* (nslots, a power of 2) open addressing: index + 1 in ids, 0 empty */
+    int nslots;
+    int seen;           /* the sequence's tokens counted */
+    int gen_start;      /* the position generated tokens start at, as counted */
+} en_counts;
+
+/* 1 when s changes any logit. */
+int en_penalties_on(const pe_sampling *s);
+
+/* Counts tokens[seen .. ntok) of a sequence whose generated tokens start at gen_start; a
+ * gen_start other than the counted one (an append) counts everything again. 0, or -1 when
+ * out of memory (the counts are then empty, to be made again). */
+int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_start);
+
+/* The entries of logit row `row` under s into out (room for c->n); returns how many. */
+int en_counts_entries(const en_counts *c, const pe_sampling *s, int row, pe_k_penalty *out);
+
+void en_counts_free(en_counts *c);
+
+#endif
