@@ -142,6 +142,8 @@ typedef struct serve_job {
     size_t prompt_len;
     int max_tokens;
     pe_sampling sampling;
+    pe_logit_bias bias[PE_MAX_LOGIT_BIAS]; /* "logit_bias" */
+    size_t nbias;
     char *stops[CLI_MAX_STOP_STR]; /* text stop strings (malloc'ed) */
     int nstops;
     int32_t stop_ids[PE_MAX_STOP]; /* stop tokens: the chat's end of turn, one-token stops */

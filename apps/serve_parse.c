@@ -87,6 +87,32 @@ static unsigned parse_penalties(const cJSON *o, pe_sampling *s, char *msg, size_
     return st;
 }
 
+/* logit_bias: {"token id": bias from -100 to 100}, at most PE_MAX_LOGIT_BIAS of them, as
+ * OpenAI's (the engine checks the ids against the vocabulary). */
+static unsigned parse_logit_bias(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
+{
+    const cJSON *f = field(o, "logit_bias");
+    if (!f)
+        return 0;
+    if (!cJSON_IsObject(f))
+        return BAD("'logit_bias' must be an object of token ids (as strings) to biases");
+    const cJSON *b;
+    cJSON_ArrayForEach(b, f) {
+        char *end = NULL;
+        long id = strtol(b->string, &end, 10);
+        if (!*b->string || *end || id < 0 || id > INT32_MAX)
+            return BAD("'logit_bias' key \"%.40s\" is not a token id; give ids as strings, "
+                       "e.g. {\"50256\": -100}", b->string);
+        if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100.0 && b->valuedouble <= 100.0))
+            return BAD("'logit_bias' of token %ld must be a number from -100 to 100", id);
+        if (j->nbias == PE_MAX_LOGIT_BIAS)
+            return BAD("'logit_bias' has more than %d tokens; give at most %d",
+                       PE_MAX_LOGIT_BIAS, PE_MAX_LOGIT_BIAS);
+        j->bias[j->nbias++] = (pe_logit_bias){(int32_t)id, (float)b->valuedouble};
+    }
+    return 0;
+}
+
 /* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one), and
  * the penalties. */
 static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
@@ -104,6 +130,8 @@ static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t m
         st = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &seeded, msg, msg_len);
     if (!st)
         st = parse_penalties(o, &j->sampling, msg, msg_len);
+    if (!st)
+        st = parse_logit_bias(o, j, msg, msg_len);
     if (st)
         return st;
     j->sampling.temperature = (float)t;

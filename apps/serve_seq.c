@@ -236,6 +236,8 @@ unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, c
     p.prompt_len = j->prompt_len;
     p.max_tokens = j->max_tokens;
     p.sampling = j->sampling;
+    p.logit_bias = j->nbias ? j->bias : NULL;
+    p.nlogit_bias = j->nbias;
     p.stop = j->nstop_ids ? j->stop_ids : NULL;
     p.nstop = j->nstop_ids;
     p.ignore_eos = j->ignore_eos;

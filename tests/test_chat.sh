@@ -150,7 +150,10 @@ tmux -S "$sock" new-session -d -s chat -x 200 -y 50 \
 wait_for "the banner" grep -q 'llama2 template, 2048 positions'
 wait_for "the first prompt" grep -qx '> '
 type_line "Tell me a long story"
-sleep 0.3
+# the reply under way (a line of text after the prompt's), so that the Ctrl-C meets it: the
+# whole context takes this model ~2.5 s on 2 cores
+wait_for "the reply's start" awk '/^> Tell me a long story$/ { if ((getline next_line) > 0 &&
+                                   length(next_line) > 0) ok = 1 } END { exit !ok }'
 tmux -S "$sock" send-keys -t chat C-c
 wait_for "the cancelled reply" grep -q ', cancelled; [0-9]* of 2048 positions]'
 screen | grep -q ', cancelled; 2048 of' && fail "the reply ran to the context before Ctrl-C"

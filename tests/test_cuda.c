@@ -1150,7 +1150,7 @@ static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, 
 
 /* penalize against sample.h's pe_k_penalize_rows (the host's loop): a thread an entry, each
  * logit changed by its entry alone (a rank's ids from id0: entries outside left out), bit
- * for bit (one division or product and one subtraction). */
+ * for bit (an addition, a division or product, a subtraction). */
 static void penalize_agrees_with_host_rule(void **state)
 {
     (void)state;
@@ -1170,7 +1170,8 @@ static void penalize_agrees_with_host_rule(void **state)
     for (size_t i = 0; i < count; i++) {
         const size_t r = i % (rows + 1); /* row 9: past the step */
         p[i] = (pe_k_penalty){(int32_t)r, (int32_t)(1000 + i / (rows + 1) * step + i % 3),
-                              1.0f + (float)(i % 5) * 0.25f, (float)(i % 7) * 0.3f - 0.9f};
+                              (float)(i % 4) - 1.5f, 1.0f + (float)(i % 5) * 0.25f,
+                              (float)(i % 7) * 0.3f - 0.9f};
     }
     pe_k_penalize_rows(want, (int32_t)rows, (int32_t)n, id0, p, (int32_t)count);
     float *dx = upload(d, x, rows * n);

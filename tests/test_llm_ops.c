@@ -832,26 +832,30 @@ static void test_argmax_is_the_first_largest(void **state)
     free(x);
 }
 
-/* The penalties by hand on 2 rows of a rank's 6 ids (10 .. 15): a positive logit divided by
- * rep, a negative one multiplied, then sub taken off; entries of other ranks' ids or of
- * rows past the step's change nothing. */
+/* The logit bias and penalties by hand on 2 rows of a rank's 6 ids (10 .. 15): add added, a
+ * positive logit then divided by rep, a negative one multiplied, then sub taken off;
+ * entries of other ranks' ids or of rows past the step's change nothing. */
 static void test_penalize_changes_the_named_logits_by_hand(void **state)
 {
     be_device *dev = *state;
     float x[12] = {1, 3, -1, 0, 4, 5, /* row 0 */ -2, 2, 6, 0.5f, 4, 7};
     const float before[12] = {1, 3, -1, 0, 4, 5, -2, 2, 6, 0.5f, 4, 7};
     const pe_k_penalty p[] = {
-        {0, 11, 2.0f, 0.0f},   /* 3 / 2 = 1.5 */
-        {0, 12, 2.0f, 0.5f},   /* -1 * 2 - 0.5 = -2.5 */
-        {0, 13, 1.5f, 0.0f},   /* 0: multiplied, stays 0 */
-        {1, 10, 1.0f, 1.25f},  /* -2 - 1.25 = -3.25 */
-        {1, 15, 4.0f, -1.0f},  /* 7 / 4 + 1 = 2.75 */
-        {1, 9, 2.0f, 1.0f},    /* id 9: another rank's */
-        {1, 16, 2.0f, 1.0f},   /* id 16: another rank's */
-        {2, 11, 2.0f, 1.0f},   /* row 2: past the step's 2 */
+        /* row, id, add, rep, sub */
+        {0, 11, 0.0f, 2.0f, 0.0f},   /* 3 / 2 = 1.5 */
+        {0, 12, 0.0f, 2.0f, 0.5f},   /* -1 * 2 - 0.5 = -2.5 */
+        {0, 13, 0.0f, 1.5f, 0.0f},   /* 0: multiplied, stays 0 */
+        {0, 14, -6.0f, 1.0f, 0.0f},  /* 4 - 6 = -2 */
+        {0, 15, -6.0f, 2.0f, 0.25f}, /* (5 - 6) * 2 - 0.25 = -2.25 */
+        {1, 10, 0.0f, 1.0f, 1.25f},  /* -2 - 1.25 = -3.25 */
+        {1, 11, 3.0f, 2.5f, 0.0f},   /* (2 + 3) / 2.5 = 2 */
+        {1, 15, 0.0f, 4.0f, -1.0f},  /* 7 / 4 + 1 = 2.75 */
+        {1, 9, 1.0f, 2.0f, 1.0f},    /* id 9: another rank's */
+        {1, 16, 1.0f, 2.0f, 1.0f},   /* id 16: another rank's */
+        {2, 11, 1.0f, 2.0f, 1.0f},   /* row 2: past the step's 2 */
     };
     assert_int_equal(ops->penalize(dev, x, 2, 6, 10, p, sizeof p / sizeof p[0]), PE_OK);
-    const float want[12] = {1, 1.5f, -2.5f, 0, 4, 5, -3.25f, 2, 6, 0.5f, 4, 2.75f};
+    const float want[12] = {1, 1.5f, -2.5f, 0, -2, -2.25f, -3.25f, 2, 6, 0.5f, 4, 2.75f};
     for (int i = 0; i < 12; i++)
         if (x[i] != want[i])
             fail_msg("logit %d: %g, want %g (was %g)", i, (double)x[i], (double)want[i],

@@ -307,15 +307,18 @@ static void top_k_1_is_greedy_and_a_seed_repeats_its_tokens(void **state)
 }
 
 /* The next token by a reference: pe_score's logits of ctx (n tokens, the first np the
- * prompt), penalized here from the counts of ctx's tokens as pengine.h words it, then the
- * largest (greedy) or sample.h's rule with draw number k of s's seed. *margin: the gap
- * between the two largest penalized logits. */
+ * prompt), biased by bias (nbias) and penalized here from the counts of ctx's tokens as
+ * pengine.h words it, then the largest (greedy) or sample.h's rule with draw number k of
+ * s's seed. *margin: the gap between the two largest changed logits. */
 static int32_t reference_token(pe_engine *e, const int32_t *ctx, int n, int np, int k,
-                               const pe_sampling *s, float *lg, float *margin)
+                               const pe_sampling *s, const pe_logit_bias *bias, size_t nbias,
+                               float *lg, float *margin)
 {
     const int V = llama_spec.vocab;
     const float r = s->repetition_penalty > 0.0f ? s->repetition_penalty : 1.0f; /* 0: off */
     assert_int_equal(pe_score(e, ctx, (size_t)n, 0, lg), PE_OK);
+    for (size_t i = 0; i < nbias; i++)
+        lg[bias[i].token] += bias[i].bias;
     for (int v = 0; v < V; v++) {
         int generated = 0, in_prompt = 0;
         for (int i = 0; i < n; i++) {
@@ -343,8 +346,9 @@ static int32_t reference_token(pe_engine *e, const int32_t *ctx, int n, int np, 
 }
 
 /* The repetition, frequency and presence penalties, each alone, all three, and negative
- * ones, greedy and sampled: every token is the reference's (reference_token, which follows
- * the engine's tokens), up to a near-tie where the backend is not batch-invariant. */
+ * ones, greedy and sampled, and the logit bias alone and with them: every token is the
+ * reference's (reference_token, which follows the engine's tokens), up to a near-tie where
+ * the backend is not batch-invariant. */
 static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
 {
     (void)state;
@@ -353,26 +357,52 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
     int32_t prompt[7], got[24], plain[24], ctx[7 + 24];
     tm_tokens(prompt, NP, V, 31);
     generate(e, prompt, NP, G, NULL, plain);
-    const pe_sampling cases[] = {
-        {.top_p = 1.0f, .repetition_penalty = 1.8f},
-        {.top_p = 1.0f, .frequency_penalty = 0.9f},
-        {.top_p = 1.0f, .presence_penalty = 1.1f},
-        {.top_p = 1.0f, .repetition_penalty = 1.3f, .frequency_penalty = -0.5f,
-         .presence_penalty = 0.7f},
-        {.top_p = 1.0f, .frequency_penalty = -2.0f}, /* repeats */
-        {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 3,
-         .repetition_penalty = 1.4f, .frequency_penalty = 0.6f, .presence_penalty = 0.3f},
+    const struct {
+        pe_sampling s;
+        pe_logit_bias bias[2];
+        size_t nbias;
+    } cases[] = {
+        {{.top_p = 1.0f, .repetition_penalty = 1.8f}, {{0}}, 0},
+        {{.top_p = 1.0f, .frequency_penalty = 0.9f}, {{0}}, 0},
+        {{.top_p = 1.0f, .presence_penalty = 1.1f}, {{0}}, 0},
+        {{.top_p = 1.0f, .repetition_penalty = 1.3f, .frequency_penalty = -0.5f,
+          .presence_penalty = 0.7f}, {{0}}, 0},
+        {{.top_p = 1.0f, .frequency_penalty = -2.0f}, {{0}}, 0}, /* repeats */
+        {{.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 3,
+          .repetition_penalty = 1.4f, .frequency_penalty = 0.6f, .presence_penalty = 0.3f},
+         {{0}}, 0},
+        /* plain's first token banned, another lifted */
+        {{.top_p = 1.0f}, {{plain[0], -100.0f}, {5, 2.5f}}, 2},
+        /* the same with the penalties: the biased tokens are counted ones too */
+        {{.top_p = 1.0f, .repetition_penalty = 1.5f, .frequency_penalty = 0.8f},
+         {{plain[0], -100.0f}, {prompt[2], 1.5f}}, 2},
     };
     const int exact = hb_simd_batch_invariant(hb_simd_get());
     float *lg = malloc((size_t)V * sizeof *lg);
     int changed = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        generate(e, prompt, NP, G, &cases[c], got);
+        static run r;
+        memset(&r, 0, sizeof r);
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = NP;
+        p.max_tokens = G;
+        p.ignore_eos = 1;
+        p.sampling = cases[c].s;
+        p.logit_bias = cases[c].bias;
+        p.nlogit_bias = cases[c].nbias;
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &p, &id), PE_OK);
+        drain(e, &r);
+        assert_int_equal(r.ntok[0], G);
+        memcpy(got, r.tok[0], (size_t)G * sizeof *got);
         changed += memcmp(got, plain, (size_t)G * sizeof *got) != 0;
         memcpy(ctx, prompt, sizeof prompt);
         for (int k = 0; k < G; k++) {
             float margin;
-            int32_t want = reference_token(e, ctx, NP + k, NP, k, &cases[c], lg, &margin);
+            int32_t want = reference_token(e, ctx, NP + k, NP, k, &cases[c].s, cases[c].bias,
+                                           cases[c].nbias, lg, &margin);
             if (got[k] != want) {
                 if (!exact && margin <= 1e-4f)
                     break; /* another order of the same sums: the two part here */
@@ -807,7 +837,9 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         {"top_p", NULL}, {"temperature", NULL}, {"empty", NULL}, {"context", NULL},
         {"vocabulary", NULL}, {"max_tokens", NULL}, {"top_k", NULL}, {"logprobs", NULL},
         {"repetition_penalty", NULL}, {"frequency_penalty", NULL}, {"presence_penalty", NULL},
+        {"twice", NULL}, {"logit_bias entry 0", NULL}, {"logit_bias entries", NULL},
     };
+    const pe_logit_bias twice[2] = {{4, 1.0f}, {4, 2.0f}}, outside[1] = {{-1, 1.0f}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pe_seq_params p;
         pe_seq_params_init(&p);
@@ -825,6 +857,9 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         case 8: p.sampling.repetition_penalty = -1.0f; break;
         case 9: p.sampling.frequency_penalty = INFINITY; break;
         case 10: p.sampling.presence_penalty = NAN; break;
+        case 11: p.logit_bias = twice, p.nlogit_bias = 2; break;
+        case 12: p.logit_bias = outside, p.nlogit_bias = 1; break;
+        case 13: p.logit_bias = twice, p.nlogit_bias = PE_MAX_LOGIT_BIAS + 1; break;
         }
         uint64_t id;
         assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);

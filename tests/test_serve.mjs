@@ -118,6 +118,13 @@ async function completionEqualsGenerate(url) {
     eq(penalized.token_ids, pen.tokens, 'penalties = generate\'s');
     check(JSON.stringify(pen.tokens) !== JSON.stringify(ref.tokens) &&
           new Set(pen.tokens).size < pen.tokens.length, 'the penalties change the tokens');
+    // logit_bias: +100 all but forces a token, -100 all but bans one
+    const biased = async (logit_bias) => (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 5, temperature: 0, return_token_ids: true, logit_bias })).json())
+        .choices[0].token_ids;
+    eq(await biased({ 1234: 100 }), [1234, 1234, 1234, 1234, 1234], 'logit_bias +100');
+    const banned = await biased({ [ref.tokens[0]]: -100 });
+    check(banned.length === 5 && !banned.includes(ref.tokens[0]), `logit_bias -100: ${banned}`);
     const s = await readStream(await post(url, '/v1/completions', {
         prompt, max_tokens: 12, temperature: 0, stream: true, return_token_ids: true,
         stream_options: { include_usage: true } }));
@@ -328,6 +335,13 @@ async function badRequests(url) {
                  400, 'presence_penalty 2.5');
     await expect(await post(url, '/v1/completions', { prompt: 'x', repetition_penalty: 0 }),
                  400, 'repetition_penalty 0');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { x: 1 } }),
+                 400, 'a logit_bias key not an id');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { 5: 101 } }),
+                 400, 'a logit_bias over 100');
+    await expect(await post(url, '/v1/completions', { prompt: 'x',
+                                                      logit_bias: { 99999999: 1 } }),
+                 400, 'a logit_bias token past the vocabulary');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logprobs: true }), 400,
                  'a completion\'s logprobs a boolean');
     await expect(await post(url, '/v1/chat/completions', {

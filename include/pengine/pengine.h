@@ -255,6 +255,7 @@ pe_status pe_infer(pe_engine *e, const float *in, size_t rows, float *out);
 
 #define PE_MAX_LOGPROBS 20
 #define PE_MAX_STOP 16
+#define PE_MAX_LOGIT_BIAS 300
 
 typedef struct pe_sampling {
     float temperature; /* 0 = greedy (the default) */
@@ -271,6 +272,13 @@ typedef struct pe_sampling {
     float presence_penalty;   /* finite; 0 = off (OpenAI's range is -2..2) */
 } pe_sampling;
 
+/* A bias added to one token's logit (OpenAI's logit_bias): -100 all but bans the token,
+ * 100 all but forces it. */
+typedef struct pe_logit_bias {
+    int32_t token;
+    float bias;
+} pe_logit_bias;
+
 typedef struct pe_seq_params {
     const int32_t *prompt;  /* token ids (copied by pe_seq_submit) */
     size_t prompt_len;      /* >= 1, and < the context */
@@ -280,6 +288,9 @@ typedef struct pe_seq_params {
     size_t nstop;           /* <= PE_MAX_STOP */
     int ignore_eos;         /* 1: the model's eos_token_id does not end the sequence */
     int logprobs;           /* top log-probabilities per token, 0..PE_MAX_LOGPROBS */
+    const pe_logit_bias *logit_bias; /* added to those tokens' logits before the penalties
+                             * (copied); may be NULL */
+    size_t nlogit_bias;     /* <= PE_MAX_LOGIT_BIAS, each token at most once */
     int keep;               /* 1: after its final event the sequence keeps its tokens and KV
                              * cache, for pe_seq_append, until pe_seq_release */
     void *user;             /* handed back in every event */

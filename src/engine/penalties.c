@@ -1,4 +1,5 @@
-/* penalties.c: the token counts behind the sampling penalties (penalties.h). */
+/* penalties.c: the token counts behind the sampling penalties, and a step's entries of
+ * them and of the logit bias (penalties.h). */
 #include "engine/penalties.h"
 
 #include <stdlib.h>
@@ -65,6 +66,17 @@ static int grow(en_counts *c)
     return 0;
 }
 
+/* The index of id in c, or -1. */
+static int find(const en_counts *c, int32_t id)
+{
+    if (!c || !c->nslots)
+        return -1;
+    uint32_t h = hash_of(id, c->nslots);
+    while (c->slots[h] && c->ids[c->slots[h] - 1] != id)
+        h = (h + 1) & (uint32_t)(c->nslots - 1);
+    return c->slots[h] ? c->slots[h] - 1 : -1;
+}
+
 static int count(en_counts *c, int32_t id, int generated)
 {
     uint32_t h = c->nslots ? hash_of(id, c->nslots) : 0;
@@ -108,16 +120,32 @@ int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_star
     return 0;
 }
 
-int en_counts_entries(const en_counts *c, const pe_sampling *s, int row, pe_k_penalty *out)
+static int by_token(const void *a, const void *b)
+{
+    int32_t x = ((const pe_logit_bias *)a)->token, y = ((const pe_logit_bias *)b)->token;
+    return (x > y) - (x < y);
+}
+
+int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_bias *bias,
+                      int nbias, int row, pe_k_penalty *out)
 {
     const float rep = repetition_of(s);
     int m = 0;
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; c && i < c->n; i++) { /* the counted tokens, with their bias */
         const int g = c->gen[i];
         const float r = rep != 1.0f && (g > 0 || c->prompt[i]) ? rep : 1.0f;
         const float sub = g > 0 ? s->frequency_penalty * (float)g + s->presence_penalty : 0.0f;
-        if (r != 1.0f || sub != 0.0f)
-            out[m++] = (pe_k_penalty){.row = row, .id = c->ids[i], .rep = r, .sub = sub};
+        const pe_logit_bias key = {.token = c->ids[i]};
+        const pe_logit_bias *b = nbias ? bsearch(&key, bias, (size_t)nbias, sizeof *bias,
+                                                 by_token) : NULL;
+        const float add = b ? b->bias : 0.0f;
+        if (add != 0.0f || r != 1.0f || sub != 0.0f)
+            out[m++] = (pe_k_penalty){.row = row, .id = c->ids[i], .add = add, .rep = r,
+                                      .sub = sub};
     }
+    for (int k = 0; k < nbias; k++) /* the rest of the bias */
+        if (bias[k].bias != 0.0f && find(c, bias[k].token) < 0)
+            out[m++] = (pe_k_penalty){.row = row, .id = bias[k].token, .add = bias[k].bias,
+                                      .rep = 1.0f, .sub = 0.0f};
     return m;
 }

@@ -1,6 +1,6 @@
 /* penalties.h: a sequence's token counts for the sampling penalties (pe_sampling's
  * repetition, frequency and presence penalties), kept as its tokens come, and the entries
- * (sample.h's pe_k_penalty) they give the logit row it samples from.
+ * (sample.h's pe_k_penalty) they and its logit bias give the logit row it samples from.
  *
  * A token counts as generated at positions from gen_start (the prompt's end: since the
  * last submit or append), as in the prompt before. The counts grow with the sequence
@@ -33,8 +33,11 @@ int en_penalties_on(const pe_sampling *s);
  * out of memory (the counts are then empty, to be made again). */
 int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_start);
 
-/* The entries of logit row `row` under s into out (room for c->n); returns how many. */
-int en_counts_entries(const en_counts *c, const pe_sampling *s, int row, pe_k_penalty *out);
+/* The entries of logit row `row` into out (room for c->n + nbias): the penalties of s on
+ * the tokens counted in c (NULL: none), and bias (nbias, sorted by token, each once).
+ * Returns how many. */
+int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_bias *bias,
+                      int nbias, int row, pe_k_penalty *out);
 
 void en_counts_free(en_counts *c);
 

@@ -42,6 +42,7 @@ void en_seq_free(en_seq *seq)
         return;
     free(seq->tokens);
     free(seq->blocks);
+    free(seq->bias);
     en_counts_free(&seq->counts);
     free(seq);
 }
@@ -287,6 +288,10 @@ pe_status en_sched_append(en_sched *s, en_seq *more)
     seq->generated = 0;
     seq->max_tokens = more->max_tokens;
     seq->sampling = more->sampling;
+    free(seq->bias); /* the new generation's */
+    seq->bias = more->bias;
+    seq->nbias = more->nbias;
+    more->bias = NULL;
     seq->logprobs = more->logprobs;
     memcpy(seq->stop, more->stop, sizeof seq->stop);
     seq->nstop = more->nstop;
@@ -700,6 +705,8 @@ int en_sched_build(en_sched *s, en_step *st)
                 return -1;
             npen += seq->counts.n;
         }
+        if (c->sample)
+            npen += seq->nbias;
     }
     if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
         return -1;
@@ -745,8 +752,8 @@ int en_sched_build(en_sched *s, en_step *st)
                 sp.top_p = seq->sampling.top_p;
                 sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
                 st->sample = 1;
-                if (en_penalties_on(&seq->sampling))
-                    npen += en_counts_entries(&seq->counts, &seq->sampling, lr, pen + npen);
+                npen += en_counts_entries(en_penalties_on(&seq->sampling) ? &seq->counts : NULL,
+                                          &seq->sampling, seq->bias, seq->nbias, lr, pen + npen);
             }
             samp[lr] = sp;
         }

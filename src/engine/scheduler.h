@@ -90,6 +90,8 @@ typedef struct en_seq {
     int max_tokens;
     pe_sampling sampling;
     en_counts counts;    /* its tokens' counts, for the penalties (when sampling has any) */
+    pe_logit_bias *bias; /* (nbias) its logit bias, sorted by token */
+    int nbias;
     int logprobs;
     int32_t stop[PE_MAX_STOP];
     int nstop;

@@ -93,6 +93,20 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
     if (p->logprobs < 0 || p->logprobs > PE_MAX_LOGPROBS)
         return pe_fail(err, PE_EINVAL, "%s: logprobs %d must be in 0..%d", call,
                        p->logprobs, PE_MAX_LOGPROBS);
+    if (p->nlogit_bias > PE_MAX_LOGIT_BIAS || (p->nlogit_bias && !p->logit_bias))
+        return pe_fail(err, PE_EINVAL, "%s: %zu logit_bias entries; give at most %d, and a "
+                       "non-NULL list", call, p->nlogit_bias, PE_MAX_LOGIT_BIAS);
+    for (size_t i = 0; i < p->nlogit_bias; i++) {
+        const pe_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= e->dec.cfg.V || !isfinite(b->bias))
+            return pe_fail(err, PE_EINVAL, "%s: logit_bias entry %zu (token %d, bias %g): the "
+                           "token must be in the vocabulary [0, %d) and the bias finite", call,
+                           i, (int)b->token, (double)b->bias, e->dec.cfg.V);
+        for (size_t j = 0; j < i; j++)
+            if (p->logit_bias[j].token == b->token)
+                return pe_fail(err, PE_EINVAL, "%s: logit_bias names token %d twice (entries "
+                               "%zu and %zu); give each token once", call, (int)b->token, j, i);
+    }
     if (p->nstop > PE_MAX_STOP || (p->nstop && !p->stop))
         return pe_fail(err, PE_EINVAL, "%s: %zu stop tokens; give at most %d, "
                        "and a non-NULL list", call, p->nstop, PE_MAX_STOP);
@@ -174,6 +188,12 @@ static pe_status check_fits(const pe_engine *e, const en_seq *q, const char *cal
                    e->sched_cfg.nblocks);
 }
 
+static int by_token(const void *a, const void *b)
+{
+    int32_t x = ((const pe_logit_bias *)a)->token, y = ((const pe_logit_bias *)b)->token;
+    return (x > y) - (x < y);
+}
+
 /* A sequence message from p: p's prompt tokens (its new tokens, for an append to a
  * sequence holding `held` tokens) and generation parameters. NULL when out of memory. */
 static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
@@ -186,6 +206,16 @@ static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
         return NULL;
     q->max_tokens = p->max_tokens;
     q->sampling = p->sampling;
+    if (p->nlogit_bias) { /* sorted, for the scheduler's lookups */
+        q->bias = malloc(p->nlogit_bias * sizeof *q->bias);
+        if (!q->bias) {
+            en_seq_free(q);
+            return NULL;
+        }
+        memcpy(q->bias, p->logit_bias, p->nlogit_bias * sizeof *q->bias);
+        qsort(q->bias, p->nlogit_bias, sizeof *q->bias, by_token);
+        q->nbias = (int)p->nlogit_bias;
+    }
     q->logprobs = p->logprobs;
     q->nstop = (int)p->nstop;
     if (p->nstop)

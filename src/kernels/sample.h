@@ -1,6 +1,6 @@
 /* sample.h: choosing the next token from a row of logits: greedy, temperature, top-k,
- * top-p; the top-k list and log-sum-exp behind logprobs; the random draws; and the
- * repetition, frequency and presence penalties, applied to the logits before.
+ * top-p; the top-k list and log-sum-exp behind logprobs; the random draws; and the logit
+ * bias with the repetition, frequency and presence penalties, applied to the logits before.
  *
  * The rule (both backends implement exactly this; the CUDA grids in parallel, the host
  * with the sequential functions below):
@@ -183,18 +183,21 @@ PE_KFN int32_t pe_k_sample_row(const float *x, int32_t n, pe_k_sampling p, float
 
 /* ---- penalties ----------------------------------------------------------------------------- */
 
-/* One penalized logit of a step: vocabulary id `id` of logit row `row` becomes
- * pe_k_penalize(x, rep, sub). A step names each (row, id) at most once. */
+/* One changed logit of a step: vocabulary id `id` of logit row `row` becomes
+ * pe_k_penalize(x, add, rep, sub). A step names each (row, id) at most once. */
 typedef struct pe_k_penalty {
     int32_t row, id;
+    float add;         /* the logit bias (0: none) */
     float rep;         /* the repetition penalty (1: none) */
     float sub;         /* frequency x count + presence (0: none) */
 } pe_k_penalty;
 
-/* A logit after the penalties: repetition (a positive logit divided by rep, another
- * multiplied, as Hugging Face's and vLLM's), then minus sub. */
-PE_KFN float pe_k_penalize(float x, float rep, float sub)
+/* A logit after the logit bias and the penalties, in vLLM's order: plus add; then
+ * repetition (a positive logit divided by rep, another multiplied, as Hugging Face's);
+ * then minus sub. */
+PE_KFN float pe_k_penalize(float x, float add, float rep, float sub)
 {
+    x += add;
     return (x > 0.0f ? x / rep : x * rep) - sub;
 }
 
@@ -207,7 +210,7 @@ PE_KFN void pe_k_penalize_rows(float *x, int32_t rows, int32_t n, int32_t id0,
         int32_t c = p[i].id - id0;
         if (p[i].row >= 0 && p[i].row < rows && c >= 0 && c < n) {
             float *v = x + (size_t)p[i].row * (size_t)n + (size_t)c;
-            *v = pe_k_penalize(*v, p[i].rep, p[i].sub);
+            *v = pe_k_penalize(*v, p[i].add, p[i].rep, p[i].sub);
         }
     }
 }

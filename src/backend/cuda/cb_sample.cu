@@ -458,7 +458,7 @@ __global__ void penalize_entries(float *x, int32_t rows, int32_t n, int32_t id0,
         const int32_t c = e.id - id0;
         if (e.row >= 0 && e.row < rows && c >= 0 && c < n) {
             float *v = x + (size_t)e.row * (size_t)n + (size_t)c;
-            *v = pe_k_penalize(*v, e.rep, e.sub);
+            *v = pe_k_penalize(*v, e.add, e.rep, e.sub);
         }
     }
 }
