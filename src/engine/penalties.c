@@ -120,7 +120,7 @@ int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_star
     return 0;
 }
 
-static int by_token(const void *a, const void *b)
+int en_bias_by_token(const void *a, const void *b)
 {
     int32_t x = ((const pe_logit_bias *)a)->token, y = ((const pe_logit_bias *)b)->token;
     return (x > y) - (x < y);
@@ -137,7 +137,7 @@ int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_b
         const float sub = g > 0 ? s->frequency_penalty * (float)g + s->presence_penalty : 0.0f;
         const pe_logit_bias key = {.token = c->ids[i]};
         const pe_logit_bias *b = nbias ? bsearch(&key, bias, (size_t)nbias, sizeof *bias,
-                                                 by_token) : NULL;
+                                                 en_bias_by_token) : NULL;
         const float add = b ? b->bias : 0.0f;
         if (add != 0.0f || r != 1.0f || sub != 0.0f)
             out[m++] = (pe_k_penalty){.row = row, .id = c->ids[i], .add = add, .rep = r,

@@ -41,4 +41,7 @@ int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_b
 
 void en_counts_free(en_counts *c);
 
+/* qsort/bsearch order of pe_logit_bias entries: by token. */
+int en_bias_by_token(const void *a, const void *b);
+
 #endif

@@ -188,12 +188,6 @@ static pe_status check_fits(const pe_engine *e, const en_seq *q, const char *cal
                    e->sched_cfg.nblocks);
 }
 
-static int by_token(const void *a, const void *b)
-{
-    int32_t x = ((const pe_logit_bias *)a)->token, y = ((const pe_logit_bias *)b)->token;
-    return (x > y) - (x < y);
-}
-
 /* A sequence message from p: p's prompt tokens (its new tokens, for an append to a
  * sequence holding `held` tokens) and generation parameters. NULL when out of memory. */
 static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
@@ -213,7 +207,7 @@ static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
             return NULL;
         }
         memcpy(q->bias, p->logit_bias, p->nlogit_bias * sizeof *q->bias);
-        qsort(q->bias, p->nlogit_bias, sizeof *q->bias, by_token);
+        qsort(q->bias, p->nlogit_bias, sizeof *q->bias, en_bias_by_token);
         q->nbias = (int)p->nlogit_bias;
     }
     q->logprobs = p->logprobs;
