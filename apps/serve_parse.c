@@ -113,8 +113,8 @@ static unsigned parse_logit_bias(const cJSON *o, serve_job *j, char *msg, size_t
     return 0;
 }
 
-/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one), and
- * the penalties. */
+/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one), the
+ * penalties and the logit bias. */
 static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
 {
     double t = 1.0, p = 1.0, k = 0, seed = 0;
