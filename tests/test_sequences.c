@@ -74,8 +74,11 @@ static void drain(pe_engine *e, run *r)
         record(r, &ev, (int)(intptr_t)ev.user);
 }
 
-static uint64_t submit(pe_engine *e, const int32_t *prompt, size_t n, int max_tokens, int slot,
-                       const pe_sampling *s)
+/* A sequence of max_tokens ignoring EOS, with 5 logprobs, sampling s (NULL: greedy) and the
+ * logit bias (nbias), in slot. */
+static uint64_t submit_biased(pe_engine *e, const int32_t *prompt, size_t n, int max_tokens,
+                              int slot, const pe_sampling *s, const pe_logit_bias *bias,
+                              size_t nbias)
 {
     pe_seq_params p;
     pe_seq_params_init(&p);
@@ -87,10 +90,18 @@ static uint64_t submit(pe_engine *e, const int32_t *prompt, size_t n, int max_to
     p.user = (void *)(intptr_t)slot;
     if (s)
         p.sampling = *s;
+    p.logit_bias = bias;
+    p.nlogit_bias = nbias;
     uint64_t id = 0;
     if (pe_seq_submit(e, &p, &id) != PE_OK)
         fail_msg("pe_seq_submit: %s", pe_last_error());
     return id;
+}
+
+static uint64_t submit(pe_engine *e, const int32_t *prompt, size_t n, int max_tokens, int slot,
+                       const pe_sampling *s)
+{
+    return submit_biased(e, prompt, n, max_tokens, slot, s, NULL, 0);
 }
 
 /* ---- mixed batches --------------------------------------------------------------------- */
@@ -383,17 +394,7 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         static run r;
         memset(&r, 0, sizeof r);
-        pe_seq_params p;
-        pe_seq_params_init(&p);
-        p.prompt = prompt;
-        p.prompt_len = NP;
-        p.max_tokens = G;
-        p.ignore_eos = 1;
-        p.sampling = cases[c].s;
-        p.logit_bias = cases[c].bias;
-        p.nlogit_bias = cases[c].nbias;
-        uint64_t id;
-        assert_int_equal(pe_seq_submit(e, &p, &id), PE_OK);
+        submit_biased(e, prompt, NP, G, 0, &cases[c].s, cases[c].bias, cases[c].nbias);
         drain(e, &r);
         assert_int_equal(r.ntok[0], G);
         memcpy(got, r.tok[0], (size_t)G * sizeof *got);
