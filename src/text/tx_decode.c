@@ -1,6 +1,7 @@
 /* tx_decode.c: the decoders (ByteLevel, ByteFallback, Metaspace, Replace, Fuse, Strip) as
  * Hugging Face chains them: each turns the list of token strings into a new list; the text
  * is the last list joined. Without a decoder the tokens are joined with spaces. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,53 +302,45 @@ pe_status tx_decode(const pe_tokenizer *t, const int32_t *ids, size_t n, int ski
     return PE_OK;
 }
 
-pe_status pe_tokenizer_decode(const pe_tokenizer *t, const int32_t *ids, size_t n,
-                              int skip_special, char **text, size_t *len)
+/* The public decodes: their arguments checked (call names the function in the message),
+ * then tx_decode into a malloc'ed, NUL-terminated *out of *len bytes. */
+static pe_status decode_to_caller(const char *call, const pe_tokenizer *t, const int32_t *ids,
+                                  size_t n, int skip_special, tx_bytes_mode mode, char **out,
+                                  size_t *len)
 {
-    if (text)
-        *text = NULL;
+    if (out)
+        *out = NULL;
     if (len)
         *len = 0;
-    if (!t || !text || !len || (!ids && n)) {
-        pe_set_last_error("pe_tokenizer_decode: the tokenizer, text and len must not be NULL "
-                          "(nor ids when n > 0)");
+    if (!t || !out || !len || (!ids && n)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: the tokenizer and the output pointers must not be NULL "
+                 "(nor ids when n > 0)", call);
+        pe_set_last_error(msg);
         return PE_EINVAL;
     }
     pe_err err = {{0}};
-    tx_buf out = {0};
+    tx_buf buf = {0};
     int held;
-    pe_status s = tx_decode(t, ids, n, skip_special, TX_BYTES_LOSSY, &out, &held, &err);
+    pe_status s = tx_decode(t, ids, n, skip_special, mode, &buf, &held, &err);
     if (s != PE_OK) {
-        tx_buf_free(&out);
+        tx_buf_free(&buf);
         pe_set_last_error(err.msg);
         return s;
     }
-    *text = out.p;
-    *len = out.n;
+    *out = buf.p;
+    *len = buf.n;
     return PE_OK;
+}
+
+pe_status pe_tokenizer_decode(const pe_tokenizer *t, const int32_t *ids, size_t n,
+                              int skip_special, char **text, size_t *len)
+{
+    return decode_to_caller("pe_tokenizer_decode", t, ids, n, skip_special, TX_BYTES_LOSSY,
+                            text, len);
 }
 
 pe_status pe_tokenizer_token_bytes(const pe_tokenizer *t, int32_t id, char **bytes, size_t *len)
 {
-    if (bytes)
-        *bytes = NULL;
-    if (len)
-        *len = 0;
-    if (!t || !bytes || !len) {
-        pe_set_last_error("pe_tokenizer_token_bytes: the tokenizer, bytes and len must not be "
-                          "NULL");
-        return PE_EINVAL;
-    }
-    pe_err err = {{0}};
-    tx_buf out = {0};
-    int held;
-    pe_status s = tx_decode(t, &id, 1, 0, TX_BYTES_RAW, &out, &held, &err);
-    if (s != PE_OK) {
-        tx_buf_free(&out);
-        pe_set_last_error(err.msg);
-        return s;
-    }
-    *bytes = out.p;
-    *len = out.n;
-    return PE_OK;
+    return decode_to_caller("pe_tokenizer_token_bytes", t, &id, 1, 0, TX_BYTES_RAW, bytes, len);
 }
