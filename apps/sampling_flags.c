@@ -1,4 +1,4 @@
-/* sampling_flags.c: --temperature, --top-k, --top-p, --seed and the penalties. */
+/* sampling_flags.c: --temperature, --top-k, --top-p, --min-p, --seed and the penalties. */
 #include "sampling_flags.h"
 
 #include <stdio.h>
@@ -32,6 +32,9 @@ int cli_apply_sampling_flag(pe_sampling *s, const char *f, const char *v, char *
             bad = 1;
         }
         s->top_p = (float)d;
+    } else if (!strcmp(f, "--min-p")) {
+        bad = cli_parse_double(f, v, 0.0, 1.0, &d, msg, len);
+        s->min_p = (float)d;
     } else if (!strcmp(f, "--seed")) {
         bad = cli_parse_u64(f, v, &s->seed, msg, len);
     } else if (!strcmp(f, "--repetition-penalty")) {

@@ -8,7 +8,7 @@
 
 /* The flags, each with a value, for a subcommand's list of them. */
 #define CLI_SAMPLING_FLAGS                                                                     \
-    "--temperature", "--top-k", "--top-p", "--seed", "--repetition-penalty",                   \
+    "--temperature", "--top-k", "--top-p", "--min-p", "--seed", "--repetition-penalty",        \
         "--frequency-penalty", "--presence-penalty"
 
 /* Greedy, no penalty: pe_seq_params_init's sampling. */

@@ -113,11 +113,11 @@ static unsigned parse_logit_bias(const cJSON *o, serve_job *j, char *msg, size_t
     return 0;
 }
 
-/* temperature, top_p, top_k (an extension, -1 or 0: off), seed (absent: a fresh one), the
+/* temperature, top_p, top_k and min_p (extensions; top_k -1 or 0: off), seed (absent: a fresh one), the
  * penalties and the logit bias. */
 static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
 {
-    double t = 1.0, p = 1.0, k = 0, seed = 0;
+    double t = 1.0, p = 1.0, k = 0, mp = 0, seed = 0;
     int seeded = 0;
     unsigned st = get_number(o, "temperature", 0.0, 2.0, &t, msg, msg_len);
     if (!st)
@@ -126,6 +126,8 @@ static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t m
         st = BAD("'top_p' 0 keeps no token; give a number in (0, 1]");
     if (!st)
         st = get_int(o, "top_k", -1, 1 << 30, &k, NULL, msg, msg_len);
+    if (!st)
+        st = get_number(o, "min_p", 0.0, 1.0, &mp, msg, msg_len);
     if (!st)
         st = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &seeded, msg, msg_len);
     if (!st)
@@ -137,6 +139,7 @@ static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t m
     j->sampling.temperature = (float)t;
     j->sampling.top_p = (float)p;
     j->sampling.top_k = k < 0 ? 0 : (int)k;
+    j->sampling.min_p = (float)mp;
     if (seeded) {
         j->sampling.seed = seed < 0 ? (uint64_t)(int64_t)seed : (uint64_t)seed;
     } else { /* OpenAI samples afresh without a seed */

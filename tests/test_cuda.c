@@ -1106,7 +1106,8 @@ static void argmax_topk_and_lse_match_host(void **state)
 
 /* The host's rule in double (from the host's float weights) says how close row x's draw
  * is to a boundary, relative to the mass involved: the smaller of |running sum - u kept|
- * over the kept tokens and |mass at or above the top-p threshold - target|. A token that
+ * over the kept tokens, |mass at or above the top-p threshold - target| and, with min_p,
+ * |a weight - min_p| (weights are relative to the max's 1). A token that
  * differs from the host's is allowed only where this is below 1e-4: another summation
  * order (or an ulp of expf) can move the draw across such a boundary, nothing else can. */
 static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, uint32_t *hist,
@@ -1121,7 +1122,10 @@ static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, 
     double z = 0, margin = INFINITY;
     float zf = 0.0f;
     for (int32_t i = 0; i < n; i++) {
-        w[i] = x[i] >= tk ? expf((x[i] - mx) / p.temperature) : 0.0f;
+        float raw = x[i] >= tk ? expf((x[i] - mx) / p.temperature) : 0.0f;
+        if (p.min_p > 0.0f && raw > 0.0f) /* a weight at min_p is kept or not by an ulp */
+            margin = fmin(margin, fabs((double)raw - (double)p.min_p));
+        w[i] = pe_k_sample_weight(x[i], tk, mx, p.temperature, p.min_p);
         z += w[i];
         zf += w[i];
     }
@@ -1133,7 +1137,7 @@ static double draw_margin(const float *x, int32_t n, pe_k_sampling p, float *w, 
             ge += w[i] >= tp ? w[i] : 0.0;
             gt += w[i] > tp ? w[i] : 0.0;
         }
-        margin = fmin(fabs(ge - target), fabs(gt - target)) / z;
+        margin = fmin(margin, fmin(fabs(ge - target), fabs(gt - target)) / z);
     }
     double kept = 0, c = 0;
     for (int32_t i = 0; i < n; i++)
@@ -1194,7 +1198,8 @@ static void penalize_agrees_with_host_rule(void **state)
 }
 
 /* sample against pe_k_sample_row on the same logits and draws, over many rows: greedy,
- * temperatures, top-k (1, 40, the whole row), top-p (0.5, 0.9, 1), together; the token
+ * temperatures, top-k (1, 40, the whole row), top-p (0.5, 0.9, 1), min-p (0, 0.05, 0.3),
+ * together; the token
  * the same except at a boundary (draw_margin), the logit output the chosen one's, and on
  * the GPU the same tokens on a second run (fixed-point sums: no order dependence). */
 static void sample_agrees_with_host_rule(void **state)
@@ -1208,6 +1213,7 @@ static void sample_agrees_with_host_rule(void **state)
     const float temps[] = {0.0f, 0.7f, 1.0f, 1.6f};
     const int32_t topks[] = {0, 1, 40, 1000000};
     const float topps[] = {1.0f, 0.9f, 0.5f};
+    const float minps[] = {0.0f, 0.05f, 0.3f};
     for (size_t wi = 0; wi < nw; wi++) {
         const size_t n = widths[wi], rows = tu_small() ? 24 : (n > 10000 ? 96 : 480);
         float *x = logit_rows(rows, n, 700 + wi);
@@ -1220,6 +1226,7 @@ static void sample_agrees_with_host_rule(void **state)
             ps[r].top_k = topks[(r / 4) % 4];
             ps[r].top_p = topps[(r / 16) % 3];
             ps[r].u = pe_k_uniform(0x5eed + wi, r);
+            ps[r].min_p = minps[(r + r / 3) % 3];
         }
         float *dx = upload(d, x, rows * n), *dlogit = dev_bytes(d, rows * sizeof(float));
         void *dps = upload_bytes(d, ps, rows * sizeof *ps);
@@ -1247,10 +1254,10 @@ static void sample_agrees_with_host_rule(void **state)
             differ++;
             double m = draw_margin(xr, (int32_t)n, ps[r], w, hist, mass);
             if (!(m < 1e-4))
-                fail_msg("sample n %zu row %zu (T %g, top_k %d, top_p %g, u %g): token %d, host "
-                         "%d, and the draw is %g of the mass from any boundary",
+                fail_msg("sample n %zu row %zu (T %g, top_k %d, top_p %g, min_p %g, u %g): "
+                         "token %d, host %d, and the draw is %g of the mass from any boundary",
                          n, r, (double)ps[r].temperature, ps[r].top_k, (double)ps[r].top_p,
-                         (double)ps[r].u, tok[r], h, m);
+                         (double)ps[r].min_p, (double)ps[r].u, tok[r], h, m);
         }
         print_message("sample n %zu: %zu of %zu rows differ from the host, each at a boundary\n",
                       n, differ, rows);

@@ -44,9 +44,9 @@ static inline void tg_params(pe_seq_params *p, int32_t prompt[TG_MAXPROMPT], int
     p->user = (void *)(intptr_t)i;
 }
 
-/* How tg_generate samples: greedy; with a temperature, top-k, top-p and the three
+/* How tg_generate samples: greedy; with a temperature, top-k, min-p, top-p and the three
  * penalties (TP gathers each rank's top-k candidates, each rank penalizing its own ids);
- * with a temperature and top-p only (TP gathers the rows whole); greedy with the penalties
+ * with a temperature, min-p and top-p (TP gathers the rows whole); greedy with the penalties
  * (TP gathers each rank's best). */
 typedef enum tg_sampling {
     TG_GREEDY = 0,
@@ -89,6 +89,7 @@ static inline int tg_generate(pe_engine *e, int vocab, int nseq, int G, tg_sampl
             p.sampling.temperature = 0.9f;
             p.sampling.top_k = how == TG_SAMPLED_TOP_K ? 40 : 0;
             p.sampling.top_p = 0.95f;
+            p.sampling.min_p = how == TG_SAMPLED_TOP_K ? 0.3f : 0.25f; /* cuts some */
             p.sampling.seed = 7 + (uint64_t)i;
         }
         if (how == TG_SAMPLED_TOP_K || how == TG_GREEDY_PENALIZED) {

@@ -932,10 +932,10 @@ static void test_sampling_rules(void **state)
     int32_t *greedy = malloc(rows * sizeof *greedy);
     float *logit = poisoned(rows);
     assert_int_equal(ops->argmax(dev, x, rows, n, greedy), PE_OK);
-    /* temperature 0 is argmax, whatever u, top-k and top-p say */
+    /* temperature 0 is argmax, whatever u, top-k, top-p and min-p say */
     for (size_t r = 0; r < rows; r++)
         p[r] = (pe_k_sampling){0.0f, (int32_t)(r % 5), r % 2 ? 0.5f : 1.0f,
-                               pe_k_uniform(1, r)};
+                               pe_k_uniform(1, r), r % 3 ? 0.2f : 0.0f};
     assert_int_equal(ops->sample(dev, x, rows, n, p, tok, logit), PE_OK);
     for (size_t r = 0; r < rows; r++) {
         assert_int_equal(tok[r], greedy[r]);
@@ -943,7 +943,7 @@ static void test_sampling_rules(void **state)
     }
     /* top_k = 1 is greedy at any temperature and u */
     for (size_t r = 0; r < rows; r++)
-        p[r] = (pe_k_sampling){0.3f + (float)r, 1, 1.0f, pe_k_uniform(2, r)};
+        p[r] = (pe_k_sampling){0.3f + (float)r, 1, 1.0f, pe_k_uniform(2, r), 0.0f};
     assert_int_equal(ops->sample(dev, x, rows, n, p, tok, NULL), PE_OK);
     for (size_t r = 0; r < rows; r++)
         assert_int_equal(tok[r], greedy[r]);
@@ -952,7 +952,8 @@ static void test_sampling_rules(void **state)
     uint32_t hist[256];
     for (size_t r = 0; r < rows; r++)
         p[r] = (pe_k_sampling){0.5f + (float)(r % 4) * 0.5f, (int32_t)(r % 3) * 20,
-                               r % 2 ? 0.9f : 1.0f, pe_k_uniform(3, r)};
+                               r % 2 ? 0.9f : 1.0f, pe_k_uniform(3, r),
+                               r % 5 ? 0.0f : 0.02f};
     for (int c = 0; c < NCOUNTS; c++) {
         use_threads(dev, thread_counts[c]);
         assert_int_equal(ops->sample(dev, x, rows, n, p, tok, logit), PE_OK);
@@ -996,7 +997,7 @@ static void test_temperature_sampling_follows_the_softmax(void **state)
     int32_t *tok = malloc(draws * sizeof *tok);
     for (size_t d = 0; d < draws; d++) {
         memcpy(x + d * N, row, sizeof row);
-        p[d] = (pe_k_sampling){T, 0, 1.0f, pe_k_uniform(12345, d)};
+        p[d] = (pe_k_sampling){T, 0, 1.0f, pe_k_uniform(12345, d), 0.0f};
     }
     assert_int_equal(ops->sample(dev, x, draws, N, p, tok, NULL), PE_OK);
     double z = 0, prob[N], count[N] = {0};
@@ -1035,7 +1036,7 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
     int32_t *tok = malloc(DRAWS * sizeof *tok);
     for (size_t d = 0; d < DRAWS; d++) {
         memcpy(x + d * N, row, sizeof row);
-        p[d] = (pe_k_sampling){1.0f, 0, 0.7f, pe_k_uniform(777, d)};
+        p[d] = (pe_k_sampling){1.0f, 0, 0.7f, pe_k_uniform(777, d), 0.0f};
     }
     assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
     size_t ones = 0;
@@ -1058,6 +1059,71 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
         twos += tok[d] == 2;
     }
     assert_true(twos > 0);
+    free(x);
+    free(p);
+    free(tok);
+}
+
+/* Probabilities 0.5, 0.3, 0.15, 0.05: min_p keeps the tokens at least min_p times as likely
+ * as token 0 after the temperature, draws among them by their renormalized weights, and
+ * comes before top_p (vLLM's order), which then takes its nucleus of what min_p kept. */
+static void test_min_p_keeps_the_tokens_near_the_most_likely(void **state)
+{
+    be_device *dev = *state;
+    enum { N = 4, DRAWS = 2000 };
+    const double probs[N] = {0.5, 0.3, 0.15, 0.05};
+    float row[N];
+    for (int i = 0; i < N; i++)
+        row[i] = (float)log(probs[i]);
+    const struct {
+        float t, min_p, top_p;
+        double kept[N]; /* the weights drawn among, by hand; 0: never drawn */
+    } cases[] = {
+        /* T 1, min_p 0.25: 0.15 >= 0.125 stays, 0.05 goes */
+        {1.0f, 0.25f, 1.0f, {0.5, 0.3, 0.15, 0}},
+        /* T 0.5: weights (p / 0.5)^2 = 1, 0.36, 0.09, 0.01 of the max: 0.09 < 0.25 goes */
+        {0.5f, 0.25f, 1.0f, {1, 0.36, 0, 0}},
+        /* min_p 0.25, then top_p 0.84 of the 0.95 kept (0.798): {0, 1}, which hold 0.8;
+         * top_p first would have kept {0, 1, 2} (0.84 of 1.0 needs token 2) */
+        {1.0f, 0.25f, 0.84f, {0.5, 0.3, 0, 0}},
+        /* min_p 1: the most likely token alone */
+        {1.3f, 1.0f, 1.0f, {1, 0, 0, 0}},
+    };
+    float *x = malloc(DRAWS * N * sizeof *x);
+    pe_k_sampling *p = malloc(DRAWS * sizeof *p);
+    int32_t *tok = malloc(DRAWS * sizeof *tok);
+    for (size_t d = 0; d < DRAWS; d++)
+        memcpy(x + d * N, row, sizeof row);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double kept = 0;
+        for (int i = 0; i < N; i++)
+            kept += cases[c].kept[i];
+        for (size_t d = 0; d < DRAWS; d++)
+            p[d] = (pe_k_sampling){cases[c].t, 0, cases[c].top_p, pe_k_uniform(99 + c, d),
+                                   cases[c].min_p};
+        assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
+        size_t seen[N] = {0};
+        for (size_t d = 0; d < DRAWS; d++) {
+            /* the first token whose running sum of kept weights passes u x kept */
+            double r = (double)p[d].u * kept, run = 0;
+            int want = -1, near = 0;
+            for (int i = 0; i < N && want < 0; i++) {
+                run += cases[c].kept[i];
+                near |= cases[c].kept[i] > 0 && fabs(run - r) < 1e-5 * kept;
+                if (cases[c].kept[i] > 0 && run > r)
+                    want = i;
+            }
+            if (!near && tok[d] != want)
+                fail_msg("case %zu draw %zu (u %g): token %d, by hand %d", c, d,
+                         (double)p[d].u, tok[d], want);
+            seen[tok[d]]++;
+        }
+        for (int i = 0; i < N; i++) /* every kept token comes up, and no other */
+            assert_true((cases[c].kept[i] > 0) == (seen[i] > 0));
+    }
+    p[0].min_p = 1.5f;
+    assert_int_equal(ops->sample(dev, x, 1, N, p, tok, NULL), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "min_p"));
     free(x);
     free(p);
     free(tok);
@@ -1156,6 +1222,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_temperature_sampling_follows_the_softmax, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_top_p_keeps_the_smallest_nucleus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_min_p_keeps_the_tokens_near_the_most_likely, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

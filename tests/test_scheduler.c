@@ -886,8 +886,8 @@ static void test_meta_sections_follow_each_other_in_the_documented_order(void **
     assert_int_equal(L.block_tables, 15 + 2 * PE_K_CHUNK_FIELDS);
     assert_int_equal(L.logit_rows, 15 + 2 * PE_K_CHUNK_FIELDS + 3);
     assert_int_equal(L.sampling, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2);
-    assert_int_equal(L.words, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 * 4);
-    assert_int_equal(sizeof(pe_k_sampling), 4 * sizeof(int32_t));
+    assert_int_equal(L.words, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 * 5);
+    assert_int_equal(sizeof(pe_k_sampling), 5 * sizeof(int32_t));
 }
 
 static void test_decodes_come_before_prefill_chunks_within_the_budgets(void **state)

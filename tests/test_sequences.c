@@ -350,14 +350,16 @@ static int32_t reference_token(pe_engine *e, const int32_t *ctx, int n, int np, 
     *margin = a - b;
     float *w = malloc((size_t)V * sizeof *w), mass[256];
     uint32_t hist[256];
-    pe_k_sampling p = {s->temperature, s->top_k, s->top_p, pe_k_uniform(s->seed, (uint64_t)k)};
+    pe_k_sampling p = {s->temperature, s->top_k, s->top_p, pe_k_uniform(s->seed, (uint64_t)k),
+                       s->min_p};
     int32_t t = pe_k_sample_row(lg, V, p, w, hist, mass);
     free(w);
     return t;
 }
 
 /* The repetition, frequency and presence penalties, each alone, all three, and negative
- * ones, greedy and sampled, and the logit bias alone and with them: every token is the
+ * ones, greedy and sampled, min-p sampling, and the logit bias alone and with the
+ * penalties: every token is the
  * reference's (reference_token, which follows the engine's tokens), up to a near-tie where
  * the backend is not batch-invariant. */
 static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
@@ -382,6 +384,7 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
         {{.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 3,
           .repetition_penalty = 1.4f, .frequency_penalty = 0.6f, .presence_penalty = 0.3f},
          {{0}}, 0},
+        {{.temperature = 1.1f, .top_p = 1.0f, .min_p = 0.3f, .seed = 4}, {{0}}, 0},
         /* plain's first token banned, another lifted */
         {{.top_p = 1.0f}, {{plain[0], -100.0f}, {5, 2.5f}}, 2},
         /* the same with the penalties: the biased tokens are counted ones too */
@@ -843,6 +846,7 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         {"vocabulary", NULL}, {"max_tokens", NULL}, {"top_k", NULL}, {"logprobs", NULL},
         {"repetition_penalty", NULL}, {"frequency_penalty", NULL}, {"presence_penalty", NULL},
         {"twice", NULL}, {"logit_bias entry 0", NULL}, {"logit_bias entries", NULL},
+        {"min_p", NULL},
     };
     const pe_logit_bias twice[2] = {{4, 1.0f}, {4, 2.0f}}, outside[1] = {{-1, 1.0f}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -865,6 +869,7 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         case 11: p.logit_bias = twice, p.nlogit_bias = 2; break;
         case 12: p.logit_bias = outside, p.nlogit_bias = 1; break;
         case 13: p.logit_bias = twice, p.nlogit_bias = PE_MAX_LOGIT_BIAS + 1; break;
+        case 14: p.sampling.min_p = 1.01f; break;
         }
         uint64_t id;
         assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);

@@ -118,6 +118,16 @@ async function completionEqualsGenerate(url) {
     eq(penalized.token_ids, pen.tokens, 'penalties = generate\'s');
     check(JSON.stringify(pen.tokens) !== JSON.stringify(ref.tokens) &&
           new Set(pen.tokens).size < pen.tokens.length, 'the penalties change the tokens');
+    // min_p, sampled with a seed, as `pengine generate` samples; and not the tokens without
+    const sampled = ['--temperature', '1', '--seed', '11'];
+    const mp = generateAlone(prompt, 12, [...sampled, '--min-p', '0.3']);
+    const plainSampled = generateAlone(prompt, 12, sampled);
+    const minP = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 1, seed: 11, min_p: 0.3, return_token_ids: true }))
+        .json()).choices[0];
+    eq(minP.token_ids, mp.tokens, 'min_p = generate\'s');
+    check(JSON.stringify(mp.tokens) !== JSON.stringify(plainSampled.tokens),
+          'min_p changes the tokens');
     // logit_bias: +100 all but forces a token, -100 all but bans one
     const biased = async (logit_bias) => (await (await post(url, '/v1/completions', {
         prompt, max_tokens: 5, temperature: 0, return_token_ids: true, logit_bias })).json())
@@ -335,6 +345,8 @@ async function badRequests(url) {
                  400, 'presence_penalty 2.5');
     await expect(await post(url, '/v1/completions', { prompt: 'x', repetition_penalty: 0 }),
                  400, 'repetition_penalty 0');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', min_p: 1.5 }), 400,
+                 'min_p 1.5');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { x: 1 } }),
                  400, 'a logit_bias key not an id');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { 5: 101 } }),

@@ -270,6 +270,9 @@ typedef struct pe_sampling {
     float repetition_penalty; /* > 0; 1 = off, and 0 is read as 1 (off) */
     float frequency_penalty;  /* finite; 0 = off (OpenAI's range is -2..2) */
     float presence_penalty;   /* finite; 0 = off (OpenAI's range is -2..2) */
+    /* With temperature > 0: keep only the tokens at least min_p times as likely as the most
+     * likely one (vLLM's and llama.cpp's min_p), after top_k and before top_p. */
+    float min_p;              /* [0, 1]; 0 = off */
 } pe_sampling;
 
 /* A bias added to one token's logit (OpenAI's logit_bias): -100 all but bans the token,

@@ -745,11 +745,12 @@ int en_sched_build(en_sched *s, en_step *st)
             if (seq->score)
                 st->logit_dst[lr] = seq->score_out +
                                     (seq->all_positions ? (size_t)p * (size_t)s->cfg.vocab : 0);
-            pe_k_sampling sp = {0.0f, 0, 1.0f, 0.0f};
+            pe_k_sampling sp = {0.0f, 0, 1.0f, 0.0f, 0.0f};
             if (c->sample) {
                 sp.temperature = seq->sampling.temperature;
                 sp.top_k = seq->sampling.top_k;
                 sp.top_p = seq->sampling.top_p;
+                sp.min_p = seq->sampling.min_p;
                 sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
                 st->sample = 1;
                 npen += en_counts_entries(en_penalties_on(&seq->sampling) ? &seq->counts : NULL,

@@ -143,7 +143,7 @@ typedef struct en_step {
     int sample;           /* any row samples */
     /* meta: tokens (ntok) | positions (ntok) | slots (ntok) | chunks (nchunks x
      * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | sampling
-     * (nlogits x 4 words: pe_k_sampling) | penalties (npen x 4 words: pe_k_penalty) */
+     * (nlogits x 5 words: pe_k_sampling) | penalties (npen x 5 words: pe_k_penalty) */
     int32_t *meta;
     size_t meta_words, meta_cap;
     en_chunk *chunks;     /* (nchunks) */

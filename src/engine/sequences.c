@@ -80,6 +80,9 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
     if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
         return pe_fail(err, PE_EINVAL, "%s: top_p %g must be in (0, 1] (1 keeps "
                        "every token)", call, (double)s->top_p);
+    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f))
+        return pe_fail(err, PE_EINVAL, "%s: min_p %g must be in [0, 1] (0 keeps every "
+                       "token)", call, (double)s->min_p);
     if (s->top_k < 0)
         return pe_fail(err, PE_EINVAL, "%s: top_k %d must be >= 0 (0 keeps every "
                        "token)", call, s->top_k);

@@ -1,5 +1,5 @@
 /* sample.h: choosing the next token from a row of logits: greedy, temperature, top-k,
- * top-p; the top-k list and log-sum-exp behind logprobs; the random draws; and the logit
+ * min-p, top-p; the top-k list and log-sum-exp behind logprobs; the random draws; and the logit
  * bias with the repetition, frequency and presence penalties, applied to the logits before.
  *
  * The rule (both backends implement exactly this; the CUDA grids in parallel, the host
@@ -7,7 +7,9 @@
  *   temperature == 0: greedy, the first index of the row's largest logit.
  *   otherwise, over logits x(n), with T = temperature:
  *     1. top_k in (0, n): keep x_i >= t_k, t_k the k-th largest logit (ties all kept);
- *     2. w_i = exp((x_i - max x) / T) for kept i, 0 for the others; Z = sum w;
+ *     2. w_i = exp((x_i - max x) / T) for kept i, 0 for the others; min_p > 0: w_i = 0
+ *        where w_i < min_p (a token less likely than min_p times the most likely one, as
+ *        vLLM's min_p, which commutes with top-k); Z = sum w;
  *     3. top_p < 1: keep w_i >= t_p, t_p the largest w such that the w_j >= t_p sum to at
  *        least top_p * Z (the smallest nucleus holding top_p of the mass);
  *     4. with u in [0, 1): the first index i, in index order, at which the running sum of
@@ -55,6 +57,7 @@ typedef struct pe_k_sampling {
     int32_t top_k;     /* 0: no top-k */
     float top_p;       /* 1: no top-p; (0, 1] */
     float u;           /* this token's draw, in [0, 1) */
+    float min_p;       /* 0: no min-p; [0, 1] */
 } pe_k_sampling;
 
 /* The first index of the largest value (NaNs never win); 0 for an all-NaN row. */
@@ -145,6 +148,14 @@ PE_KFN float pe_k_mass_threshold(const float *w, int32_t n, float target, float 
     return t;
 }
 
+/* Step 2's weight of logit xi: tk the top-k threshold, mx the row's max, t the
+ * temperature (the max logit has weight 1). */
+PE_KFN float pe_k_sample_weight(float xi, float tk, float mx, float t, float min_p)
+{
+    const float w = xi >= tk ? expf((xi - mx) / t) : 0.0f;
+    return w >= min_p ? w : 0.0f;
+}
+
 /* The token the rule above picks from x(n). Scratch: w (n) floats for the weights, hist
  * (256) counters and mass (256) floats for the radix selections. */
 PE_KFN int32_t pe_k_sample_row(const float *x, int32_t n, pe_k_sampling p, float *w,
@@ -159,7 +170,7 @@ PE_KFN int32_t pe_k_sample_row(const float *x, int32_t n, pe_k_sampling p, float
     float mx = x[am];
     float z = 0.0f;
     for (int32_t i = 0; i < n; i++) {
-        w[i] = x[i] >= tk ? expf((x[i] - mx) / p.temperature) : 0.0f;
+        w[i] = pe_k_sample_weight(x[i], tk, mx, p.temperature, p.min_p);
         z += w[i];
     }
     float tp = 0.0f;

@@ -244,13 +244,8 @@ template <bool TOPK> __device__ uint32_t block_kth_key(const float *x, int32_t n
     return prefix;
 }
 
-/* The sample rule's weight of logit xi (pe_k_sample_row's expression), and its fixed-point
- * form (w in [0, 1]: the max logit has weight 1). */
-__device__ inline float weight(float xi, float tk, float mx, float t)
-{
-    return xi >= tk ? expf((xi - mx) / t) : 0.0f;
-}
-
+/* A weight's fixed-point form (w in [0, 1]: the max logit has weight 1; the weights are
+ * pe_k_sample_weight's). */
 __device__ inline u64 fixed40(float w)
 {
     return w > 0.0f ? (u64)((w < 1.0f ? w : 1.0f) * 0x1p40f) : 0ull;
@@ -259,7 +254,7 @@ __device__ inline u64 fixed40(float w)
 /* The bits of the top-p threshold: the largest weight t such that the weights >= t hold
  * at least target, as pe_k_mass_threshold (with the bucket masses in fixed point). */
 __device__ uint32_t block_mass_bits(const float *x, int32_t n, float tk, float mx, float t,
-                                    u64 target, Shared &sh)
+                                    float mp, u64 target, Shared &sh)
 {
     uint32_t prefix = 0, mask = 0;
     u64 above = 0;
@@ -274,7 +269,7 @@ __device__ uint32_t block_mass_bits(const float *x, int32_t n, float tk, float m
             u64 v = 0;
             bool in = false;
             if (i < n) {
-                float wi = weight(x[i], tk, mx, t);
+                float wi = pe_k_sample_weight(x[i], tk, mx, t, mp);
                 key = __float_as_uint(wi);
                 v = fixed40(wi);
                 in = (key & mask) == prefix;
@@ -304,21 +299,21 @@ __device__ int32_t sample_row(const float *x, int32_t n, pe_k_sampling p, Shared
     float tk = -INFINITY;
     if (p.top_k > 0 && p.top_k < n)
         tk = pe_k_from_order_key(block_kth_key<false>(x, n, p.top_k, sh));
-    const float mx = x[am];
+    const float mx = x[am], mp = p.min_p;
     float tp = 0.0f;
     if (p.top_p < 1.0f) {
         u64 z = 0;
         for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-            z += fixed40(weight(x[i], tk, mx, t));
+            z += fixed40(pe_k_sample_weight(x[i], tk, mx, t, mp));
         z = block_reduce<u64>(z, 0, Add(), sh.red64);
         const float frac = p.top_p > 0.0f ? p.top_p : 0.0f;
         const u64 target = (u64)((double)frac * (double)z);
-        tp = __uint_as_float(block_mass_bits(x, n, tk, mx, t, target, sh));
+        tp = __uint_as_float(block_mass_bits(x, n, tk, mx, t, mp, target, sh));
     }
     u64 kept = 0;
     int32_t last = -1;
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float w = weight(x[i], tk, mx, t);
+        float w = pe_k_sample_weight(x[i], tk, mx, t, mp);
         if (w > 0.0f && w >= tp) {
             kept += fixed40(w);
             last = i;
@@ -335,7 +330,7 @@ __device__ int32_t sample_row(const float *x, int32_t n, pe_k_sampling p, Shared
         int32_t i = base + (int32_t)threadIdx.x;
         u64 v = 0;
         if (i < n) {
-            float w = weight(x[i], tk, mx, t);
+            float w = pe_k_sample_weight(x[i], tk, mx, t, mp);
             v = w > 0.0f && w >= tp ? fixed40(w) : 0;
         }
         u64 incl = block_scan(v, sh.red64, &sh.total);

@@ -148,13 +148,13 @@ pe_status hb_sample(be_device *dev, const float *x, size_t rows, size_t n,
     for (size_t r = 0; r < rows; r++) {
         pe_k_sampling p = params[r];
         if (!(p.temperature >= 0.0f) || p.top_k < 0 || !(p.top_p > 0.0f && p.top_p <= 1.0f) ||
-            !(p.u >= 0.0f && p.u < 1.0f))
+            !(p.u >= 0.0f && p.u < 1.0f) || !(p.min_p >= 0.0f && p.min_p <= 1.0f))
             return hb_fail(dev, PE_EINVAL,
                            "sample on host device %d: row %zu has temperature=%g top_k=%d "
-                           "top_p=%g u=%g; need temperature >= 0, top_k >= 0, top_p in (0, 1] "
-                           "and u in [0, 1)",
+                           "top_p=%g u=%g min_p=%g; need temperature >= 0, top_k >= 0, top_p "
+                           "in (0, 1], u in [0, 1) and min_p in [0, 1]",
                            dev->id, r, (double)p.temperature, (int)p.top_k, (double)p.top_p,
-                           (double)p.u);
+                           (double)p.u, (double)p.min_p);
     }
     s = hb_scratch_reserve(dev, (n + 512) * sizeof(float), "sample");
     if (s != PE_OK)
