@@ -130,6 +130,14 @@ const char *serve_page_html(size_t *len);
 
 /* ---- a request (serve_parse.c) ---------------------------------------------------------- */
 
+/* Most choices a request may ask for: its prompts times "n" (OpenAI takes n up to 128). */
+#define SERVE_MAX_CHOICES 64
+
+typedef struct serve_prompt {
+    int32_t *ids;              /* (len) with the tokenizer's BOS (malloc'ed) */
+    size_t len;
+} serve_prompt;
+
 typedef struct serve_job {
     int chat;                  /* /v1/chat/completions (else /v1/completions) */
     int stream;                /* "stream": true */
@@ -138,8 +146,11 @@ typedef struct serve_job {
     int ignore_eos;            /* "ignore_eos": true (extension, as vLLM's): eos ends nothing */
     int logprobs;              /* -1: none; else each token's log-probability and this many
                                 * of the most likely ("logprobs"; a chat's "top_logprobs") */
-    int32_t *prompt;           /* (prompt_len) ids, with the tokenizer's BOS (malloc'ed) */
-    size_t prompt_len;
+    serve_prompt *prompts;     /* (nprompts): a chat's one, a completion's one or more
+                                * (malloc'ed) */
+    int nprompts;
+    int n;                     /* "n": choices per prompt; choice c answers prompt c / n with
+                                * the seed + c % n */
     int max_tokens;
     pe_sampling sampling;
     pe_logit_bias bias[PE_MAX_LOGIT_BIAS]; /* "logit_bias" */
@@ -169,6 +180,7 @@ typedef struct serve_logprobs {
 } serve_logprobs;
 
 typedef struct serve_ev {
+    int choice;                /* the request's choice (sequence) it belongs to */
     int32_t token;             /* -1: no token (CANCELLED, ERROR) */
     pe_finish finish;
     pe_status status;
@@ -182,17 +194,21 @@ int serve_pump_start(serve_server *s);
 /* Waits until no sequence is outstanding, then stops and joins the pump. */
 void serve_pump_stop(serve_server *s);
 
-/* Submits j's sequence. Returns 0 with *out, or the HTTP status (400 for parameters the
- * engine refuses, 503 when it cannot take more, 500) with msg set. */
+/* Submits j's sequences, one per choice (j->nprompts x j->n). Returns 0 with *out, or the
+ * HTTP status (400 for parameters the engine refuses, 503 when it cannot take more, 500)
+ * with msg set; then none of them runs on. */
 unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, char *msg,
                          size_t msg_len);
 /* Watches the request's connection fd while serve_seq_next waits: a client gone cancels. */
 void serve_seq_watch(serve_seq *q, int fd);
-/* The sequence's next event, waiting for it. After the final event: that event again. */
+/* The request's next event, of any of its choices, waiting for it. After every choice's
+ * final event: the last one again. */
 void serve_seq_next(serve_seq *q, serve_ev *ev);
-/* Asks the engine to end the sequence (its final event still comes). */
+/* Asks the engine to end every choice's sequence (their final events still come). */
 void serve_seq_cancel(serve_seq *q);
-/* Cancels a sequence not ended, waits for its final event, and frees q. NULL is ok. */
+/* ... the sequence of one choice. */
+void serve_seq_cancel_choice(serve_seq *q, int choice);
+/* Cancels the sequences not ended, waits for their final events, and frees q. NULL is ok. */
 void serve_seq_close(serve_seq *q);
 
 /* ---- answers (serve_reply.c) ------------------------------------------------------------ */

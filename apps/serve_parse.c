@@ -212,46 +212,76 @@ static unsigned parse_stops(const serve_server *s, const cJSON *o, serve_job *j,
 
 /* ---- the prompt ---------------------------------------------------------------------------- */
 
-static unsigned encode(const serve_server *s, const char *text, serve_job *j, char *msg,
+static unsigned encode(const serve_server *s, const char *text, serve_prompt *p, char *msg,
                        size_t msg_len)
 {
-    if (pe_tokenizer_encode(s->tk, text, strlen(text), 1, &j->prompt, &j->prompt_len) != PE_OK) {
+    if (pe_tokenizer_encode(s->tk, text, strlen(text), 1, &p->ids, &p->len) != PE_OK) {
         snprintf(msg, msg_len, "cannot encode the prompt: %s", pe_last_error());
         return 500;
     }
     return 0;
 }
 
-/* "prompt": a string, an array of one string, or an array of token ids. */
+/* j's room for np prompts (zeroed). Returns 0 or 500. */
+static unsigned new_prompts(serve_job *j, int np, char *msg, size_t msg_len)
+{
+    if (!(j->prompts = calloc((size_t)np, sizeof *j->prompts))) {
+        snprintf(msg, msg_len, "out of memory for the prompt");
+        return 500;
+    }
+    j->nprompts = np;
+    return 0;
+}
+
+/* One prompt from x, named `name` in messages: a string or an array of token ids. */
+static unsigned one_prompt(const serve_server *s, const cJSON *x, const char *name,
+                           serve_prompt *p, char *msg, size_t msg_len)
+{
+    if (cJSON_IsString(x))
+        return encode(s, x->valuestring, p, msg, msg_len);
+    if (!cJSON_IsArray(x))
+        return BAD("'%s' must be a string or an array of token ids (or an array of those: "
+                   "several prompts)", name);
+    int n = cJSON_GetArraySize(x);
+    if (n == 0)
+        return BAD("'%s' is an empty array; give some text or token ids", name);
+    if (!(p->ids = malloc((size_t)n * sizeof *p->ids))) {
+        snprintf(msg, msg_len, "out of memory for the prompt");
+        return 500;
+    }
+    const cJSON *v;
+    cJSON_ArrayForEach(v, x)
+    {
+        double id = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (id != floor(id) || id < 0 || id >= s->m.vocab)
+            return BAD("'%s' entries must be token ids from 0 to %d", name, s->m.vocab - 1);
+        p->ids[p->len++] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* "prompt": a string or an array of token ids (one prompt), or an array of several of
+ * those (OpenAI's batch: each prompt gets n choices, in order). */
 static unsigned parse_prompt(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
                              size_t msg_len)
 {
     const cJSON *f = field(o, "prompt");
     if (!f)
         return BAD("'prompt' is required: a string (or an array of token ids)");
-    if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && cJSON_IsString(f->child))
-        f = f->child; /* ["text"]: one prompt */
-    if (cJSON_IsString(f))
-        return encode(s, f->valuestring, j, msg, msg_len);
-    if (!cJSON_IsArray(f))
-        return BAD("'prompt' must be a string or an array of token ids");
-    int n = cJSON_GetArraySize(f);
-    if (n == 0)
-        return BAD("'prompt' is an empty array; give some text or token ids");
-    if (!(j->prompt = malloc((size_t)n * sizeof *j->prompt))) {
-        snprintf(msg, msg_len, "out of memory for the prompt");
-        return 500;
+    const int several = cJSON_IsArray(f) && f->child &&
+                        (cJSON_IsString(f->child) || cJSON_IsArray(f->child));
+    const int np = several ? cJSON_GetArraySize(f) : 1;
+    if (np > SERVE_MAX_CHOICES)
+        return BAD("'prompt' holds %d prompts; give at most %d", np, SERVE_MAX_CHOICES);
+    unsigned st = new_prompts(j, np, msg, msg_len);
+    for (int i = 0; !st && i < np; i++) {
+        char name[32] = "prompt";
+        if (several)
+            snprintf(name, sizeof name, "prompt[%d]", i);
+        st = one_prompt(s, several ? cJSON_GetArrayItem(f, i) : f, name, &j->prompts[i], msg,
+                        msg_len);
     }
-    const cJSON *x;
-    cJSON_ArrayForEach(x, f)
-    {
-        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
-        if (v != floor(v) || v < 0 || v >= s->m.vocab)
-            return BAD("'prompt' entries must be token ids from 0 to %d (or give one string; "
-                       "several prompts in one request are not supported)", s->m.vocab - 1);
-        j->prompt[j->prompt_len++] = (int32_t)v;
-    }
-    return 0;
+    return st;
 }
 
 /* A message's content: a string, or an array of {"type": "text", "text": ...} parts
@@ -364,7 +394,9 @@ static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job 
     char *text = NULL;
     unsigned st = render_chat(s, f, &text, msg, msg_len);
     if (!st)
-        st = encode(s, text, j, msg, msg_len);
+        st = new_prompts(j, 1, msg, msg_len);
+    if (!st)
+        st = encode(s, text, &j->prompts[0], msg, msg_len);
     free(text);
     if (!st) /* a reply ends at the template's end of turn */
         j->stop_ids[j->nstop_ids++] = s->chat_end_id;
@@ -375,19 +407,25 @@ static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job 
  * never ends hold a slot and its KV blocks for as long as the context lasts. */
 #define SERVE_CHAT_DEFAULT_MAX 1024
 
-/* max_tokens (chat: also max_completion_tokens): the prompt and the tokens must fit the
+/* max_tokens (chat: also max_completion_tokens): each prompt and the tokens must fit the
  * context, as OpenAI requires; the default is 16 for completions (OpenAI's), the rest of
  * the context up to SERVE_CHAT_DEFAULT_MAX for a chat. */
 static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_job *j,
                                  char *msg, size_t msg_len)
 {
-    long room = (long)s->m.context - (long)j->prompt_len;
-    if (j->prompt_len == 0)
-        return BAD("the prompt is empty and the tokenizer adds no BOS token; give some text");
+    size_t longest = 0;
+    for (int i = 0; i < j->nprompts; i++) {
+        if (j->prompts[i].len == 0)
+            return BAD("the prompt is empty and the tokenizer adds no BOS token; give some "
+                       "text");
+        if (j->prompts[i].len > longest)
+            longest = j->prompts[i].len;
+    }
+    long room = (long)s->m.context - (long)longest;
     if (room <= 0)
         return BAD("the prompt is %zu tokens but the model's context holds %d positions, one "
                    "of them for the first generated token; shorten it to at most %d tokens",
-                   j->prompt_len, s->m.context, s->m.context - 1);
+                   longest, s->m.context, s->m.context - 1);
     long dflt = j->chat ? SERVE_CHAT_DEFAULT_MAX : 16;
     double x = (double)(room < dflt ? room : dflt);
     const char *name = j->chat && field(o, "max_completion_tokens") ? "max_completion_tokens"
@@ -399,7 +437,7 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
         return BAD("'%s' is %.15g; give at least 1", name, x);
     if (x > (double)room)
         return BAD("'%s' is %.15g, but the prompt (%zu tokens) leaves %ld of the model's %d "
-                   "positions; give at most %ld", name, x, j->prompt_len, room, s->m.context,
+                   "positions; give at most %ld", name, x, longest, room, s->m.context,
                    room);
     j->max_tokens = (int)x;
     return 0;
@@ -411,9 +449,10 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
     if (!cJSON_IsObject(o))
         return BAD("the body must be a JSON object");
     double n = 1;
-    unsigned st = get_int(o, "n", 1, 1, &n, NULL, msg, msg_len);
-    if (st) /* several choices per request are not supported */
+    unsigned st = get_int(o, "n", 1, SERVE_MAX_CHOICES, &n, NULL, msg, msg_len);
+    if (st)
         return st;
+    j->n = (int)n;
     if ((st = get_bool(o, "stream", &j->stream, msg, msg_len)) ||
         (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)) ||
         (st = get_bool(o, "ignore_eos", &j->ignore_eos, msg, msg_len)))
@@ -427,6 +466,9 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
         (st = parse_stops(s, o, j, msg, msg_len)))
         return st;
     st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
+    if (!st && j->nprompts * j->n > SERVE_MAX_CHOICES)
+        st = BAD("%d prompts with 'n' %d make %d choices; give at most %d", j->nprompts, j->n,
+                 j->nprompts * j->n, SERVE_MAX_CHOICES);
     return st ? st : parse_max_tokens(s, o, j, msg, msg_len);
 }
 
@@ -452,7 +494,9 @@ unsigned serve_parse(const serve_server *s, int chat, const char *body, size_t l
 
 void serve_job_free(serve_job *j)
 {
-    free(j->prompt);
+    for (int i = 0; i < j->nprompts; i++)
+        free(j->prompts[i].ids);
+    free(j->prompts);
     for (int i = 0; i < j->nstops; i++)
         free(j->stops[i]);
     memset(j, 0, sizeof *j);

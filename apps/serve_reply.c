@@ -1,8 +1,9 @@
 /* serve_reply.c: the answer to a completion request, in OpenAI's formats: one JSON object
- * when the sequence has ended, or server-sent events ("data: {chunk}\n\n" ... "data:
- * [DONE]\n\n") as its tokens come; with the tokens' log-probabilities when asked. The text
- * grows in whole characters (text_stream.h), and a text stop string ends the answer at
- * once: the sequence is cancelled behind it. */
+ * when its sequences have ended, or server-sent events ("data: {chunk}\n\n" ... "data:
+ * [DONE]\n\n") as their tokens come, a chunk for one choice at a time; with the tokens'
+ * log-probabilities when asked. A choice's text grows in whole characters (text_stream.h),
+ * and a text stop string ends the choice at once: its sequence is cancelled behind it. An
+ * error in any choice is the answer's. */
 #include "serve.h"
 
 #include <stdio.h>
@@ -13,7 +14,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
-/* What the answer has gathered from the sequence's events. */
+/* What a choice of the answer has gathered from its sequence's events. */
 typedef struct reply_acc {
     cli_text text;
     int ntok;                  /* tokens generated up to the end of the text */
@@ -23,6 +24,7 @@ typedef struct reply_acc {
     long *offsets;             /* (ntok) when logprobs >= 0: the characters of the text
                                 * before each token's */
     int cap;
+    int sent;                  /* streamed: tokens already in a chunk (ids, logprobs) */
     size_t counted;            /* bytes of text whose characters are counted in chars */
     long chars;
     int ended;                 /* the final event came, or a stop string was found */
@@ -92,33 +94,84 @@ static int keep_token(reply_acc *a, const serve_ev *ev)
     return 0;
 }
 
-/* Takes q's next event into a. Out of memory counts as the sequence's error. */
-static void acc_take(reply_acc *a, serve_seq *q)
+/* Takes ev, an event of a's choice of q, into a. Out of memory counts as the sequence's
+ * error. */
+static void acc_take(reply_acc *a, serve_seq *q, const serve_ev *ev)
 {
-    serve_ev ev;
-    serve_seq_next(q, &ev);
     pe_status st = PE_OK;
-    if (ev.token >= 0 && keep_token(a, &ev) == 0)
-        st = cli_text_push(&a->text, ev.token);
-    else if (ev.token >= 0)
+    if (ev->token >= 0 && keep_token(a, ev) == 0)
+        st = cli_text_push(&a->text, ev->token);
+    else if (ev->token >= 0)
         st = PE_ENOMEM;
-    if (st == PE_OK && ev.finish != PE_FINISH_NONE)
+    if (st == PE_OK && ev->finish != PE_FINISH_NONE)
         st = cli_text_finish(&a->text);
-    if (st != PE_OK || ev.finish == PE_FINISH_ERROR) {
-        a->error = st != PE_OK ? st : ev.status;
+    if (st != PE_OK || ev->finish == PE_FINISH_ERROR) {
+        a->error = st != PE_OK ? st : ev->status;
         a->ended = 1;
         return;
     }
     if (a->text.stopped) { /* a stop string: the text ends before it, the sequence here */
-        serve_seq_cancel(q);
+        serve_seq_cancel_choice(q, ev->choice);
         a->finish = "stop";
         a->ended = 1;
         return;
     }
-    if (ev.finish != PE_FINISH_NONE) {
-        a->finish = ev.finish == PE_FINISH_LENGTH ? "length" : "stop";
+    if (ev->finish != PE_FINISH_NONE) {
+        a->finish = ev->finish == PE_FINISH_LENGTH ? "length" : "stop";
         a->ended = 1;
     }
+}
+
+/* The choices' accumulators: (n), for the job's stops (which must outlive them: copies,
+ * for a stream) and logprobs; NULL when out of memory. */
+static reply_acc *accs_new(const serve_server *s, const serve_job *j, char *const *stops,
+                           int n)
+{
+    reply_acc *a = calloc((size_t)n, sizeof *a);
+    int ok = a != NULL, made = 0;
+    for (; ok && made < n; made++)
+        ok = acc_init(&a[made], s, stops, j->nstops, j->logprobs) == 0;
+    if (!ok && a) {
+        for (int c = 0; c < made; c++)
+            acc_free(&a[c]);
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+static void accs_free(reply_acc *a, int n)
+{
+    for (int c = 0; a && c < n; c++)
+        acc_free(&a[c]);
+    free(a);
+}
+
+/* Takes q's next event into its choice's accumulator. Returns that choice, or -1 for an
+ * event of a choice already ended (its sequence's last events after a stop string). */
+static int accs_take(reply_acc *a, serve_seq *q)
+{
+    serve_ev ev;
+    serve_seq_next(q, &ev);
+    if (a[ev.choice].ended)
+        return -1;
+    acc_take(&a[ev.choice], q, &ev);
+    return ev.choice;
+}
+
+/* usage: the prompts' tokens (each prompt once, whatever n) and all choices' tokens. */
+static void add_usage(cJSON *o, const serve_job *j, const reply_acc *a, int n)
+{
+    size_t prompt = 0;
+    long generated = 0;
+    for (int i = 0; i < j->nprompts; i++)
+        prompt += j->prompts[i].len;
+    for (int c = 0; c < n; c++)
+        generated += a[c].ntok;
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)generated);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)prompt + (double)generated);
 }
 
 static void head_init(serve_reply_head *h, serve_server *s, const serve_job *j)
@@ -141,14 +194,6 @@ static cJSON *head_json(const serve_reply_head *h, int chunk)
     cJSON_AddNumberToObject(o, "created", (double)h->created);
     cJSON_AddStringToObject(o, "model", h->model);
     return o;
-}
-
-static void add_usage(cJSON *o, size_t prompt, int generated)
-{
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", generated);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)prompt + generated);
 }
 
 static void add_ids(cJSON *choice, const int32_t *ids, int n)
@@ -272,13 +317,13 @@ static cJSON *logprobs_json(const serve_server *s, const reply_acc *a, int chat,
 
 /* ---- answers and chunks -------------------------------------------------------------------- */
 
-/* A choice of an answer or chunk: its text (a chunk's chat text goes in "delta"), its
+/* Choice `index` of an answer or chunk: its text (a chunk's chat text goes in "delta"), its
  * logprobs (taken; NULL: null), and the finish reason or null. */
-static cJSON *choice_json(const serve_reply_head *h, int chunk, const char *text, size_t len,
-                          cJSON *logprobs, const char *finish, int role)
+static cJSON *choice_json(const serve_reply_head *h, int index, int chunk, const char *text,
+                          size_t len, cJSON *logprobs, const char *finish, int role)
 {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     char *t = strndup(text ? text : "", len);
     if (!h->chat) {
         cJSON_AddStringToObject(c, "text", t ? t : "");
@@ -316,34 +361,43 @@ static char *error_text(pe_status st)
 
 char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsigned *status)
 {
-    reply_acc a;
-    if (acc_init(&a, s, j->stops, j->nstops, j->logprobs)) {
+    const int nch = j->nprompts * j->n;
+    reply_acc *a = accs_new(s, j, j->stops, nch);
+    if (!a) {
         serve_seq_close(q);
         *status = 500;
         return serve_error_json(500, "out of memory for the answer");
     }
-    while (!a.ended)
-        acc_take(&a, q);
-    serve_seq_close(q);
+    pe_status error = PE_OK;
+    for (int open = nch; open > 0 && error == PE_OK;) {
+        int c = accs_take(a, q);
+        if (c >= 0 && a[c].ended)
+            open--, error = a[c].error;
+    }
+    serve_seq_close(q); /* after an error: the other choices cancelled */
     char *body;
-    if (a.error != PE_OK) {
-        *status = error_status(a.error);
-        body = error_text(a.error);
+    if (error != PE_OK) {
+        *status = error_status(error);
+        body = error_text(error);
     } else {
         serve_reply_head h;
         head_init(&h, s, j);
         cJSON *o = head_json(&h, 0);
-        cJSON *c = choice_json(&h, 0, a.text.text, a.text.len,
-                               logprobs_json(s, &a, j->chat, 0, a.ntok), a.finish, 0);
-        if (j->return_ids)
-            add_ids(c, a.ids, a.ntok);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
-        add_usage(o, j->prompt_len, a.ntok);
+        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+        for (int c = 0; c < nch; c++) {
+            cJSON *ch = choice_json(&h, c, 0, a[c].text.text, a[c].text.len,
+                                    logprobs_json(s, &a[c], j->chat, 0, a[c].ntok), a[c].finish,
+                                    0);
+            if (j->return_ids)
+                add_ids(ch, a[c].ids, a[c].ntok);
+            cJSON_AddItemToArray(choices, ch);
+        }
+        add_usage(o, j, a, nch);
         body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         *status = body ? 200 : 500;
     }
-    acc_free(&a);
+    accs_free(a, nch);
     return body;
 }
 
@@ -353,12 +407,13 @@ struct serve_stream {
     serve_server *s;
     serve_seq *q;
     serve_reply_head h;
-    reply_acc a;
-    size_t prompt_len;
+    serve_job usage;           /* the prompts' lengths, for the usage (no ids, no stops) */
+    reply_acc *a;              /* (nch) */
+    int nch, open;             /* choices, and those not ended */
+    pe_status error;           /* a choice's error: the stream's */
     int include_usage, return_ids;
     char *stops[CLI_MAX_STOP_STR]; /* copies: the job is gone when the stream runs */
     int nstops;
-    int ids_sent;              /* tokens already in a chunk (their ids, their logprobs) */
     char *out;                 /* (out_len) bytes to send, from out_pos */
     size_t out_len, out_pos, out_cap;
     int last;                  /* out holds the end: [DONE] */
@@ -395,32 +450,33 @@ static void emit_json(serve_stream *st, cJSON *o)
     free(text);
 }
 
-/* A chunk of the new text (and the new tokens' ids and logprobs), with the finish reason
- * when it is the last. */
-static void emit_chunk(serve_stream *st, const char *text, size_t len, const char *finish,
-                       int role)
+/* A chunk of choice c's new text (and its new tokens' ids and logprobs), with the finish
+ * reason when it is the choice's last. */
+static void emit_chunk(serve_stream *st, int c, const char *text, size_t len,
+                       const char *finish, int role)
 {
+    reply_acc *a = &st->a[c];
     cJSON *o = head_json(&st->h, 1);
-    cJSON *lp = logprobs_json(st->s, &st->a, st->h.chat, st->ids_sent, st->a.ntok);
-    cJSON *c = choice_json(&st->h, 1, text, len, lp, finish, role);
+    cJSON *lp = logprobs_json(st->s, a, st->h.chat, a->sent, a->ntok);
+    cJSON *ch = choice_json(&st->h, c, 1, text, len, lp, finish, role);
     if (st->return_ids)
-        add_ids(c, st->a.ids + st->ids_sent, st->a.ntok - st->ids_sent);
-    st->ids_sent = st->a.ntok;
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+        add_ids(ch, a->ids + a->sent, a->ntok - a->sent);
+    a->sent = a->ntok;
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
     emit_json(st, o);
 }
 
 /* The end: the error, or the usage chunk when asked for; then [DONE]. */
 static void emit_end(serve_stream *st)
 {
-    if (st->a.error != PE_OK) {
-        char *e = error_text(st->a.error);
+    if (st->error != PE_OK) {
+        char *e = error_text(st->error);
         emit(st, e ? e : "{\"error\": {\"message\": \"out of memory\"}}");
         free(e);
     } else if (st->include_usage) {
         cJSON *o = head_json(&st->h, 1);
         cJSON_AddArrayToObject(o, "choices");
-        add_usage(o, st->prompt_len, st->a.ntok);
+        add_usage(o, &st->usage, st->a, st->nch);
         emit_json(st, o);
     }
     emit(st, "[DONE]");
@@ -430,17 +486,47 @@ static void emit_end(serve_stream *st)
 /* Waits for the next event and writes what it adds into out (maybe nothing). */
 static void step(serve_stream *st)
 {
-    acc_take(&st->a, st->q);
+    const int c = accs_take(st->a, st->q);
+    if (c < 0)
+        return;
+    reply_acc *a = &st->a[c];
     const char *text;
     size_t n;
-    cli_text_take(&st->a.text, &text, &n);
-    int new_ids = (st->return_ids || st->a.logprobs >= 0) && st->a.ntok > st->ids_sent;
-    if (st->a.ended && st->a.error == PE_OK)
-        emit_chunk(st, text, n, st->a.finish, 0);
+    cli_text_take(&a->text, &text, &n);
+    int new_ids = (st->return_ids || a->logprobs >= 0) && a->ntok > a->sent;
+    if (a->ended && a->error == PE_OK)
+        emit_chunk(st, c, text, n, a->finish, 0);
     else if (n || new_ids)
-        emit_chunk(st, text, n, NULL, 0);
-    if (st->a.ended)
+        emit_chunk(st, c, text, n, NULL, 0);
+    if (a->ended) {
+        st->open--;
+        if (a->error != PE_OK)
+            st->error = a->error;
+    }
+    if (st->open == 0 || st->error != PE_OK)
         emit_end(st);
+}
+
+/* The stream's copy of what the usage needs of j: the prompts' lengths. */
+static int copy_usage(serve_job *u, const serve_job *j)
+{
+    u->prompts = calloc((size_t)j->nprompts, sizeof *u->prompts);
+    if (!u->prompts)
+        return -1;
+    u->nprompts = j->nprompts;
+    for (int i = 0; i < j->nprompts; i++)
+        u->prompts[i].len = j->prompts[i].len;
+    return 0;
+}
+
+static void stream_free(serve_stream *st)
+{
+    accs_free(st->a, st->nch);
+    for (int k = 0; k < st->nstops; k++)
+        free(st->stops[k]);
+    free(st->usage.prompts);
+    free(st->out);
+    free(st);
 }
 
 serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_seq *q)
@@ -449,21 +535,22 @@ serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_
     int ok = st != NULL;
     for (int k = 0; ok && k < j->nstops; k++)
         ok = (st->stops[st->nstops++] = strdup(j->stops[k])) != NULL;
-    if (!ok || acc_init(&st->a, s, st->stops, st->nstops, j->logprobs)) {
-        for (int k = 0; st && k < st->nstops; k++)
-            free(st->stops[k]);
-        free(st);
+    if (ok)
+        st->nch = j->nprompts * j->n;
+    if (!ok || copy_usage(&st->usage, j) || !(st->a = accs_new(s, j, st->stops, st->nch))) {
+        if (st)
+            stream_free(st);
         serve_seq_close(q);
         return NULL;
     }
     st->s = s;
     st->q = q;
-    st->prompt_len = j->prompt_len;
+    st->open = st->nch;
     st->include_usage = j->include_usage;
     st->return_ids = j->return_ids;
     head_init(&st->h, s, j);
-    if (j->chat) /* OpenAI's first chunk: the role, no text yet */
-        emit_chunk(st, "", 0, NULL, 1);
+    for (int c = 0; j->chat && c < st->nch; c++) /* OpenAI's first chunks: the role, no text */
+        emit_chunk(st, c, "", 0, NULL, 1);
     serve_enter(s); /* the drain waits for the stream's end */
     return st;
 }
@@ -488,12 +575,8 @@ ssize_t serve_reply_read(void *cls, uint64_t pos, char *buf, size_t max)
 void serve_reply_stream_free(void *cls)
 {
     serve_stream *st = cls;
-    serve_seq_close(st->q); /* a client gone mid-stream: cancelled, its KV blocks freed */
-    acc_free(&st->a);
-    for (int k = 0; k < st->nstops; k++)
-        free(st->stops[k]);
-    free(st->out);
     serve_server *s = st->s;
-    free(st);
+    serve_seq_close(st->q); /* a client gone mid-stream: cancelled, its KV blocks freed */
+    stream_free(st);
     serve_leave(s);
 }

@@ -35,12 +35,16 @@ const post = (url, path, body, headers = auth) =>
     fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers },
                         body: typeof body === 'string' ? body : JSON.stringify(body) });
 
-// The events of a streamed answer: { ids, text, finish, usage, done }.
+// The events of a streamed answer: { ids, text, finish, logprobs, chunks } of choice 0, and
+// { usage, done, choices } (choices[i]: choice i's own { ids, text, finish, logprobs, chunks,
+// roles }; choices[0] is the answer itself).
 async function readStream(res, onChunk) {
     if (res.status !== 200) throw new Error(`FAIL: a stream answered ${res.status}: ${await res.text()}`);
     check(res.headers.get('content-type').startsWith('text/event-stream'), 'stream type');
-    const r = { ids: [], text: '', finish: null, usage: null, done: false, chunks: 0,
-                logprobs: null };
+    const choice = () => ({ ids: [], text: '', finish: null, logprobs: null, chunks: 0,
+                            roles: 0 });
+    const r = { ...choice(), usage: null, done: false };
+    r.choices = [r];
     const dec = new TextDecoder();
     let buf = '';
     for await (const piece of res.body) {
@@ -56,15 +60,19 @@ async function readStream(res, onChunk) {
             const o = JSON.parse(data);
             check(!o.error, `an error event: ${data}`);
             if (o.usage) { r.usage = o.usage; continue; }
+            eq(o.choices.length, 1, 'a chunk holds one choice');
             const c = o.choices[0];
-            r.text += c.text ?? c.delta?.content ?? '';
-            r.ids.push(...(c.token_ids ?? []));
+            const to = (r.choices[c.index] ??= choice());
+            check(!to.finish, `choice ${c.index}: a chunk after its finish_reason`);
+            to.text += c.text ?? c.delta?.content ?? '';
+            to.roles += c.delta?.role === 'assistant';
+            to.ids.push(...(c.token_ids ?? []));
             if (c.logprobs) { // the pieces, joined
-                r.logprobs ??= Object.fromEntries(Object.keys(c.logprobs).map((k) => [k, []]));
-                for (const [k, v] of Object.entries(c.logprobs)) r.logprobs[k].push(...v);
+                to.logprobs ??= Object.fromEntries(Object.keys(c.logprobs).map((k) => [k, []]));
+                for (const [k, v] of Object.entries(c.logprobs)) to.logprobs[k].push(...v);
             }
-            if (c.finish_reason) r.finish = c.finish_reason;
-            r.chunks++;
+            if (c.finish_reason) to.finish = c.finish_reason;
+            to.chunks++;
             if (onChunk) onChunk(r);
         }
     }
@@ -79,6 +87,10 @@ function generateAlone(prompt, maxTokens, flags = []) {
                              { stdio: ['ignore', 'pipe', 'ignore'] });
     return JSON.parse(out.toString());
 }
+
+// The prompt's ids as the server encodes it (`pengine tokenize`).
+const idsOf = (text) => JSON.parse(execFileSync(pengine, ['tokenize', '--model', model, '--json'],
+                                                { input: text }).toString());
 
 // ---- the checks ----------------------------------------------------------------------------
 async function healthAndModels(url) {
@@ -256,6 +268,65 @@ const prompts = Array.from({ length: sanitized ? 4 : 16 }, (_, i) =>
 const maxTokens = (i) => 8 + (i * 7) % 33;
 let refs = null; // each prompt's lone run, by `pengine generate`
 
+// Several choices: "n" samples of a prompt (choice k with the seed + k, each the tokens
+// `pengine generate` samples with that seed), several prompts in one request (OpenAI's
+// order: prompt i's n choices at i x n ...), whole and streamed, a stop string that cuts one
+// choice and not the other, a chat with n, and the usage of them all.
+async function choices(url) {
+    const prompt = 'The quick brown fox';
+    const sampled = (seed) => generateAlone(prompt, 8, ['--temperature', '1', '--seed',
+                                                        String(seed)]);
+    const refs = [0, 1, 2].map((k) => sampled(11 + k));
+    const body = { prompt, max_tokens: 8, temperature: 1, seed: 11, n: 3,
+                   return_token_ids: true };
+    const whole = await (await post(url, '/v1/completions', body)).json();
+    eq(whole.choices.map((c) => [c.index, c.token_ids, c.text, c.finish_reason]),
+       refs.map((r, k) => [k, r.tokens, r.text, r.finish_reason]),
+       'n 3: choice k = generate with the seed + k');
+    check(new Set(refs.map((r) => JSON.stringify(r.tokens))).size === 3, 'the choices differ');
+    eq(whole.usage, { prompt_tokens: refs[0].prompt_tokens, completion_tokens: 24,
+                      total_tokens: refs[0].prompt_tokens + 24 }, 'n 3: usage (the prompt once)');
+    const s = await readStream(await post(url, '/v1/completions', {
+        ...body, stream: true, stream_options: { include_usage: true } }));
+    eq(s.choices.map((c) => [c.ids, c.text, c.finish]),
+       refs.map((r) => [r.tokens, r.text, r.finish_reason]), 'n 3 streamed = whole');
+    eq(s.usage, whole.usage, 'n 3 streamed: usage');
+    // two prompts, the first as ids, n 2, greedy: each prompt's two choices are its lone run;
+    // a stop string in the first one's text cuts its choices and not the second's
+    const other = 'Hello world';
+    const [a, b] = [generateAlone(prompt, 10), generateAlone(other, 10)];
+    const stop = a.text.slice(Math.floor(a.text.length / 2)).trim().slice(0, 3);
+    check(stop.length === 3 && !b.text.includes(stop) && a.text.indexOf(stop) > 0,
+          `a stop string "${stop}" in one text only`);
+    const cut = a.text.slice(0, a.text.indexOf(stop));
+    const twoBody = { prompt: [idsOf(prompt), other], max_tokens: 10, temperature: 0, n: 2,
+                      stop };
+    const two = await (await post(url, '/v1/completions', twoBody)).json();
+    eq(two.choices.map((c) => [c.index, c.text, c.finish_reason]),
+       [[0, cut, 'stop'], [1, cut, 'stop'], [2, b.text, 'length'], [3, b.text, 'length']],
+       'two prompts, n 2, a stop string in the first');
+    eq(two.usage.prompt_tokens, a.prompt_tokens + b.prompt_tokens, 'two prompts: usage');
+    const ts = await readStream(await post(url, '/v1/completions', { ...twoBody, stream: true }));
+    eq(ts.choices.map((c) => [c.text, c.finish]), two.choices.map((c) => [c.text,
+       c.finish_reason]), 'two prompts streamed = whole');
+    // prompts of ids only
+    const ids = await (await post(url, '/v1/completions', {
+        prompt: [idsOf(prompt), idsOf(other)], max_tokens: 10, temperature: 0,
+        return_token_ids: true })).json();
+    eq(ids.choices.map((c) => c.token_ids), [a.tokens, b.tokens], 'a list of id prompts');
+    // a chat with n 2: each choice a message; streamed, each its role chunk first
+    const chatBody = { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6,
+                       temperature: 0, n: 2 };
+    const cw = await (await post(url, '/v1/chat/completions', chatBody)).json();
+    eq(cw.choices.map((c) => [c.index, c.message.role]), [[0, 'assistant'], [1, 'assistant']],
+       'chat n 2');
+    eq(cw.choices[1].message.content, cw.choices[0].message.content, 'chat n 2 greedy: alike');
+    const cs = await readStream(await post(url, '/v1/chat/completions',
+                                           { ...chatBody, stream: true }));
+    eq(cs.choices.map((c) => [c.roles, c.text, c.finish]),
+       cw.choices.map((c) => [1, c.message.content, c.finish_reason]), 'chat n 2 streamed');
+}
+
 async function concurrentClients(url, clients = 64) {
     refs ??= prompts.map((p, i) => generateAlone(p, maxTokens(i)));
     const runs = Array.from({ length: clients }, (_, k) => {
@@ -347,6 +418,14 @@ async function badRequests(url) {
                  400, 'repetition_penalty 0');
     await expect(await post(url, '/v1/completions', { prompt: 'x', min_p: 1.5 }), 400,
                  'min_p 1.5');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', n: 0 }), 400, 'n 0');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', n: 65 }), 400, 'n 65');
+    await expect(await post(url, '/v1/completions', { prompt: Array(33).fill('x'), n: 2 }),
+                 400, '66 choices');
+    await expect(await post(url, '/v1/completions', { prompt: ['x', 5] }), 400,
+                 'a number among prompts');
+    await expect(await post(url, '/v1/completions', { prompt: [[1], []] }), 400,
+                 'an empty prompt among prompts');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { x: 1 } }),
                  400, 'a logit_bias key not an id');
     await expect(await post(url, '/v1/completions', { prompt: 'x', logit_bias: { 5: 101 } }),
@@ -431,6 +510,7 @@ const server = await startServer();
 try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
+        ['several choices', choices],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],

@@ -39,6 +39,13 @@ try {
         logprobs: true, top_logprobs: 2 })).json();
     check(chat.choices[0].message.role === 'assistant' &&
           chat.choices[0].logprobs.content.length === 3, `a chat: ${JSON.stringify(chat)}`);
+    // several choices: two prompts with n 2, whole; n 2 streamed
+    const many = await (await post('/v1/completions', { prompt: ['Hello', 'Bye'], n: 2,
+                                                         max_tokens: 3, temperature: 0 })).json();
+    check(many.choices.length === 4 && many.usage.completion_tokens === 12,
+          `two prompts, n 2: ${JSON.stringify(many)}`);
+    check(await stream({ prompt: 'Hello', n: 2, max_tokens: 3, temperature: 0 }) >= 3,
+          'n 2 streamed: chunks and [DONE]');
     // 4 at once on a pool of 8 blocks: some are preempted
     await Promise.all([0, 1, 2, 3].map((i) => stream({
         prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));
@@ -57,7 +64,7 @@ try {
     }
     check(m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0,
           `the server idle with no block held: ${JSON.stringify(m)}`);
-    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 4 * 24 + 100 + 100,
+    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 4 * 24 + 100 + 100,
           `the requests left were cancelled (${m.pengine_generation_tokens_total} tokens)`);
     console.log(`ok: ${m.pengine_generation_tokens_total} tokens, ` +
                 `${m.pengine_kv_preemptions_total} preemptions`);
