@@ -589,6 +589,49 @@ static void test_identical_prefixes_share_their_blocks(void **state)
     d_free(d);
 }
 
+/* Sequences that come together with one prompt (n choices of it) prefill it once: the
+ * first computes it while the others wait in line, letting a later one with another prompt
+ * go first; they then start from the first's blocks, found in the cache. */
+static void test_a_prefix_being_computed_is_waited_for_not_computed_twice(void **state)
+{
+    (void)state;
+    en_sched_config cfg = preempt_config(32);
+    driver *d = d_new(&cfg);
+    int32_t a[14], c[10];
+    prompt_of(a, 14, 5);
+    prompt_of(c, 10, 9);
+    d_add(d, 1, a, 14, 3, 0);
+    d_add(d, 2, a, 14, 3, 0);
+    d_add(d, 3, a, 14, 3, 0);
+    d_add(d, 4, c, 10, 3, 0);
+    assert_int_equal(en_sched_build(&d->s, d->steps[0]), 1);
+    const en_step *st = d->steps[0];
+    assert_int_equal(st->nchunks, 2); /* 1's prompt and 4's; 2 and 3 wait for 1's blocks */
+    assert_int_equal((int)st->chunks[0].seq->id, 1);
+    assert_int_equal((int)st->chunks[1].seq->id, 4);
+    assert_int_equal(d->s.nwaiting, 2);
+    run_on_device(d, d->steps[0]);
+    en_sched_complete(&d->s, d->steps[0]); /* 1's blocks 0..2 are in the cache */
+    assert_int_equal(en_sched_build(&d->s, d->steps[0]), 1);
+    st = d->steps[0];
+    assert_int_equal(st->nchunks, 4); /* 1's and 4's decodes, 2's and 3's last 2 positions */
+    for (int i = 2; i < 4; i++) {
+        assert_int_equal((int)st->chunks[i].seq->id, i);
+        assert_int_equal(st->chunks[i].pos0, 12);
+        assert_int_equal(st->chunks[i].n, 2);
+    }
+    const en_seq *q1 = d->seqs[1].seq;
+    for (int j = 0; j < 3; j++)
+        assert_int_equal(d->s.kv.ref[q1->blocks[j]], 3);
+    assert_int_equal(d->s.prefix_hit_tokens, 2 * 12);
+    run_on_device(d, d->steps[0]);
+    en_sched_complete(&d->s, d->steps[0]);
+    d_run(d, 0, 0);
+    assert_all_complete(d, 4);
+    assert_int_equal(en_sched_blocks_held(&d->s), 0);
+    d_free(d);
+}
+
 /* A kept sequence parked with its blocks lets them go when a new one needs them; its full
  * blocks stay cached, and its next turn starts from the ones still found. */
 static void test_parked_blocks_go_under_pressure_and_an_append_finds_them_cached(void **state)
@@ -688,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_a_random_load_on_a_small_pool_completes_every_sequence_exactly),
         cmocka_unit_test(test_a_preempted_sequence_cancelled_while_waiting_ends_once),
         cmocka_unit_test(test_identical_prefixes_share_their_blocks),
+        cmocka_unit_test(test_a_prefix_being_computed_is_waited_for_not_computed_twice),
         cmocka_unit_test(test_parked_blocks_go_under_pressure_and_an_append_finds_them_cached),
         cmocka_unit_test(test_an_append_holding_its_blocks_goes_on_from_them),
     };

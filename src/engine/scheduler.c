@@ -217,6 +217,21 @@ static void waiting_pop(en_sched *s)
     s->nwaiting--;
 }
 
+/* The k-th waiting sequence (k < nwaiting). */
+static en_seq *waiting_at(const en_sched *s, int k)
+{
+    return s->waiting[(s->waiting_head + k) % s->waiting_cap];
+}
+
+/* Takes the k-th waiting sequence out of the queue, the others keeping their order. */
+static void waiting_remove(en_sched *s, int k)
+{
+    for (int i = k; i > 0; i--) /* the k before it move back by one */
+        s->waiting[(s->waiting_head + i) % s->waiting_cap] =
+            s->waiting[(s->waiting_head + i - 1) % s->waiting_cap];
+    waiting_pop(s);
+}
+
 /* Puts seq first in the queue (a preempted sequence: it came before those waiting). */
 static int waiting_push_front(en_sched *s, en_seq *seq)
 {
@@ -420,19 +435,44 @@ static int prefix_hits(const en_sched *s, const en_seq *seq, int32_t *hit, int m
     return n;
 }
 
+/* Whether a running sequence is to compute the block of seq that follows its nhit blocks
+ * found in the prefix cache: the same tokens from position 0 to that block's end, not
+ * computed yet, in a chain that it registers. seq then waits, to find the block in the
+ * cache once computed, rather than computing it beside: the n choices of one prompt, or
+ * requests that arrive together with one long system prompt, prefill it once. */
+static int prefix_pending(const en_sched *s, const en_seq *seq, int nhit)
+{
+    const int end = (nhit + 1) * s->cfg.block_tokens; /* the next block's end */
+    if (!s->kv.caching || seq->score || seq->nblocks || seq->cached || end > seq->ntok - 1)
+        return 0;
+    for (int i = 0; i < s->nrunning; i++) {
+        const en_seq *r = s->running[i];
+        if (!r->score && r->nreg >= 0 && r->cached < end && r->ntok >= end &&
+            !memcmp(r->tokens, seq->tokens, (size_t)end * sizeof *seq->tokens))
+            return 1;
+    }
+    return 0;
+}
+
 /* Admits waiting sequences, first come first served, while the blocks of their known tokens
  * (less the ones found in the prefix cache) are available, beyond a watermark while others
- * run. The found blocks are held at once and count as computed. */
+ * run. The found blocks are held at once and count as computed. A sequence whose next
+ * block a running one is about to compute waits in its place (prefix_pending), and those
+ * behind it may go first. */
 static void admit_optimistic(en_sched *s)
 {
     const int watermark = s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
-    while (s->nwaiting && s->nrunning < s->cfg.max_seqs) {
-        en_seq *seq = waiting_front(s);
+    for (int k = 0; k < s->nwaiting && s->nrunning < s->cfg.max_seqs;) {
+        en_seq *seq = waiting_at(s, k);
         const int blocks = ceil_blocks(s, seq->ntok);
         if (grow((void **)&seq->blocks, &seq->blocks_cap, blocks, sizeof(int32_t)))
             return; /* out of host memory: it waits (and the build fails) */
         int32_t *hit = seq->blocks + seq->nblocks;
         const int nhit = prefix_hits(s, seq, hit, blocks);
+        if (prefix_pending(s, seq, nhit)) {
+            k++;
+            continue;
+        }
         int revived = 0; /* found blocks no one holds: they leave the available ones */
         for (int i = 0; i < nhit; i++)
             revived += s->kv.ref[hit[i]] == 0;
@@ -442,7 +482,7 @@ static void admit_optimistic(en_sched *s)
             unpark_blocks(s, need + reserve);
         if (need > en_kv_available(&s->kv) - reserve)
             break;
-        waiting_pop(s);
+        waiting_remove(s, k);
         if (!seq->nblocks) { /* new or preempted: it starts after the blocks found (an append
                               * holding its blocks goes on from what they hold) */
             for (int i = 0; i < nhit; i++)
