@@ -92,6 +92,9 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         g->tokenizer = v;
     } else if (!strcmp(f, "--max-tokens")) {
         bad = set_max_tokens(g, v, msg, len);
+    } else if (!strcmp(f, "--min-tokens")) {
+        bad = cli_parse_long(f, v, 0, 1L << 24, &x, msg, len);
+        g->min_tokens = (int)x;
     } else if ((bad = cli_apply_sampling_flag(&g->sampling, f, v, msg, len)) >= 0) {
         /* applied */
     } else if (!strcmp(f, "--logprobs")) {
@@ -126,6 +129,12 @@ static int check(const gen_opts *g)
     if (g->nids > 0 && g->tokenizer)
         return usage_error("--tokenizer turns text into ids, and --tokens gives ids; drop "
                            "--tokenizer, or give the prompt as text with --prompt");
+    if (g->min_tokens > g->max_tokens) {
+        char msg[CLI_MSG_LEN];
+        snprintf(msg, sizeof msg, "--min-tokens %d is more than --max-tokens %d; give at most "
+                 "as many", g->min_tokens, g->max_tokens);
+        return usage_error(msg);
+    }
     if (g->logprobs > 0 && !g->json)
         return usage_error("--logprobs is printed only in the JSON output; add --json, or drop "
                            "--logprobs");
@@ -137,7 +146,7 @@ static int parse(int argc, char **argv, gen_opts *g)
 {
     static const char *const with_value[] = {
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
-        CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
+        "--min-tokens", CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
@@ -162,7 +171,7 @@ int gen_batch(const gen_opts *g, int n, const int32_t *const *prompts, const siz
               cli_on_event on_event, void *ctx, cli_batch *b)
 {
     *b = (cli_batch){.n = n, .prompts = prompts, .lens = lens, .max_tokens = g->max_tokens,
-                     .sampling = g->sampling, .logprobs = g->logprobs,
+                     .min_tokens = g->min_tokens, .sampling = g->sampling, .logprobs = g->logprobs,
                      .ignore_eos = g->ignore_eos, .stop = g->stop_ids,
                      .nstop = (size_t)g->nstop_ids, .on_event = on_event, .ctx = ctx};
     return cli_batch_alloc(b);

@@ -24,6 +24,7 @@ typedef struct gen_opts {
     const char *prompts_file; /* --prompts FILE: one prompt per line, run as one batch */
     const char *tokenizer;    /* --tokenizer FILE; NULL: the model directory's */
     int max_tokens;
+    int min_tokens;           /* --min-tokens: no eos, stop id or stop string before these */
     pe_sampling sampling;
     int logprobs;
     int32_t stop_ids[PE_MAX_STOP]; /* --stop-ids */

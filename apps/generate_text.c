@@ -250,8 +250,10 @@ static int text_run_init(text_run *r, const pe_tokenizer *tk, const gen_opts *g,
     r->texts = calloc((size_t)n, sizeof *r->texts);
     r->ended = calloc((size_t)n, 1);
     pe_status s = r->texts && r->ended ? PE_OK : PE_ENOMEM;
-    for (int i = 0; s == PE_OK && i < n; i++)
+    for (int i = 0; s == PE_OK && i < n; i++) {
         s = cli_text_init(&r->texts[i], tk, g->stops, g->nstops);
+        r->texts[i].free_ids = g->min_tokens; /* no stop string before min_tokens ids */
+    }
     if (s == PE_OK)
         return CLI_OK;
     cli_errorf("out of memory for the texts of %d sequence%s; give fewer prompts", n,

@@ -172,6 +172,7 @@ int cli_batch_run(pe_engine *e, cli_batch *b)
         p.prompt = b->prompts[i];
         p.prompt_len = b->lens[i];
         p.max_tokens = b->max_tokens;
+        p.min_tokens = b->min_tokens;
         p.sampling = b->sampling;
         p.sampling.seed = b->sampling.seed + (uint64_t)i;
         p.logprobs = b->logprobs;

@@ -32,6 +32,7 @@ typedef struct cli_batch {
     const int32_t *const *prompts;
     const size_t *lens;
     int max_tokens;
+    int min_tokens;           /* no eos or stop token before this many (pe_seq_params) */
     pe_sampling sampling;     /* sequence i uses seed sampling.seed + i */
     int logprobs;
     int ignore_eos;

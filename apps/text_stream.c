@@ -30,15 +30,22 @@ void cli_text_free(cli_text *t)
     memset(t, 0, sizeof *t);
 }
 
+/* The first byte a stop string may start at: past what was shown and what is exempt. */
+static size_t searched_from(const cli_text *t)
+{
+    return t->shown > t->search_from ? t->shown : t->search_from;
+}
+
 /* The bytes at the end of the text that begin some stop string (at most held_max). */
 static size_t held_back(const cli_text *t)
 {
     size_t held = 0;
-    for (int k = 0; k < t->nstops; k++) {
+    const size_t from = searched_from(t), open = t->len > from ? t->len - from : 0;
+    for (int k = 0; k < t->nstops && t->free_ids == 0; k++) {
         size_t m = strlen(t->stops[k]);
         if (m == 0)
             continue;
-        for (size_t n = m - 1 < t->len - t->shown ? m - 1 : t->len - t->shown; n > held; n--)
+        for (size_t n = m - 1 < open ? m - 1 : open; n > held; n--)
             if (!memcmp(t->text + t->len - n, t->stops[k], n)) {
                 held = n;
                 break;
@@ -47,22 +54,26 @@ static size_t held_back(const cli_text *t)
     return held;
 }
 
-/* Cuts the text before the first stop string that starts at or after byte from, if any. */
+/* Cuts the text before (keep_stop: after) the first stop string that starts at or after
+ * byte from, if any; of two that start there, the first given. */
 static void find_stop(cli_text *t, size_t from)
 {
     const char *first = NULL;
+    size_t first_len = 0;
     for (int k = 0; k < t->nstops; k++) {
-        const char *p = memmem(t->text + from, t->len - from, t->stops[k], strlen(t->stops[k]));
+        const size_t m = strlen(t->stops[k]);
+        const char *p = memmem(t->text + from, t->len - from, t->stops[k], m);
         if (p && (!first || p < first))
-            first = p;
+            first = p, first_len = m;
     }
     if (first) {
-        t->len = (size_t)(first - t->text);
+        t->len = (size_t)(first - t->text) + (t->keep_stop ? first_len : 0);
         t->text[t->len] = '\0';
         t->stopped = 1;
     }
 }
 
+/* Appends s (n bytes); the stop strings are looked for in it unless free_ids says not. */
 static pe_status append(cli_text *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) {
@@ -80,7 +91,10 @@ static pe_status append(cli_text *t, const char *s, size_t n)
     memcpy(t->text + t->len, s, n);
     t->len += n;
     t->text[t->len] = '\0';
-    find_stop(t, from > t->shown ? from : t->shown);
+    if (t->free_ids > 0)
+        t->search_from = t->len; /* this id's text is exempt */
+    else
+        find_stop(t, from > searched_from(t) ? from : searched_from(t));
     return PE_OK;
 }
 
@@ -92,8 +106,12 @@ pe_status cli_text_push(cli_text *t, int32_t id)
     size_t n;
     pe_status s = pe_detokenizer_push(t->d, id, &piece, &n);
     if (s == PE_EINVAL) /* not the tokenizer's: no text */
-        return PE_OK;
-    return s == PE_OK ? append(t, piece, n) : s;
+        s = PE_OK, piece = "", n = 0;
+    if (s == PE_OK)
+        s = append(t, piece, n);
+    if (t->free_ids > 0)
+        t->free_ids--;
+    return s;
 }
 
 pe_status cli_text_finish(cli_text *t)

@@ -1,6 +1,8 @@
 /* text_stream.h: a generated sequence's text as its ids arrive: whole characters only
  * (pe_detokenizer), cut before the first text stop string. The bytes at the end that may
- * still begin a stop string are held back until the next ids show they do not. */
+ * still begin a stop string are held back until the next ids show they do not. The text of
+ * the first free_ids ids (a request's min_tokens) is not searched: a stop string counts in
+ * the text that comes after it. */
 #ifndef PE_APPS_TEXT_STREAM_H
 #define PE_APPS_TEXT_STREAM_H
 
@@ -19,6 +21,11 @@ typedef struct cli_text {
     char *text;                /* (len) the text so far, cut before the stop once found */
     size_t len, cap;
     size_t shown;              /* bytes already handed out by cli_text_take */
+    int free_ids;              /* ids still to come whose text no stop string ends (set it
+                                * after cli_text_init; 0 by default) */
+    size_t search_from;        /* stop strings are looked for from this byte on */
+    int keep_stop;             /* 1: the text ends after the stop string found, not before
+                                * (set after cli_text_init) */
     int stopped;               /* a stop string was found: the text ends before it */
     int done;                  /* cli_text_finish was called: nothing is held back */
 } cli_text;
@@ -29,7 +36,8 @@ pe_status cli_text_init(cli_text *t, const pe_tokenizer *tk, const char *const *
 void cli_text_free(cli_text *t);
 
 /* Adds one generated id; afterwards t->stopped says whether the text now holds a stop
- * string (then every later id is ignored). An id the tokenizer does not have (a model
+ * string (then every later id is ignored; the text ends before it, or after it with
+ * keep_stop). An id the tokenizer does not have (a model
  * vocabulary padded past the tokenizer's) adds no text. PE_ENOMEM on failure. */
 pe_status cli_text_push(cli_text *t, int32_t id);
 

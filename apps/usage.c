@@ -115,6 +115,8 @@ void cli_usage(FILE *out)
 "  --tokens LIST         the prompt as token ids, e.g. 1,2,3; the ids stream instead\n"
 "  --tokenizer FILE      a tokenizer.json instead of the model directory's\n"
 "  --max-tokens N        tokens to generate (default 16)\n"
+"  --min-tokens N        no end-of-sequence token, stop id or stop string before N\n"
+"                        tokens (default 0)\n"
 "  --temperature T       0 (default) = greedy\n"
 "  --top-k K             sample among the K most likely (default 0: off)\n"
 "  --top-p P             sample in the nucleus of mass P, in (0, 1] (default 1: off)\n"

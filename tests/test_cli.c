@@ -820,6 +820,10 @@ static void test_generate_bad_input_names_the_problem(void **state)
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--min-p", "1.5");
     EXPECT_USAGE(r, "--min-p");
     tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--max-tokens", "4", "--min-tokens",
+            "5");
+    EXPECT_USAGE(r, "--min-tokens 5 is more than --max-tokens 4");
+    tu_run_free(&r);
     r = RUN("generate", "--model", dir, "--tokens", "1,99999999999");
     EXPECT_USAGE(r, "token id 99999999999 is too large");
     assert_null(strstr(r.err, "backend")); /* a token id, not a device id */

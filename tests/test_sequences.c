@@ -426,6 +426,77 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
     pe_engine_destroy(e);
 }
 
+/* min_tokens bans the eos and the stop tokens until that many are generated: with the
+ * first two greedy tokens as stop ids, a sequence that would stop at once goes on, its
+ * tokens a reference's on pe_score with those logits at -inf for its first min_tokens
+ * tokens and as they are after, and it ends when the reference meets a stop or eos. */
+static void min_tokens_hold_back_the_eos_and_the_stop_tokens(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    const int V = llama_spec.vocab, G = (int)tu_size(16, 6), NP = 7, M = 3;
+    int32_t prompt[7], plain[16], ctx[7 + 16];
+    tm_tokens(prompt, NP, V, 41);
+    generate(e, prompt, NP, G, NULL, plain);
+    const int32_t stop[2] = {plain[0], plain[1]}, eos = (int32_t)llama_spec.eos_token_id;
+    static run r;
+    for (int min_tokens = 0; min_tokens <= M; min_tokens += M) {
+        memset(&r, 0, sizeof r);
+        pe_seq_params p;
+        pe_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = NP;
+        p.max_tokens = G;
+        p.min_tokens = min_tokens;
+        p.stop = stop;
+        p.nstop = 2;
+        p.user = (void *)(intptr_t)0;
+        uint64_t id;
+        assert_int_equal(pe_seq_submit(e, &p, &id), PE_OK);
+        drain(e, &r);
+        assert_int_equal(r.finals[0], 1);
+        if (min_tokens == 0) { /* plain's first token is a stop id: it ends there */
+            assert_int_equal(r.ntok[0], 1);
+            assert_int_equal(r.finish[0], PE_FINISH_STOP);
+        }
+    }
+    const pe_sampling greedy = {.top_p = 1.0f};
+    const pe_logit_bias ban[3] = {{stop[0], -INFINITY}, {stop[1], -INFINITY}, {eos, -INFINITY}};
+    const size_t nban = stop[1] == stop[0] ? 1 : 2; /* each token once */
+    pe_logit_bias bans[3];
+    memcpy(bans, ban, nban * sizeof *bans);
+    size_t nb = nban;
+    if (eos != stop[0] && eos != stop[1] && eos >= 0)
+        bans[nb++] = ban[2];
+    const int exact = hb_simd_batch_invariant(hb_simd_get());
+    float *lg = malloc((size_t)V * sizeof *lg), margin;
+    memcpy(ctx, prompt, sizeof prompt);
+    int k = 0;
+    for (; k < G; k++) {
+        int32_t want = reference_token(e, ctx, NP + k, NP, k, &greedy, bans, k < M ? nb : 0,
+                                       lg, &margin);
+        if (k >= r.ntok[0] || r.tok[0][k] != want) {
+            if (!exact && margin <= 1e-4f)
+                break; /* another order of the same sums: the two part here */
+            fail_msg("token %d: %d (of %d), the reference's %d", k,
+                     k < r.ntok[0] ? r.tok[0][k] : -1, r.ntok[0], want);
+        }
+        ctx[NP + k] = want;
+        const int ends = want == stop[0] || want == stop[1] || want == eos;
+        assert_true(k >= M || !ends); /* banned before M */
+        if (ends) {
+            assert_int_equal(r.ntok[0], k + 1);
+            assert_int_equal(r.finish[0], want == eos ? PE_FINISH_EOS : PE_FINISH_STOP);
+            break;
+        }
+    }
+    if (k == G)
+        assert_int_equal(r.finish[0], PE_FINISH_LENGTH);
+    assert_int_not_equal(r.tok[0][0], plain[0]);
+    free(lg);
+    pe_engine_destroy(e);
+}
+
 /* The 0.999 quantile of chi-square with k degrees of freedom (Wilson-Hilferty). */
 static double chi2_999(int k)
 {
@@ -846,7 +917,7 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         {"vocabulary", NULL}, {"max_tokens", NULL}, {"top_k", NULL}, {"logprobs", NULL},
         {"repetition_penalty", NULL}, {"frequency_penalty", NULL}, {"presence_penalty", NULL},
         {"twice", NULL}, {"logit_bias entry 0", NULL}, {"logit_bias entries", NULL},
-        {"min_p", NULL},
+        {"min_p", NULL}, {"min_tokens", NULL},
     };
     const pe_logit_bias twice[2] = {{4, 1.0f}, {4, 2.0f}}, outside[1] = {{-1, 1.0f}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -870,6 +941,7 @@ static void bad_parameters_are_refused_with_a_message(void **state)
         case 12: p.logit_bias = outside, p.nlogit_bias = 1; break;
         case 13: p.logit_bias = twice, p.nlogit_bias = PE_MAX_LOGIT_BIAS + 1; break;
         case 14: p.sampling.min_p = 1.01f; break;
+        case 15: p.min_tokens = p.max_tokens + 1; break;
         }
         uint64_t id;
         assert_int_equal(pe_seq_submit(e, &p, &id), PE_EINVAL);
@@ -942,6 +1014,7 @@ int main(void)
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
         cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),
         cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
+        cmocka_unit_test(min_tokens_hold_back_the_eos_and_the_stop_tokens),
         cmocka_unit_test(penalties_give_the_tokens_of_a_reference_on_pe_score),
         cmocka_unit_test(temperature_sampling_follows_the_softmax),
         cmocka_unit_test(top_p_keeps_the_nucleus),

@@ -286,6 +286,9 @@ typedef struct pe_seq_params {
     const int32_t *prompt;  /* token ids (copied by pe_seq_submit) */
     size_t prompt_len;      /* >= 1, and < the context */
     int max_tokens;         /* tokens to generate, >= 1 (the context also ends a sequence) */
+    int min_tokens;         /* 0..max_tokens: until this many are generated the model's
+                             * eos_token_id and the stop tokens cannot be sampled (their
+                             * logits are -inf, as vLLM's min_tokens); 0 = off */
     pe_sampling sampling;
     const int32_t *stop;    /* more tokens that end the sequence (copied); may be NULL */
     size_t nstop;           /* <= PE_MAX_STOP */

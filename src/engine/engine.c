@@ -424,7 +424,7 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     sc->vocab = m->V;
     sc->kv_full = c->kv_full;
     sc->prefix_caching = c->kv_full == PE_KV_PREEMPT && c->prefix_caching;
-    sc->neos = m->neos < 8 ? m->neos : 8;
+    sc->neos = m->neos < EN_MAX_EOS ? m->neos : EN_MAX_EOS;
     memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
     e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
     sc->max_logit_rows = e->max_logit_rows;

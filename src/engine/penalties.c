@@ -2,6 +2,7 @@
  * them and of the logit bias (penalties.h). */
 #include "engine/penalties.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,4 +149,17 @@ int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_b
             out[m++] = (pe_k_penalty){.row = row, .id = bias[k].token, .add = bias[k].bias,
                                       .rep = 1.0f, .sub = 0.0f};
     return m;
+}
+
+int en_ban_tokens(pe_k_penalty *e, int n, const int32_t *ids, int nids, int row)
+{
+    for (int k = 0; k < nids; k++) {
+        int i = 0;
+        while (i < n && e[i].id != ids[k])
+            i++;
+        if (i == n)
+            e[n++] = (pe_k_penalty){.row = row, .id = ids[k], .rep = 1.0f};
+        e[i].add = -INFINITY; /* x + add: -inf, through the repetition and the subtraction */
+    }
+    return n;
 }

@@ -39,6 +39,11 @@ int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_star
 int en_counts_entries(const en_counts *c, const pe_sampling *s, const pe_logit_bias *bias,
                       int nbias, int row, pe_k_penalty *out);
 
+/* Bans ids (nids; repeats allowed) on logit row `row`: a ban sets the logit to -inf. The
+ * row's entries e (n, room for n + nids) keep one entry per id: a banned id's own entry
+ * gets add = -inf, another gets one. Returns the entries now. */
+int en_ban_tokens(pe_k_penalty *e, int n, const int32_t *ids, int nids, int row);
+
 void en_counts_free(en_counts *c);
 
 /* qsort/bsearch order of pe_logit_bias entries: by token. */

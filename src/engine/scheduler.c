@@ -302,6 +302,7 @@ pe_status en_sched_append(en_sched *s, en_seq *more)
     seq->prompt_len = seq->ntok;
     seq->generated = 0;
     seq->max_tokens = more->max_tokens;
+    seq->min_tokens = more->min_tokens;
     seq->sampling = more->sampling;
     free(seq->bias); /* the new generation's */
     seq->bias = more->bias;
@@ -594,6 +595,22 @@ static void register_blocks(en_sched *s, en_seq *seq)
 
 /* ---- building a step ------------------------------------------------------------------------ */
 
+/* The tokens seq may not sample yet (min_tokens not reached): the model's end-of-sequence
+ * ids (unless it ignores them) and its stop ids, into ban (NULL: only counted); how many. */
+static int banned_tokens(const en_sched *s, const en_seq *seq, int32_t *ban)
+{
+    if (seq->generated >= seq->min_tokens)
+        return 0;
+    int n = 0;
+    for (int i = 0; !seq->ignore_eos && i < s->cfg.neos; i++, n++)
+        if (ban)
+            ban[n] = s->cfg.eos[i];
+    for (int i = 0; i < seq->nstop; i++, n++)
+        if (ban)
+            ban[n] = seq->stop[i];
+    return n;
+}
+
 /* Grows a buffer of n elements of size sz to at least want. */
 static int grow(void **p, int *cap, int want, size_t sz)
 {
@@ -746,7 +763,7 @@ int en_sched_build(en_sched *s, en_step *st)
             npen += seq->counts.n;
         }
         if (c->sample)
-            npen += seq->nbias;
+            npen += seq->nbias + banned_tokens(s, seq, NULL);
     }
     if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
         return -1;
@@ -793,8 +810,12 @@ int en_sched_build(en_sched *s, en_step *st)
                 sp.min_p = seq->sampling.min_p;
                 sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
                 st->sample = 1;
+                const int first = npen;
                 npen += en_counts_entries(en_penalties_on(&seq->sampling) ? &seq->counts : NULL,
                                           &seq->sampling, seq->bias, seq->nbias, lr, pen + npen);
+                int32_t ban[PE_MAX_STOP + EN_MAX_EOS];
+                const int nban = banned_tokens(s, seq, ban);
+                npen = first + en_ban_tokens(pen + first, npen - first, ban, nban, lr);
             }
             samp[lr] = sp;
         }

@@ -79,6 +79,9 @@ typedef struct en_score_sync {
 /* The id of a pe_score prompt: no client is given it, so none can cancel it. */
 #define EN_SCORE_ID UINT64_MAX
 
+/* Most end-of-sequence ids of a model (config.json's eos_token_id may be a list). */
+#define EN_MAX_EOS 8
+
 typedef struct en_seq {
     en_msg hdr;
     uint64_t id;
@@ -88,6 +91,7 @@ typedef struct en_seq {
     int cached;          /* positions whose K and V are in the cache */
     int generated;
     int max_tokens;
+    int min_tokens;      /* its eos and stop tokens are banned until it has generated these */
     pe_sampling sampling;
     en_counts counts;    /* its tokens' counts, for the penalties (when sampling has any) */
     pe_logit_bias *bias; /* (nbias) its logit bias, sorted by token */
@@ -192,7 +196,7 @@ typedef struct en_sched_config {
     int vocab;            /* logits per row (a scored sequence's rows) */
     pe_kv_full kv_full;
     int prefix_caching;   /* PE_KV_PREEMPT: share full blocks by content */
-    int32_t eos[8];
+    int32_t eos[EN_MAX_EOS];
     int neos;
 } en_sched_config;
 

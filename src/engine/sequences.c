@@ -73,6 +73,9 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
     if (p->max_tokens < 1)
         return pe_fail(err, PE_EINVAL, "%s: max_tokens is %d; ask for at least "
                        "1 token", call, p->max_tokens);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return pe_fail(err, PE_EINVAL, "%s: min_tokens is %d; give 0 (off) to max_tokens (%d)",
+                       call, p->min_tokens, p->max_tokens);
     const pe_sampling *s = &p->sampling;
     if (!(s->temperature >= 0.0f) || isinf(s->temperature))
         return pe_fail(err, PE_EINVAL, "%s: temperature %g must be a finite "
@@ -202,6 +205,7 @@ static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
     if (!q)
         return NULL;
     q->max_tokens = p->max_tokens;
+    q->min_tokens = p->min_tokens;
     q->sampling = p->sampling;
     if (p->nlogit_bias) { /* sorted, for the scheduler's lookups */
         q->bias = malloc(p->nlogit_bias * sizeof *q->bias);
