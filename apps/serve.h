@@ -6,7 +6,8 @@
  *   serve_parse.c    a request's JSON checked into a serve_job (prompt ids, sampling, stops);
  *   serve_seq.c      sequences: the event pump thread and each request's event queue;
  *   serve_reply.c    the answers: one JSON, or server-sent events streamed as tokens come;
- *   serve_metrics.c  counters and histograms, written in Prometheus' text format.
+ *   serve_metrics.c  counters and histograms, written in Prometheus' text format;
+ *   serve_tokenize.c /tokenize and /detokenize: the server's tokenizer, for clients.
  *
  * Threads: libmicrohttpd runs a thread per connection, which may block on its request's
  * queue; one pump thread takes every token event of the engine (pe_seq_wait) and hands it to
@@ -144,6 +145,8 @@ typedef struct serve_job {
     int include_usage;         /* "stream_options": {"include_usage": true} */
     int return_ids;            /* "return_token_ids": true (extension, as vLLM's) */
     int ignore_eos;            /* "ignore_eos": true (extension, as vLLM's): eos ends nothing */
+    int include_stop;          /* "include_stop_str_in_output" (vLLM's): the text keeps the
+                                * stop string that ended it */
     int logprobs;              /* -1: none; else each token's log-probability and this many
                                 * of the most likely ("logprobs"; a chat's "top_logprobs") */
     serve_prompt *prompts;     /* (nprompts): a chat's one, a completion's one or more
@@ -152,6 +155,7 @@ typedef struct serve_job {
     int n;                     /* "n": choices per prompt; choice c answers prompt c / n with
                                 * the seed + c % n */
     int max_tokens;
+    int min_tokens;            /* "min_tokens" (an extension, as vLLM's) */
     pe_sampling sampling;
     pe_logit_bias bias[PE_MAX_LOGIT_BIAS]; /* "logit_bias" */
     size_t nbias;
@@ -167,6 +171,20 @@ typedef struct serve_job {
 unsigned serve_parse(const serve_server *s, int chat, const char *body, size_t len,
                      serve_job *j, char *msg, size_t msg_len);
 void serve_job_free(serve_job *j);
+
+/* A /tokenize body: "prompt" (a string; "add_special_tokens", default true, adds the
+ * tokenizer's BOS as a completion's prompt has it) or "messages" (a chat's prompt, rendered
+ * as /v1/chat/completions renders it) into *ids (malloc'ed, *n of them). Returns 0, or the
+ * HTTP status with msg set. */
+unsigned serve_parse_tokenize(const serve_server *s, const char *body, size_t len,
+                              int32_t **ids, size_t *n, char *msg, size_t msg_len);
+
+/* ---- tokenizing (serve_tokenize.c) --------------------------------------------------------- */
+
+/* POST /tokenize: {"count", "max_model_len", "tokens"} (vLLM's), or an error; *status set.
+ * POST /detokenize: {"tokens": [ids]} -> {"prompt": text}. Bodies malloc'ed. */
+char *serve_tokenize(const serve_server *s, const char *body, size_t len, unsigned *status);
+char *serve_detokenize(const serve_server *s, const char *body, size_t len, unsigned *status);
 
 /* ---- sequences (serve_seq.c) ------------------------------------------------------------ */
 

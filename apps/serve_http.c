@@ -22,18 +22,22 @@ typedef struct serve_conn {
     int answered;              /* a response is queued */
 } serve_conn;
 
-enum route { R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT };
+enum route { R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE,
+             R_DETOKENIZE };
 
 static const struct {
     const char *path, *method;
     enum route r;
+    int keyed;                 /* needs the API key */
 } routes[] = {
-    {"/", "GET", R_PAGE},
-    {"/health", "GET", R_HEALTH},
-    {"/metrics", "GET", R_METRICS},
-    {"/v1/models", "GET", R_MODELS},
-    {"/v1/completions", "POST", R_COMPLETIONS},
-    {"/v1/chat/completions", "POST", R_CHAT},
+    {"/", "GET", R_PAGE, 0},
+    {"/health", "GET", R_HEALTH, 0},
+    {"/metrics", "GET", R_METRICS, 0},
+    {"/v1/models", "GET", R_MODELS, 1},
+    {"/v1/completions", "POST", R_COMPLETIONS, 1},
+    {"/v1/chat/completions", "POST", R_CHAT, 1},
+    {"/tokenize", "POST", R_TOKENIZE, 1},
+    {"/detokenize", "POST", R_DETOKENIZE, 1},
 };
 enum { NROUTES = sizeof routes / sizeof routes[0] };
 
@@ -209,9 +213,9 @@ static enum MHD_Result route(serve_server *s, struct MHD_Connection *c, const ch
             found = i;
     if (found < 0)
         return fail(s, c, 404, "no such path; the server has /v1/completions, "
-                    "/v1/chat/completions, /v1/models, /health, /metrics and the chat page "
-                    "at /");
-    if (!strncmp(url, "/v1/", 4) && !authorized(s, c))
+                    "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, "
+                    "/metrics and the chat page at /");
+    if (routes[found].keyed && !authorized(s, c))
         return fail(s, c, 401, "a missing or wrong API key; send \"Authorization: Bearer KEY\" "
                     "with the server's --api-key");
     if (strcmp(method, routes[found].method)) {
@@ -237,6 +241,14 @@ static enum MHD_Result route(serve_server *s, struct MHD_Connection *c, const ch
     case R_MODELS: return models(s, c);
     case R_COMPLETIONS: return completion(s, c, k, 0);
     case R_CHAT: return completion(s, c, k, 1);
+    case R_TOKENIZE:
+    case R_DETOKENIZE: {
+        unsigned st;
+        const char *b = k->body ? k->body : "";
+        char *body = routes[found].r == R_TOKENIZE ? serve_tokenize(s, b, k->len, &st)
+                                                   : serve_detokenize(s, b, k->len, &st);
+        return respond(s, c, st, "application/json", body, NULL, NULL);
+    }
     }
     return MHD_NO;
 }

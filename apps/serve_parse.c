@@ -113,8 +113,8 @@ static unsigned parse_logit_bias(const cJSON *o, serve_job *j, char *msg, size_t
     return 0;
 }
 
-/* temperature, top_p, top_k and min_p (extensions; top_k -1 or 0: off), seed (absent: a fresh one), the
- * penalties and the logit bias. */
+/* temperature, top_p, top_k and min_p (extensions; top_k -1 or 0: off), seed (absent: a
+ * fresh one), the penalties and the logit bias. */
 static unsigned parse_sampling(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
 {
     double t = 1.0, p = 1.0, k = 0, mp = 0, seed = 0;
@@ -178,14 +178,41 @@ static unsigned parse_logprobs(const cJSON *o, serve_job *j, char *msg, size_t m
     return 0;
 }
 
+/* Most "stop_token_ids": with the stop strings' ids (CLI_MAX_STOP_STR) and a chat's end of
+ * turn they stay within PE_MAX_STOP. */
+#define SERVE_MAX_STOP_IDS (PE_MAX_STOP - CLI_MAX_STOP_STR - 1)
+
+/* stop_token_ids (vLLM's): token ids that end the sequence, as its eos does. */
+static unsigned parse_stop_ids(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
+                               size_t msg_len)
+{
+    const cJSON *f = field(o, "stop_token_ids");
+    if (!f)
+        return 0;
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > SERVE_MAX_STOP_IDS)
+        return BAD("'stop_token_ids' must be an array of at most %d token ids",
+                   SERVE_MAX_STOP_IDS);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, f)
+    {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v != floor(v) || v < 0 || v >= s->m.vocab)
+            return BAD("'stop_token_ids' entries must be token ids from 0 to %d",
+                       s->m.vocab - 1);
+        j->stop_ids[j->nstop_ids++] = (int32_t)v;
+    }
+    return 0;
+}
+
 /* stop: a string or an array of at most CLI_MAX_STOP_STR strings. A stop string that is one
  * token also becomes a stop id, so the engine ends there without a wasted step. */
 static unsigned parse_stops(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
                             size_t msg_len)
 {
+    unsigned st = parse_stop_ids(s, o, j, msg, msg_len);
     const cJSON *f = field(o, "stop");
-    if (!f)
-        return 0;
+    if (st || !f)
+        return st;
     if (!cJSON_IsString(f) && !cJSON_IsArray(f))
         return BAD("'stop' must be a string or an array of strings");
     int n = cJSON_IsString(f) ? 1 : cJSON_GetArraySize(f);
@@ -403,6 +430,37 @@ static unsigned parse_messages(const serve_server *s, const cJSON *o, serve_job 
     return st;
 }
 
+unsigned serve_parse_tokenize(const serve_server *s, const char *body, size_t len,
+                              int32_t **ids, size_t *n, char *msg, size_t msg_len)
+{
+    *ids = NULL;
+    *n = 0;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    serve_job j;
+    memset(&j, 0, sizeof j);
+    int special = 1;
+    unsigned st = 0;
+    const cJSON *prompt = o ? field(o, "prompt") : NULL;
+    if (!o || !cJSON_IsObject(o))
+        st = BAD("the body must be a JSON object with \"prompt\" or \"messages\"");
+    else if (!prompt && !field(o, "messages"))
+        st = BAD("give \"prompt\" (a string) or \"messages\" (a chat) to tokenize");
+    else if (prompt && !cJSON_IsString(prompt))
+        st = BAD("'prompt' must be a string");
+    else if (!(st = get_bool(o, "add_special_tokens", &special, msg, msg_len)) && prompt &&
+             pe_tokenizer_encode(s->tk, prompt->valuestring, strlen(prompt->valuestring),
+                                 special, ids, n) != PE_OK)
+        st = 500, snprintf(msg, msg_len, "cannot encode the prompt: %s", pe_last_error());
+    if (!st && !prompt && !(st = parse_messages(s, o, &j, msg, msg_len))) {
+        *ids = j.prompts[0].ids; /* handed over */
+        *n = j.prompts[0].len;
+        j.prompts[0].ids = NULL;
+    }
+    serve_job_free(&j);
+    cJSON_Delete(o);
+    return st;
+}
+
 /* A chat's default max_tokens at most: a default of the whole context would let a chat that
  * never ends hold a slot and its KV blocks for as long as the context lasts. */
 #define SERVE_CHAT_DEFAULT_MAX 1024
@@ -440,7 +498,10 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
                    "positions; give at most %ld", name, x, longest, room, s->m.context,
                    room);
     j->max_tokens = (int)x;
-    return 0;
+    double m = 0; /* min_tokens (vLLM's): no end before it */
+    st = get_int(o, "min_tokens", 0, x, &m, NULL, msg, msg_len);
+    j->min_tokens = (int)m;
+    return st;
 }
 
 static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
@@ -455,7 +516,8 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
     j->n = (int)n;
     if ((st = get_bool(o, "stream", &j->stream, msg, msg_len)) ||
         (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)) ||
-        (st = get_bool(o, "ignore_eos", &j->ignore_eos, msg, msg_len)))
+        (st = get_bool(o, "ignore_eos", &j->ignore_eos, msg, msg_len)) ||
+        (st = get_bool(o, "include_stop_str_in_output", &j->include_stop, msg, msg_len)))
         return st;
     const cJSON *so = field(o, "stream_options");
     if (so && !cJSON_IsObject(so))

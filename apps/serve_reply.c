@@ -32,13 +32,17 @@ typedef struct reply_acc {
     pe_status error;           /* the final event's error (finish ERROR) */
 } reply_acc;
 
-/* stops (nstops) must outlive a: the text borrows them. */
-static int acc_init(reply_acc *a, const serve_server *s, char *const *stops, int nstops,
-                    int logprobs)
+/* stops (j's, or copies of them) must outlive a: the text borrows them. */
+static int acc_init(reply_acc *a, const serve_server *s, const serve_job *j,
+                    char *const *stops)
 {
     memset(a, 0, sizeof *a);
-    a->logprobs = logprobs;
-    return cli_text_init(&a->text, s->tk, (const char *const *)stops, nstops) == PE_OK ? 0 : -1;
+    a->logprobs = j->logprobs;
+    if (cli_text_init(&a->text, s->tk, (const char *const *)stops, j->nstops) != PE_OK)
+        return -1;
+    a->text.free_ids = j->min_tokens; /* no stop string in the first min_tokens' text */
+    a->text.keep_stop = j->include_stop;
+    return 0;
 }
 
 static void acc_free(reply_acc *a)
@@ -94,13 +98,15 @@ static int keep_token(reply_acc *a, const serve_ev *ev)
     return 0;
 }
 
-/* Takes ev, an event of a's choice of q, into a. Out of memory counts as the sequence's
- * error. */
+/* Takes ev, an event of a's choice of q, into a. A stop or end-of-sequence token that ends
+ * the choice adds its id but no text, unless the text keeps its stop (vLLM's
+ * include_stop_str_in_output). Out of memory counts as the sequence's error. */
 static void acc_take(reply_acc *a, serve_seq *q, const serve_ev *ev)
 {
     pe_status st = PE_OK;
+    const int ends_on_it = ev->finish == PE_FINISH_STOP || ev->finish == PE_FINISH_EOS;
     if (ev->token >= 0 && keep_token(a, ev) == 0)
-        st = cli_text_push(&a->text, ev->token);
+        st = ends_on_it && !a->text.keep_stop ? PE_OK : cli_text_push(&a->text, ev->token);
     else if (ev->token >= 0)
         st = PE_ENOMEM;
     if (st == PE_OK && ev->finish != PE_FINISH_NONE)
@@ -130,7 +136,7 @@ static reply_acc *accs_new(const serve_server *s, const serve_job *j, char *cons
     reply_acc *a = calloc((size_t)n, sizeof *a);
     int ok = a != NULL, made = 0;
     for (; ok && made < n; made++)
-        ok = acc_init(&a[made], s, stops, j->nstops, j->logprobs) == 0;
+        ok = acc_init(&a[made], s, j, stops) == 0;
     if (!ok && a) {
         for (int c = 0; c < made; c++)
             acc_free(&a[c]);

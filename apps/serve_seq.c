@@ -256,6 +256,7 @@ static pe_status submit_choice(serve_server *s, const serve_job *j, serve_choice
     p.prompt = pr->ids;
     p.prompt_len = pr->len;
     p.max_tokens = j->max_tokens;
+    p.min_tokens = j->min_tokens;
     p.sampling = j->sampling;
     p.sampling.seed = j->sampling.seed + (uint64_t)(c->index % j->n);
     p.logit_bias = j->nbias ? j->bias : NULL;

@@ -140,6 +140,20 @@ async function completionEqualsGenerate(url) {
     eq(minP.token_ids, mp.tokens, 'min_p = generate\'s');
     check(JSON.stringify(mp.tokens) !== JSON.stringify(plainSampled.tokens),
           'min_p changes the tokens');
+    // min_tokens (vLLM's): with the first token's text as a stop string, the answer is
+    // empty; with min_tokens 3 neither that stop (nor a one-token stop's id) ends the first
+    // 3 tokens, and the answer is `pengine generate --min-tokens 3`'s
+    const early = ref.text.slice(0, 2);
+    const stopped = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stop: early })).json()).choices[0];
+    eq([stopped.text, stopped.finish_reason], ['', 'stop'], 'a stop string at the start');
+    const held = generateAlone(prompt, 12, ['--stop', early, '--min-tokens', '3']);
+    const minTok = (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, stop: early, min_tokens: 3,
+        return_token_ids: true })).json()).choices[0];
+    eq([minTok.token_ids, minTok.text, minTok.finish_reason],
+       [held.tokens, held.text, held.finish_reason], 'min_tokens 3 = generate\'s');
+    check(held.tokens.length >= 3 && held.text.length > 0, `min_tokens 3: ${held.text}`);
     // logit_bias: +100 all but forces a token, -100 all but bans one
     const biased = async (logit_bias) => (await (await post(url, '/v1/completions', {
         prompt, max_tokens: 5, temperature: 0, return_token_ids: true, logit_bias })).json())
@@ -327,6 +341,50 @@ async function choices(url) {
        cw.choices.map((c) => [1, c.message.content, c.finish_reason]), 'chat n 2 streamed');
 }
 
+// /tokenize and /detokenize (vLLM's): a prompt's ids as `pengine tokenize` gives them, a
+// chat's as its completion counts them, and back to text; then stop_token_ids (the text
+// without the stop token's, or with it under include_stop_str_in_output, and a stop
+// string kept too).
+async function tokenizeAndStops(url) {
+    const prompt = 'The quick brown fox';
+    const m = await (await fetch(url + '/v1/models', { headers: auth })).json();
+    eq(await (await post(url, '/tokenize', { prompt })).json(),
+       { count: idsOf(prompt).length, max_model_len: m.data[0].max_model_len,
+         tokens: idsOf(prompt) }, '/tokenize a prompt');
+    const messages = [{ role: 'user', content: 'Hello there' }];
+    const chat = await (await post(url, '/v1/chat/completions', { messages, max_tokens: 1 }))
+        .json();
+    eq((await (await post(url, '/tokenize', { messages })).json()).count,
+       chat.usage.prompt_tokens, '/tokenize a chat = its prompt tokens');
+    eq(await (await post(url, '/detokenize', { tokens: idsOf(prompt) })).json(), { prompt },
+       '/detokenize');
+    for (const [path, body] of [['/tokenize', {}], ['/tokenize', { prompt: 5 }],
+                                ['/detokenize', { tokens: [-1] }], ['/detokenize', {}]])
+        eq((await post(url, path, body)).status, 400, `${path} ${JSON.stringify(body)}`);
+    eq((await post(url, '/tokenize', { prompt }, {})).status, 401, '/tokenize without the key');
+    eq((await fetch(url + '/detokenize', { headers: auth })).status, 405, 'GET /detokenize');
+    // stop_token_ids: the first token of the greedy answer past its first that comes once
+    const ref = generateAlone(prompt, 12);
+    const k = ref.tokens.findIndex((t, i) => i > 0 && ref.tokens.indexOf(t) === i);
+    check(k > 0, 'a token that comes once');
+    const ask = async (extra) => (await (await post(url, '/v1/completions', {
+        prompt, max_tokens: 12, temperature: 0, return_token_ids: true, ...extra })).json())
+        .choices[0];
+    const upTo = async (n) => (await ask({ max_tokens: n })).text;
+    const stopped = await ask({ stop_token_ids: [ref.tokens[k]] });
+    eq([stopped.token_ids, stopped.finish_reason, stopped.text],
+       [ref.tokens.slice(0, k + 1), 'stop', await upTo(k)], 'stop_token_ids');
+    const kept = await ask({ stop_token_ids: [ref.tokens[k]], include_stop_str_in_output: true });
+    eq(kept.text, await upTo(k + 1), 'stop_token_ids with include_stop_str_in_output');
+    const at = Math.floor(ref.text.length / 2), stop = ref.text.slice(at, at + 3);
+    const cut = ref.text.indexOf(stop);
+    const withStop = await ask({ stop, include_stop_str_in_output: true });
+    eq([withStop.text, withStop.finish_reason], [ref.text.slice(0, cut + 3), 'stop'],
+       'a stop string kept');
+    eq((await post(url, '/v1/completions', { prompt, stop_token_ids: [1e9] })).status, 400,
+       'a stop token id past the vocabulary');
+}
+
 async function concurrentClients(url, clients = 64) {
     refs ??= prompts.map((p, i) => generateAlone(p, maxTokens(i)));
     const runs = Array.from({ length: clients }, (_, k) => {
@@ -418,6 +476,9 @@ async function badRequests(url) {
                  400, 'repetition_penalty 0');
     await expect(await post(url, '/v1/completions', { prompt: 'x', min_p: 1.5 }), 400,
                  'min_p 1.5');
+    await expect(await post(url, '/v1/completions', { prompt: 'x', max_tokens: 4,
+                                                      min_tokens: 5 }), 400,
+                 'min_tokens past max_tokens');
     await expect(await post(url, '/v1/completions', { prompt: 'x', n: 0 }), 400, 'n 0');
     await expect(await post(url, '/v1/completions', { prompt: 'x', n: 65 }), 400, 'n 65');
     await expect(await post(url, '/v1/completions', { prompt: Array(33).fill('x'), n: 2 }),
@@ -455,7 +516,7 @@ async function metricsAfter(url) {
     eq([m.pengine_requests_running, m.pengine_requests_waiting], [0, 0], 'nothing running');
     check(m['pengine_requests_total{status="400"}'] >= 9, 'the 400s counted');
     check(m['pengine_requests_total{status="413"}'] === 1, 'the 413 counted');
-    check(m['pengine_requests_total{status="401"}'] === 3, 'the 401s counted');
+    check(m['pengine_requests_total{status="401"}'] === 4, 'the 401s counted');
     check(m.pengine_time_to_first_token_seconds_count >= nclients, 'time to first token observed');
     check(m.pengine_time_per_output_token_seconds_count > nclients, 'time per token observed');
     check(m.pengine_kv_blocks_total > 0, 'the KV pool size');
@@ -510,7 +571,7 @@ const server = await startServer();
 try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
-        ['several choices', choices],
+        ['several choices', choices], ['tokenize, stop ids', tokenizeAndStops],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],
