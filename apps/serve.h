@@ -7,7 +7,8 @@
  *   serve_seq.c      sequences: the event pump thread and each request's event queue;
  *   serve_reply.c    the answers: one JSON, or server-sent events streamed as tokens come;
  *   serve_metrics.c  counters and histograms, written in Prometheus' text format;
- *   serve_tokenize.c /tokenize and /detokenize: the server's tokenizer, for clients.
+ *   serve_tokenize.c /tokenize and /detokenize: the server's tokenizer, for clients;
+ *   serve_echo.c     "echo": a completion's prompt and its tokens' logprobs, first.
  *
  * Threads: libmicrohttpd runs a thread per connection, which may block on its request's
  * queue; one pump thread takes every token event of the engine (pe_seq_wait) and hands it to
@@ -137,6 +138,10 @@ const char *serve_page_html(size_t *len);
 typedef struct serve_prompt {
     int32_t *ids;              /* (len) with the tokenizer's BOS (malloc'ed) */
     size_t len;
+    /* "echo" (serve_echo_prepare): what the answer repeats of it before its choices' text */
+    char *text;                /* the prompt string as given, or its ids' text (malloc'ed) */
+    pe_logprobs *lp;           /* with logprobs: (len - 1) tokens 1.. of ids under the model
+                                * (token 0 has none) (malloc'ed); else NULL */
 } serve_prompt;
 
 typedef struct serve_job {
@@ -149,6 +154,8 @@ typedef struct serve_job {
                                 * stop string that ended it */
     int logprobs;              /* -1: none; else each token's log-probability and this many
                                 * of the most likely ("logprobs"; a chat's "top_logprobs") */
+    int echo;                  /* "echo" (completions): each choice's text, and logprobs,
+                                * begin with its prompt's */
     serve_prompt *prompts;     /* (nprompts): a chat's one, a completion's one or more
                                 * (malloc'ed) */
     int nprompts;
@@ -171,6 +178,7 @@ typedef struct serve_job {
 unsigned serve_parse(const serve_server *s, int chat, const char *body, size_t len,
                      serve_job *j, char *msg, size_t msg_len);
 void serve_job_free(serve_job *j);
+void serve_prompts_free(serve_prompt *p, int n);
 
 /* A /tokenize body: "prompt" (a string; "add_special_tokens", default true, adds the
  * tokenizer's BOS as a completion's prompt has it) or "messages" (a chat's prompt, rendered
@@ -185,6 +193,13 @@ unsigned serve_parse_tokenize(const serve_server *s, const char *body, size_t le
  * POST /detokenize: {"tokens": [ids]} -> {"prompt": text}. Bodies malloc'ed. */
 char *serve_tokenize(const serve_server *s, const char *body, size_t len, unsigned *status);
 char *serve_detokenize(const serve_server *s, const char *body, size_t len, unsigned *status);
+
+/* ---- echo (serve_echo.c) ---------------------------------------------------------------- */
+
+/* j->echo: each prompt's text (the ids' decode, special tokens shown, where no string was
+ * given) and, with logprobs, its tokens' log-probabilities (pe_score_logprobs). Returns 0,
+ * or the HTTP status (503 when the KV cache has no room now, 400, 500) with msg set. */
+unsigned serve_echo_prepare(serve_server *s, serve_job *j, char *msg, size_t msg_len);
 
 /* ---- sequences (serve_seq.c) ------------------------------------------------------------ */
 

@@ -166,7 +166,9 @@ static enum MHD_Result completion(serve_server *s, struct MHD_Connection *c,
     if (st)
         return fail(s, c, st, msg);
     serve_seq *q = NULL;
-    st = serve_seq_start(s, &j, &q, msg, sizeof msg);
+    st = serve_echo_prepare(s, &j, msg, sizeof msg); /* before any sequence starts */
+    if (!st)
+        st = serve_seq_start(s, &j, &q, msg, sizeof msg);
     enum MHD_Result ok;
     if (!st) { /* a client that leaves before its answer cancels its sequence */
         const union MHD_ConnectionInfo *ci =

@@ -260,10 +260,15 @@ static unsigned new_prompts(serve_job *j, int np, char *msg, size_t msg_len)
     return 0;
 }
 
-/* One prompt from x, named `name` in messages: a string or an array of token ids. */
-static unsigned one_prompt(const serve_server *s, const cJSON *x, const char *name,
+/* One prompt from x, named `name` in messages: a string (kept for an echo) or an array of
+ * token ids. */
+static unsigned one_prompt(const serve_server *s, const cJSON *x, const char *name, int echo,
                            serve_prompt *p, char *msg, size_t msg_len)
 {
+    if (cJSON_IsString(x) && echo && !(p->text = strdup(x->valuestring))) {
+        snprintf(msg, msg_len, "out of memory for the prompt");
+        return 500;
+    }
     if (cJSON_IsString(x))
         return encode(s, x->valuestring, p, msg, msg_len);
     if (!cJSON_IsArray(x))
@@ -305,8 +310,8 @@ static unsigned parse_prompt(const serve_server *s, const cJSON *o, serve_job *j
         char name[32] = "prompt";
         if (several)
             snprintf(name, sizeof name, "prompt[%d]", i);
-        st = one_prompt(s, several ? cJSON_GetArrayItem(f, i) : f, name, &j->prompts[i], msg,
-                        msg_len);
+        st = one_prompt(s, several ? cJSON_GetArrayItem(f, i) : f, name, j->echo,
+                        &j->prompts[i], msg, msg_len);
     }
     return st;
 }
@@ -517,7 +522,8 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
     if ((st = get_bool(o, "stream", &j->stream, msg, msg_len)) ||
         (st = get_bool(o, "return_token_ids", &j->return_ids, msg, msg_len)) ||
         (st = get_bool(o, "ignore_eos", &j->ignore_eos, msg, msg_len)) ||
-        (st = get_bool(o, "include_stop_str_in_output", &j->include_stop, msg, msg_len)))
+        (st = get_bool(o, "include_stop_str_in_output", &j->include_stop, msg, msg_len)) ||
+        (!j->chat && (st = get_bool(o, "echo", &j->echo, msg, msg_len))))
         return st;
     const cJSON *so = field(o, "stream_options");
     if (so && !cJSON_IsObject(so))
@@ -554,11 +560,19 @@ unsigned serve_parse(const serve_server *s, int chat, const char *body, size_t l
     return st;
 }
 
+void serve_prompts_free(serve_prompt *p, int n)
+{
+    for (int i = 0; p && i < n; i++) {
+        free(p[i].ids);
+        free(p[i].text);
+        free(p[i].lp);
+    }
+    free(p);
+}
+
 void serve_job_free(serve_job *j)
 {
-    for (int i = 0; i < j->nprompts; i++)
-        free(j->prompts[i].ids);
-    free(j->prompts);
+    serve_prompts_free(j->prompts, j->nprompts);
     for (int i = 0; i < j->nstops; i++)
         free(j->stops[i]);
     memset(j, 0, sizeof *j);

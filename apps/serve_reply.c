@@ -20,6 +20,8 @@ typedef struct reply_acc {
     int ntok;                  /* tokens generated up to the end of the text */
     int32_t *ids;              /* (ntok) */
     int logprobs;              /* the job's: -1, or the top entries to show per token */
+    const serve_prompt *echo;  /* "echo": the prompt it repeats before its text, or NULL */
+    long echo_chars;           /* characters of echo->text, before the generated text's */
     serve_logprobs *lps;       /* (ntok) when logprobs >= 0 */
     long *offsets;             /* (ntok) when logprobs >= 0: the characters of the text
                                 * before each token's */
@@ -32,12 +34,22 @@ typedef struct reply_acc {
     pe_status error;           /* the final event's error (finish ERROR) */
 } reply_acc;
 
-/* stops (j's, or copies of them) must outlive a: the text borrows them. */
+static long utf8_chars(const char *t)
+{
+    long n = 0;
+    for (; *t; t++)
+        n += ((unsigned char)*t & 0xC0) != 0x80;
+    return n;
+}
+
+/* stops (j's, or copies of them) and echo (NULL: none) must outlive a: a borrows them. */
 static int acc_init(reply_acc *a, const serve_server *s, const serve_job *j,
-                    char *const *stops)
+                    char *const *stops, const serve_prompt *echo)
 {
     memset(a, 0, sizeof *a);
     a->logprobs = j->logprobs;
+    a->echo = echo;
+    a->echo_chars = echo ? utf8_chars(echo->text) : 0;
     if (cli_text_init(&a->text, s->tk, (const char *const *)stops, j->nstops) != PE_OK)
         return -1;
     a->text.free_ids = j->min_tokens; /* no stop string in the first min_tokens' text */
@@ -128,15 +140,15 @@ static void acc_take(reply_acc *a, serve_seq *q, const serve_ev *ev)
     }
 }
 
-/* The choices' accumulators: (n), for the job's stops (which must outlive them: copies,
- * for a stream) and logprobs; NULL when out of memory. */
+/* The choices' accumulators: (n), for the job's stops and prompts (which must outlive them:
+ * copies, for a stream) and logprobs; NULL when out of memory. */
 static reply_acc *accs_new(const serve_server *s, const serve_job *j, char *const *stops,
-                           int n)
+                           const serve_prompt *prompts, int n)
 {
     reply_acc *a = calloc((size_t)n, sizeof *a);
     int ok = a != NULL, made = 0;
     for (; ok && made < n; made++)
-        ok = acc_init(&a[made], s, j, stops) == 0;
+        ok = acc_init(&a[made], s, j, stops, j->echo ? &prompts[made / j->n] : NULL) == 0;
     if (!ok && a) {
         for (int c = 0; c < made; c++)
             acc_free(&a[c]);
@@ -286,17 +298,49 @@ static void add_top(cJSON *d, const serve_server *s, int32_t id, float logprob)
     free(t);
 }
 
-/* A completion's logprobs of tokens [from, to), as OpenAI's legacy ones: {"tokens",
- * "token_logprobs", "top_logprobs" (per token {text: logprob} of the most likely, and of
- * the chosen token, so up to logprobs + 1), "text_offset" (characters before the token's
- * text in the whole answer)}. */
-static cJSON *completion_logprobs(const serve_server *s, const reply_acc *a, int from, int to)
+/* The echoed prompt's entries of a completion's logprobs: its first token has none (null),
+ * the others pe_score_logprobs'; each offset is the characters of the tokens' texts before
+ * it (as vLLM's). */
+static void add_prompt_entries(const serve_server *s, const reply_acc *a, cJSON *tokens,
+                               cJSON *lps, cJSON *tops, cJSON *offsets)
+{
+    const serve_prompt *p = a->echo;
+    long chars = 0;
+    for (size_t i = 0; i < p->len; i++) {
+        char *t = token_text(s, p->ids[i]);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)chars));
+        chars += t ? utf8_chars(t) : 0;
+        free(t);
+        if (i == 0) {
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            continue;
+        }
+        const pe_logprobs *l = &p->lp[i - 1];
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(l->logprob));
+        cJSON *d = cJSON_CreateObject();
+        for (int j = 0; j < l->nlogprobs && j < a->logprobs; j++)
+            add_top(d, s, l->top_tokens[j], l->top_logprobs[j]);
+        add_top(d, s, p->ids[i], l->logprob);
+        cJSON_AddItemToArray(tops, d);
+    }
+}
+
+/* A completion's logprobs of tokens [from, to), after the echoed prompt's (with_echo), as
+ * OpenAI's legacy ones: {"tokens", "token_logprobs", "top_logprobs" (per token {text:
+ * logprob} of the most likely, and of the chosen token, so up to logprobs + 1),
+ * "text_offset" (characters before the token's text in the whole answer)}. */
+static cJSON *completion_logprobs(const serve_server *s, const reply_acc *a, int with_echo,
+                                  int from, int to)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
     cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
     cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
     cJSON *offsets = cJSON_AddArrayToObject(o, "text_offset");
+    if (with_echo && a->echo && a->echo->lp)
+        add_prompt_entries(s, a, tokens, lps, tops, offsets);
     for (int k = from; k < to; k++) {
         const serve_logprobs *l = &a->lps[k];
         add_token_text(tokens, NULL, s, a->ids[k]);
@@ -306,19 +350,21 @@ static cJSON *completion_logprobs(const serve_server *s, const reply_acc *a, int
             add_top(d, s, l->top[j], l->top_logprob[j]);
         add_top(d, s, a->ids[k], l->logprob);
         cJSON_AddItemToArray(tops, d);
-        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)a->offsets[k]));
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)(a->echo_chars + a->offsets[k])));
     }
     return o;
 }
 
-/* The logprobs of tokens [from, to) for the answer or chunk, or NULL (null): none asked
- * for, or no token. */
-static cJSON *logprobs_json(const serve_server *s, const reply_acc *a, int chat, int from,
-                            int to)
+/* The logprobs of tokens [from, to), after the echoed prompt's (with_echo), for the answer
+ * or chunk, or NULL (null): none asked for, or no token. */
+static cJSON *logprobs_json(const serve_server *s, const reply_acc *a, int chat, int with_echo,
+                            int from, int to)
 {
-    if (a->logprobs < 0 || from >= to)
+    with_echo = with_echo && a->echo;
+    if (a->logprobs < 0 || (from >= to && !with_echo))
         return NULL;
-    return chat ? chat_logprobs(s, a, from, to) : completion_logprobs(s, a, from, to);
+    return chat ? chat_logprobs(s, a, from, to)
+                : completion_logprobs(s, a, with_echo, from, to);
 }
 
 /* ---- answers and chunks -------------------------------------------------------------------- */
@@ -365,10 +411,25 @@ static char *error_text(pe_status st)
 
 /* ---- one JSON ------------------------------------------------------------------------------ */
 
+/* The echoed prompt's text and a's after it (malloc'ed), or NULL: no echo (or no memory). */
+static char *with_echo(const reply_acc *a)
+{
+    if (!a->echo)
+        return NULL;
+    const size_t n = strlen(a->echo->text);
+    char *t = malloc(n + a->text.len + 1);
+    if (t) {
+        memcpy(t, a->echo->text, n);
+        memcpy(t + n, a->text.text, a->text.len);
+        t[n + a->text.len] = '\0';
+    }
+    return t;
+}
+
 char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsigned *status)
 {
     const int nch = j->nprompts * j->n;
-    reply_acc *a = accs_new(s, j, j->stops, nch);
+    reply_acc *a = accs_new(s, j, j->stops, j->prompts, nch);
     if (!a) {
         serve_seq_close(q);
         *status = 500;
@@ -391,9 +452,12 @@ char *serve_reply_whole(serve_server *s, const serve_job *j, serve_seq *q, unsig
         cJSON *o = head_json(&h, 0);
         cJSON *choices = cJSON_AddArrayToObject(o, "choices");
         for (int c = 0; c < nch; c++) {
-            cJSON *ch = choice_json(&h, c, 0, a[c].text.text, a[c].text.len,
-                                    logprobs_json(s, &a[c], j->chat, 0, a[c].ntok), a[c].finish,
-                                    0);
+            char *text = with_echo(&a[c]);
+            cJSON *ch = choice_json(&h, c, 0, text ? text : a[c].text.text,
+                                    text ? strlen(text) : a[c].text.len,
+                                    logprobs_json(s, &a[c], j->chat, 1, 0, a[c].ntok),
+                                    a[c].finish, 0);
+            free(text);
             if (j->return_ids)
                 add_ids(ch, a[c].ids, a[c].ntok);
             cJSON_AddItemToArray(choices, ch);
@@ -463,11 +527,22 @@ static void emit_chunk(serve_stream *st, int c, const char *text, size_t len,
 {
     reply_acc *a = &st->a[c];
     cJSON *o = head_json(&st->h, 1);
-    cJSON *lp = logprobs_json(st->s, a, st->h.chat, a->sent, a->ntok);
+    cJSON *lp = logprobs_json(st->s, a, st->h.chat, 0, a->sent, a->ntok);
     cJSON *ch = choice_json(&st->h, c, 1, text, len, lp, finish, role);
     if (st->return_ids)
         add_ids(ch, a->ids + a->sent, a->ntok - a->sent);
     a->sent = a->ntok;
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
+    emit_json(st, o);
+}
+
+/* Choice c's first chunk under "echo": its prompt's text, and its tokens' logprobs. */
+static void emit_echo(serve_stream *st, int c)
+{
+    const reply_acc *a = &st->a[c];
+    cJSON *o = head_json(&st->h, 1);
+    cJSON *ch = choice_json(&st->h, c, 1, a->echo->text, strlen(a->echo->text),
+                            logprobs_json(st->s, a, 0, 1, 0, 0), NULL, 0);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
     emit_json(st, o);
 }
@@ -513,15 +588,30 @@ static void step(serve_stream *st)
         emit_end(st);
 }
 
-/* The stream's copy of what the usage needs of j: the prompts' lengths. */
-static int copy_usage(serve_job *u, const serve_job *j)
+/* The stream's copy of what the usage needs of j, the prompts' lengths, and what an echo
+ * needs: their ids, texts and logprobs. */
+static int copy_prompts(serve_job *u, const serve_job *j)
 {
     u->prompts = calloc((size_t)j->nprompts, sizeof *u->prompts);
     if (!u->prompts)
         return -1;
     u->nprompts = j->nprompts;
-    for (int i = 0; i < j->nprompts; i++)
-        u->prompts[i].len = j->prompts[i].len;
+    for (int i = 0; i < j->nprompts; i++) {
+        const serve_prompt *p = &j->prompts[i];
+        serve_prompt *q = &u->prompts[i];
+        q->len = p->len;
+        if (!j->echo)
+            continue;
+        const size_t nlp = p->len > 1 ? p->len - 1 : 1;
+        q->ids = malloc(p->len * sizeof *q->ids);
+        q->text = strdup(p->text);
+        q->lp = p->lp ? malloc(nlp * sizeof *q->lp) : NULL;
+        if (!q->ids || !q->text || (p->lp && !q->lp))
+            return -1;
+        memcpy(q->ids, p->ids, p->len * sizeof *q->ids);
+        if (p->lp)
+            memcpy(q->lp, p->lp, nlp * sizeof *q->lp);
+    }
     return 0;
 }
 
@@ -530,7 +620,7 @@ static void stream_free(serve_stream *st)
     accs_free(st->a, st->nch);
     for (int k = 0; k < st->nstops; k++)
         free(st->stops[k]);
-    free(st->usage.prompts);
+    serve_prompts_free(st->usage.prompts, st->usage.nprompts);
     free(st->out);
     free(st);
 }
@@ -543,7 +633,8 @@ serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_
         ok = (st->stops[st->nstops++] = strdup(j->stops[k])) != NULL;
     if (ok)
         st->nch = j->nprompts * j->n;
-    if (!ok || copy_usage(&st->usage, j) || !(st->a = accs_new(s, j, st->stops, st->nch))) {
+    if (!ok || copy_prompts(&st->usage, j) ||
+        !(st->a = accs_new(s, j, st->stops, st->usage.prompts, st->nch))) {
         if (st)
             stream_free(st);
         serve_seq_close(q);
@@ -557,6 +648,8 @@ serve_stream *serve_reply_stream_new(serve_server *s, const serve_job *j, serve_
     head_init(&st->h, s, j);
     for (int c = 0; j->chat && c < st->nch; c++) /* OpenAI's first chunks: the role, no text */
         emit_chunk(st, c, "", 0, NULL, 1);
+    for (int c = 0; j->echo && c < st->nch; c++)
+        emit_echo(st, c);
     serve_enter(s); /* the drain waits for the stream's end */
     return st;
 }

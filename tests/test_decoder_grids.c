@@ -15,7 +15,9 @@
  *   - sampled with a seed (temperature, top-k 40, top-p) with top-k logprobs (TP gathers each
  *     rank's 40 candidates): the same tokens, and logprobs within 1e-4;
  *   - sampled without a top-k (TP gathers the rows whole): the same;
- *   - pe_score's logits at every position within 1e-4 of their scale.
+ *   - pe_score's logits at every position within 1e-4 of their scale;
+ *   - pe_score_logprobs (the next token's logprob and the top 5, read where the logits are:
+ *     TP gathers the rows whole) against the log-softmax of one device's logits.
  * Without TP, where the host backend is batch-invariant (hb_simd_batch_invariant: AVX2 or
  * AVX-512), all of it bit for bit: tokens, logprobs and logits.
  * The token embedding is vocab-parallel (the default) on all of them, and replicated on tp 3,
@@ -195,6 +197,10 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
         float *logits = score_all(e, vocab);
         char why[TG_WHY];
         if (!tg_same_logits(one_logits, logits, vocab, exact, why))
+            fail_msg("%s, against one device: %s", what, why);
+        static pe_logprobs prompt_lp[TG_NSCORE - 1];
+        if (!tg_prompt_logprobs(e, vocab, prompt_lp, why) ||
+            !tg_same_prompt_logprobs(one_logits, prompt_lp, vocab, why))
             fail_msg("%s, against one device: %s", what, why);
         free(logits);
         pe_engine_destroy(e);

@@ -1,6 +1,7 @@
 /* test_generate.h: the runs that the grid tests compare with one device's: up to 8
  * sequences of seeded prompts of different lengths, generated greedy or sampled with every
- * token and its top-k logprobs kept; pe_score's logits over 20 positions; and the checks
+ * token and its top-k logprobs kept; pe_score's logits over 20 positions and
+ * pe_score_logprobs' logprobs of those positions' next tokens; and the checks
  * that two runs agree. Header-only (static), for test_decoder_grids (one process) and
  * test_mpi_grids (an MPI job).
  *
@@ -287,6 +288,74 @@ static inline int tg_same_logits(const float *one, const float *got, int vocab, 
         return 0;
     }
     return 1;
+}
+
+/* pe_score_logprobs of tg_score's prompt with the TG_TOPK most likely tokens: out
+ * (TG_NSCORE - 1). 0 with why when it failed. */
+static inline int tg_prompt_logprobs(pe_engine *e, int vocab, pe_logprobs *out,
+                                     char why[TG_WHY])
+{
+    int32_t prompt[TG_NSCORE];
+    tm_tokens(prompt, TG_NSCORE, vocab, 55);
+    memset(out, 0, (TG_NSCORE - 1) * sizeof *out);
+    if (pe_score_logprobs(e, prompt, TG_NSCORE, TG_TOPK, out) != PE_OK) {
+        snprintf(why, TG_WHY, "pe_score_logprobs: %s", pe_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* got (tg_prompt_logprobs) against the log-softmax of one device's logits (tg_score's, in
+ * double): at each position the next token, its logprob, and the k-th most likely's
+ * logprob, each within 1e-4 of the logits' scale; the k-th token may be any whose reference
+ * logprob is that close to the k-th value (a near tie may swap two). */
+static inline int tg_same_prompt_logprobs(const float *one, const pe_logprobs *got, int vocab,
+                                          char why[TG_WHY])
+{
+    int32_t prompt[TG_NSCORE];
+    tm_tokens(prompt, TG_NSCORE, vocab, 55);
+    double *lp = malloc((size_t)vocab * sizeof *lp), *sorted = malloc((size_t)vocab * sizeof *sorted);
+    int ok = lp && sorted;
+    if (!ok)
+        snprintf(why, TG_WHY, "out of memory for the reference");
+    for (int p = 0; ok && p + 1 < TG_NSCORE; p++) {
+        const float *row = one + (size_t)p * (size_t)vocab;
+        double mx = -INFINITY, sum = 0, scale = 1;
+        for (int v = 0; v < vocab; v++)
+            mx = fmax(mx, row[v]), scale = fmax(scale, fabs(row[v]));
+        for (int v = 0; v < vocab; v++)
+            sum += exp(row[v] - mx);
+        for (int v = 0; v < vocab; v++)
+            sorted[v] = lp[v] = row[v] - mx - log(sum);
+        for (int k = 0; k < TG_TOPK; k++) /* the TG_TOPK largest first */
+            for (int v = k + 1; v < vocab; v++)
+                if (sorted[v] > sorted[k]) {
+                    double t = sorted[k];
+                    sorted[k] = sorted[v], sorted[v] = t;
+                }
+        const double tol = 1e-4 * scale;
+        const pe_logprobs *g = &got[p];
+        if (g->token != prompt[p + 1] || !(fabs(g->logprob - lp[prompt[p + 1]]) <= tol) ||
+            g->nlogprobs != TG_TOPK) {
+            snprintf(why, TG_WHY, "prompt logprobs at %d: token %d logprob %.7g with %d top, "
+                     "the reference's token %d %.7g", p, (int)g->token, (double)g->logprob,
+                     g->nlogprobs, (int)prompt[p + 1], lp[prompt[p + 1]]);
+            ok = 0;
+        }
+        for (int k = 0; ok && k < TG_TOPK; k++) {
+            const int32_t t = g->top_tokens[k];
+            if (t < 0 || t >= vocab || !(fabs(g->top_logprobs[k] - sorted[k]) <= tol) ||
+                !(fabs(lp[t] - sorted[k]) <= tol)) {
+                snprintf(why, TG_WHY, "prompt logprobs at %d: top %d is token %d at %.7g, the "
+                         "reference's %d-th most likely is at %.7g", p, k, (int)t,
+                         (double)g->top_logprobs[k], k, sorted[k]);
+                ok = 0;
+            }
+        }
+    }
+    free(lp);
+    free(sorted);
+    return ok;
 }
 
 #endif

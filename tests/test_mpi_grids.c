@@ -95,10 +95,12 @@ static pe_status create(const char *dir, grid g, int mpi, int ndev, pe_engine **
     return s;
 }
 
-/* A run's answers: TG_NSEQ sequences greedy and sampled, and pe_score's logits. */
+/* A run's answers: TG_NSEQ sequences greedy and sampled, pe_score's logits and
+ * pe_score_logprobs' prompt logprobs. */
 typedef struct answers {
     tg_answers greedy, sampled;
     float *logits; /* (TG_NSCORE, vocab) */
+    pe_logprobs prompt_lp[TG_NSCORE - 1];
 } answers;
 
 static void run_all(pe_engine *e, int vocab, answers *out)
@@ -106,7 +108,8 @@ static void run_all(pe_engine *e, int vocab, answers *out)
     char why[TG_WHY];
     if (!tg_generate(e, vocab, TG_NSEQ, G, TG_GREEDY, &out->greedy, why) ||
         !tg_generate(e, vocab, TG_NSEQ, G, TG_SAMPLED_TOP_K, &out->sampled, why) ||
-        !(out->logits = tg_score(e, vocab, why)))
+        !(out->logits = tg_score(e, vocab, why)) ||
+        !tg_prompt_logprobs(e, vocab, out->prompt_lp, why))
         die("%s", why);
 }
 
@@ -124,6 +127,8 @@ static void expect_same(const answers *one, const answers *got, int vocab, int e
         die("%s (sampled), against one process: %s", what, why);
     if (!tg_same_logits(one->logits, got->logits, vocab, exact, why))
         die("%s, against one process: %s", what, why);
+    if (!tg_same_prompt_logprobs(one->logits, got->prompt_lp, vocab, why))
+        die("%s (prompt logprobs), against one process's logits: %s", what, why);
 }
 
 /* Process 0 runs e and checks its answers against one's; the others follow. */

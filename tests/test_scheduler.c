@@ -885,8 +885,10 @@ static void test_meta_sections_follow_each_other_in_the_documented_order(void **
     assert_int_equal(L.chunks, 15);
     assert_int_equal(L.block_tables, 15 + 2 * PE_K_CHUNK_FIELDS);
     assert_int_equal(L.logit_rows, 15 + 2 * PE_K_CHUNK_FIELDS + 3);
-    assert_int_equal(L.sampling, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2);
-    assert_int_equal(L.words, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 * 5);
+    assert_int_equal(L.targets, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2);
+    assert_int_equal(L.sampling, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2);
+    assert_int_equal(L.penalties, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 + 2 * 5);
+    assert_int_equal(L.words, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 + 2 * 5);
     assert_int_equal(sizeof(pe_k_sampling), 5 * sizeof(int32_t));
 }
 

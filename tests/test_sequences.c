@@ -3,7 +3,8 @@
  * freed, a pool filled exactly, waiting and refusal); sampling (greedy, top-k 1, seeds,
  * the penalties against a reference, the softmax's distribution, the nucleus); 1,000
  * sequences from 4 threads each get all of their tokens and one final event; cancel; bad
- * parameters; a worker failing mid-decode; kept sequences (append, release). */
+ * parameters; a worker failing mid-decode; kept sequences (append, release); a prompt's own
+ * logprobs (pe_score_logprobs) against pe_score's logits. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -279,6 +280,112 @@ static void a_score_that_finds_the_pool_promised_is_refused_with_eagain(void **s
     drain(e, &r);
     assert_int_equal(r.ntok[0], 100);
     assert_int_equal(pe_score(e, prompt, 20, 0, logits), PE_OK);
+    pe_engine_destroy(e);
+}
+
+/* ---- prompt logprobs ------------------------------------------------------------------- */
+
+/* lp (n - 1) of prompt (n) against the log-softmax, in double, of pe_score's logits at every
+ * position: each next token's logprob, and the k-th most likely's, within 1e-5; the k-th
+ * token any whose logprob is that close to the k-th value. */
+static void expect_log_softmax_of_the_logits(pe_engine *e, const int32_t *prompt, int n,
+                                             const pe_logprobs *lp, int top)
+{
+    const int V = llama_spec.vocab;
+    float *lg = malloc((size_t)n * (size_t)V * sizeof *lg);
+    double *ref = malloc((size_t)V * sizeof *ref), *best = malloc((size_t)V * sizeof *best);
+    assert_true(lg && ref && best);
+    assert_int_equal(pe_score(e, prompt, (size_t)n, 1, lg), PE_OK);
+    for (int p = 0; p + 1 < n; p++) {
+        const float *row = lg + (size_t)p * (size_t)V;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++)
+            mx = fmax(mx, row[v]);
+        for (int v = 0; v < V; v++)
+            sum += exp(row[v] - mx);
+        for (int v = 0; v < V; v++)
+            best[v] = ref[v] = row[v] - mx - log(sum);
+        for (int k = 0; k < top; k++)
+            for (int v = k + 1; v < V; v++)
+                if (best[v] > best[k]) {
+                    double t = best[k];
+                    best[k] = best[v], best[v] = t;
+                }
+        assert_int_equal(lp[p].token, prompt[p + 1]);
+        assert_int_equal(lp[p].nlogprobs, top);
+        if (!(fabs(lp[p].logprob - ref[prompt[p + 1]]) < 1e-5))
+            fail_msg("position %d: logprob %.8g, the reference's %.8g", p,
+                     (double)lp[p].logprob, ref[prompt[p + 1]]);
+        for (int k = 0; k < top; k++) {
+            const int32_t t = lp[p].top_tokens[k];
+            assert_true(t >= 0 && t < V);
+            if (!(fabs(lp[p].top_logprobs[k] - best[k]) < 1e-5 && fabs(ref[t] - best[k]) < 1e-5))
+                fail_msg("position %d: top %d is token %d at %.8g, the reference's %d-th "
+                         "most likely %.8g", p, k, (int)t, (double)lp[p].top_logprobs[k], k,
+                         best[k]);
+        }
+    }
+    free(lg), free(ref), free(best);
+}
+
+/* pe_score_logprobs: each prompt token's logprob and the top 20 against the log-softmax of
+ * pe_score's logits, with the prompt cut into many steps (4 logit rows a step); run again
+ * beside 3 decoding sequences (their rows sample in the same steps), it gives the same (bit
+ * for bit where the backend is batch-invariant) and so do they: the tokens and logprobs
+ * they get alone. A prompt of 1 token writes nothing; bad parameters are refused. */
+static void prompt_logprobs_are_the_log_softmax_of_the_logits_beside_other_sequences(
+    void **state)
+{
+    (void)state;
+    enum { N = 50, NS = 3 };
+    const int G = (int)tu_size(24, 6);
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.max_seqs = 4; /* 4 logit rows a step: the 49 positions take 13 steps */
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
+    int32_t prompt[N], seqs[NS][9];
+    tm_tokens(prompt, N, llama_spec.vocab, 70);
+    static pe_logprobs alone[N - 1], beside[N - 1];
+    assert_int_equal(pe_score_logprobs(e, prompt, N, PE_MAX_LOGPROBS, alone), PE_OK);
+    expect_log_softmax_of_the_logits(e, prompt, N, alone, PE_MAX_LOGPROBS);
+
+    static run one, mixed;
+    memset(&one, 0, sizeof one);
+    memset(&mixed, 0, sizeof mixed);
+    for (int i = 0; i < NS; i++) {
+        tm_tokens(seqs[i], 9, llama_spec.vocab, 80 + i);
+        submit(e, seqs[i], 9, G, i, NULL);
+        drain(e, &one);
+    }
+    for (int i = 0; i < NS; i++)
+        submit(e, seqs[i], 9, G, i, NULL);
+    assert_int_equal(pe_score_logprobs(e, prompt, N, PE_MAX_LOGPROBS, beside), PE_OK);
+    drain(e, &mixed);
+    const int exact = hb_simd_batch_invariant(hb_simd_get());
+    if (exact)
+        assert_memory_equal(beside, alone, sizeof alone);
+    expect_log_softmax_of_the_logits(e, prompt, N, beside, PE_MAX_LOGPROBS);
+    for (int i = 0; i < NS; i++) {
+        assert_int_equal(mixed.ntok[i], G);
+        assert_memory_equal(mixed.tok[i], one.tok[i], (size_t)G * sizeof(int32_t));
+        for (int k = 0; k < G; k++)
+            for (int j = 0; j < 5; j++)
+                assert_true(fabsf(mixed.top[i][k][j] - one.top[i][k][j]) < 1e-4f);
+    }
+
+    pe_logprobs none = {.token = -7};
+    assert_int_equal(pe_score_logprobs(e, prompt, 1, 3, &none), PE_OK);
+    assert_int_equal(none.token, -7); /* nothing written */
+    assert_int_equal(pe_score_logprobs(e, prompt, N, 0, alone), PE_OK); /* no top list */
+    assert_int_equal(alone[0].nlogprobs, 0);
+    assert_true(fabsf(alone[5].logprob - beside[5].logprob) < 1e-5f);
+    assert_int_equal(pe_score_logprobs(e, prompt, N, PE_MAX_LOGPROBS + 1, alone), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "most likely"));
+    assert_int_equal(pe_score_logprobs(e, prompt, N, 1, NULL), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "pe_score_logprobs"));
+    int32_t bad[2] = {1, (int32_t)llama_spec.vocab};
+    assert_int_equal(pe_score_logprobs(e, bad, 2, 1, alone), PE_EINVAL);
+    assert_non_null(strstr(pe_last_error(), "vocab"));
     pe_engine_destroy(e);
 }
 
@@ -1013,6 +1120,7 @@ int main(void)
         cmocka_unit_test(ended_sequences_free_their_blocks_and_an_exact_pool_works),
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
         cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),
+        cmocka_unit_test(prompt_logprobs_are_the_log_softmax_of_the_logits_beside_other_sequences),
         cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
         cmocka_unit_test(min_tokens_hold_back_the_eos_and_the_stop_tokens),
         cmocka_unit_test(penalties_give_the_tokens_of_a_reference_on_pe_score),

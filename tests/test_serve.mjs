@@ -274,6 +274,58 @@ async function logprobs(url) {
     eq(cs.logprobs, ch.logprobs, 'streamed chat logprobs = whole');
 }
 
+// echo, as lm-evaluation-harness asks for a continuation's loglikelihood (ids, echo, logprobs,
+// max_tokens 1): a greedy answer's tokens, echoed back in a prompt, get there the logprobs
+// and top lists they had when generated (the engine's scoring path against its sampling
+// path), each its place's most likely (the harness's is_greedy); the first prompt token has
+// none; token texts by transformers.js, offsets their characters; the stream = the whole;
+// a string prompt echoed as given.
+async function echo(url) {
+    const K = 3, prompt = 'Echo this';
+    const base = { temperature: 0, logprobs: K, return_token_ids: true };
+    const ask = async (body) => (await (await post(url, '/v1/completions', { ...base, ...body }))
+        .json()).choices[0];
+    const a = await ask({ prompt, max_tokens: 4 });
+    const all = [...(await (await post(url, '/tokenize', { prompt })).json()).tokens,
+                 ...a.token_ids];
+    const n = all.length - 4;
+    const body = { prompt: all, echo: true, max_tokens: 1 };
+    const b = await ask(body);
+    const lp = b.logprobs;
+    eq(lp.tokens.length, all.length + 1, 'echo: an entry a prompt token, then the answer\'s');
+    eq([lp.token_logprobs[0], lp.top_logprobs[0]], [null, null], 'echo: the first has none');
+    let chars = 0;
+    all.forEach((id, j) => {
+        eq(lp.tokens[j], decodeRef([id]), `echo: prompt token ${j}'s text`);
+        eq(lp.text_offset[j], chars, `echo: prompt token ${j}'s offset`);
+        chars += [...lp.tokens[j]].length;
+        if (j === 0) return;
+        const top = lp.top_logprobs[j];
+        check(Object.keys(top).length >= K && Object.keys(top).length <= K + 1 &&
+              near(top[lp.tokens[j]], lp.token_logprobs[j]), `echo: prompt token ${j}'s top`);
+    });
+    for (let i = 0; i < 4; i++) {
+        const [got, want] = [lp.top_logprobs[n + i], a.logprobs.top_logprobs[i]];
+        check(near(lp.token_logprobs[n + i], a.logprobs.token_logprobs[i]),
+              `echo: generated token ${i} as a prompt token: ${lp.token_logprobs[n + i]}, ` +
+              `generated ${a.logprobs.token_logprobs[i]}`);
+        eq(Object.keys(got).sort(), Object.keys(want).sort(), `echo: token ${i}'s top texts`);
+        for (const k of Object.keys(want)) check(near(got[k], want[k]), `echo: ${i}'s top ${k}`);
+        const best = Object.entries(got).sort((x, y) => y[1] - x[1])[0][0];
+        eq(best, lp.tokens[n + i], `echo: greedy token ${i} is its place's most likely`);
+    }
+    const alone = await ask({ prompt: all, max_tokens: 1 });
+    eq([b.text, b.token_ids], [decodeRef(all) + alone.text, alone.token_ids],
+       'echo: the prompt\'s text, then the answer alone\'s');
+    eq(lp.token_logprobs.at(-1), alone.logprobs.token_logprobs[0], 'echo: the answer\'s logprob');
+    const s = await readStream(await post(url, '/v1/completions', { ...base, ...body,
+                                                                     stream: true }));
+    eq([s.text, s.logprobs], [b.text, b.logprobs], 'echo: streamed = whole');
+    const plain = await ask({ prompt, max_tokens: 4, echo: true, logprobs: undefined });
+    eq([plain.text, plain.logprobs], [prompt + a.text, null], 'echo: a string prompt as given');
+    eq((await post(url, '/v1/completions', { prompt, echo: 'yes' })).status, 400, 'echo "yes"');
+}
+
 // The clients' distinct prompts: 16, or 4 in a sanitizer build (PE_TEST_SMALL), where each
 // prompt's lone run (a `pengine generate` process) takes seconds, not a fraction of one.
 const sanitized = process.env.PE_TEST_SMALL === '1';
@@ -572,6 +624,7 @@ try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
         ['several choices', choices], ['tokenize, stop ids', tokenizeAndStops],
+        ['echo', echo],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],

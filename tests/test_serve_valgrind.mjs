@@ -46,6 +46,14 @@ try {
           `two prompts, n 2: ${JSON.stringify(many)}`);
     check(await stream({ prompt: 'Hello', n: 2, max_tokens: 3, temperature: 0 }) >= 3,
           'n 2 streamed: chunks and [DONE]');
+    // echo with logprobs (the prompt scored beside its sequence), whole and streamed
+    const echoed = await (await post('/v1/completions', { prompt: 'Hello there', echo: true,
+                                                           max_tokens: 2, logprobs: 1 })).json();
+    check(echoed.choices[0].text.startsWith('Hello there') &&
+          echoed.choices[0].logprobs.token_logprobs[0] === null,
+          `echo: ${JSON.stringify(echoed)}`);
+    check(await stream({ prompt: 'Hello there', echo: true, max_tokens: 2, logprobs: 1 }) >= 2,
+          'echo streamed: chunks and [DONE]');
     // 4 at once on a pool of 8 blocks: some are preempted
     await Promise.all([0, 1, 2, 3].map((i) => stream({
         prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));
@@ -64,7 +72,7 @@ try {
     }
     check(m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0,
           `the server idle with no block held: ${JSON.stringify(m)}`);
-    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 4 * 24 + 100 + 100,
+    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 2 + 2 + 4 * 24 + 100 + 100,
           `the requests left were cancelled (${m.pengine_generation_tokens_total} tokens)`);
     console.log(`ok: ${m.pengine_generation_tokens_total} tokens, ` +
                 `${m.pengine_kv_preemptions_total} preemptions`);

@@ -367,6 +367,24 @@ pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev);
 pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
                    float *logits);
 
+/* One place of a scored prompt (pe_score_logprobs): its token, that token's log-probability
+ * under the model given the tokens before it, and the most likely tokens there. */
+typedef struct pe_logprobs {
+    int32_t token;
+    float logprob;
+    int nlogprobs;      /* entries of top_tokens and top_logprobs, most likely first */
+    int32_t top_tokens[PE_MAX_LOGPROBS];
+    float top_logprobs[PE_MAX_LOGPROBS];
+} pe_logprobs;
+
+/* Scores a prompt's own tokens (vLLM's prompt_logprobs; OpenAI's echo with logprobs; a
+ * perplexity): out[i], for i < n - 1, is token i + 1 with its log-probability given tokens
+ * 0..i and the top (0..PE_MAX_LOGPROBS) most likely tokens there. Computed where the logits
+ * are, so a row sends back top + 2 numbers, not its vocab logits. n 1 writes nothing.
+ * Synchronous and thread-safe, and takes KV blocks, as pe_score. */
+pe_status pe_score_logprobs(pe_engine *e, const int32_t *tokens, size_t n, int top,
+                            pe_logprobs *out);
+
 /* ---- tokenizers ------------------------------------------------------------------------ */
 
 /* A tokenizer from Hugging Face's tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2;

@@ -200,6 +200,8 @@ static pe_status download_results(en_worker *w, en_step *st, const md_shard *sh,
         if (s == PE_OK)
             s = ops->copy_d2h(w->dev, st->out_lse, a->lse, R * sizeof(float));
     }
+    if (s == PE_OK && st->targeted)
+        s = ops->copy_d2h(w->dev, st->out_target, a->target_logit, R * sizeof(float));
     for (size_t i = 0; s == PE_OK && i < R; i++)
         if (st->logit_dst[i])
             s = ops->copy_d2h(w->dev, st->logit_dst[i], logits + i * V, V * sizeof(float));
@@ -232,15 +234,18 @@ static void collective_done(void *ctx, uint64_t start_ns, uint64_t end_ns)
 }
 
 /* TP: what of the step's logit rows the ranks gather, from the step's host copy of its
- * metadata: the rows whole for a scored row, or a row that samples with a temperature and
- * no top-k that candidates can hold; each rank's K best for rows that sample with a top-k
- * or want logprobs (K the largest of those); else each rank's best token. *K gets K. */
+ * metadata: the rows whole for a scored row (logits or logprobs), or a row that samples
+ * with a temperature and no top-k that candidates can hold; each rank's K best for rows that
+ * sample with a top-k or want logprobs (K the largest of those); else each rank's best
+ * token. *K gets K. */
 static md_gather gather_of(const en_step *st, const md_config *cfg, const md_shard *sh, int *K)
 {
     *K = st->topk;
     for (int i = 0; i < st->nlogits; i++)
         if (st->logit_dst[i])
             return MD_GATHER_ROWS;
+    if (st->targeted) /* a given token's logit may be on any rank */
+        return MD_GATHER_ROWS;
     if (st->sample) {
         const en_meta_layout L =
             en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
@@ -296,6 +301,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .block_tables = m + L.block_tables,
             .logit_rows = m + L.logit_rows,
             .sampling = st->sample ? (const pe_k_sampling *)(const void *)(m + L.sampling) : NULL,
+            .targets = st->targeted ? m + L.targets : NULL, /* rows whole (gather_of) */
             .penalties = (const pe_k_penalty *)(const void *)(m + L.penalties),
             .npen = (size_t)st->npen,
             .topk = st->topk,

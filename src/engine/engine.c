@@ -427,6 +427,8 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     sc->neos = m->neos < EN_MAX_EOS ? m->neos : EN_MAX_EOS;
     memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
     e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
+    if (m->V > 0 && e->max_logit_rows > INT32_MAX / m->V) /* a target r x V + id is an int32 */
+        e->max_logit_rows = INT32_MAX / m->V;
     sc->max_logit_rows = e->max_logit_rows;
     sc->groups = c->decode_groups ? c->decode_groups : e->pp; /* steps in flight (replica.c) */
     sc->prefill_chunks = e->m; /* a prompt's micro-batches (1 under PE_SCHED_NAIVE) */

@@ -15,7 +15,8 @@ en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, in
     L.chunks = 3 * (size_t)ntok;
     L.block_tables = L.chunks + (size_t)nchunks * PE_K_CHUNK_FIELDS;
     L.logit_rows = L.block_tables + (size_t)nbt;
-    L.sampling = L.logit_rows + (size_t)nlogits;
+    L.targets = L.logit_rows + (size_t)nlogits;
+    L.sampling = L.targets + (size_t)nlogits;
     L.penalties = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
     L.words = L.penalties + (size_t)npen * (sizeof(pe_k_penalty) / sizeof(int32_t));
     return L;
@@ -33,6 +34,7 @@ void en_step_free(en_step *st)
     free(st->out_top);
     free(st->out_topv);
     free(st->out_lse);
+    free(st->out_target);
     free(st);
 }
 
@@ -716,7 +718,9 @@ int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, in
         if (l) st->out_logit = l;
         float *e = l ? realloc(st->out_lse, (size_t)cap * sizeof *e) : NULL;
         if (e) st->out_lse = e;
-        int32_t *tp = e ? realloc(st->out_top, (size_t)(tcap ? tcap : 1) * sizeof *tp) : NULL;
+        float *g = e ? realloc(st->out_target, (size_t)cap * sizeof *g) : NULL;
+        if (g) st->out_target = g;
+        int32_t *tp = g ? realloc(st->out_top, (size_t)(tcap ? tcap : 1) * sizeof *tp) : NULL;
         if (tp) st->out_top = tp;
         float *tv = tp ? realloc(st->out_topv, (size_t)(tcap ? tcap : 1) * sizeof *tv) : NULL;
         if (tv) st->out_topv = tv;
@@ -757,6 +761,8 @@ int en_sched_build(en_sched *s, en_step *st)
         nlogits += c->nlogits;
         if (c->sample && seq->logprobs > topk)
             topk = seq->logprobs;
+        if (seq->score_lp && c->nlogits && (seq->score_top > topk || topk == 0))
+            topk = seq->score_top > 1 ? seq->score_top : 1; /* at least the lse */
         if (c->sample && en_penalties_on(&seq->sampling)) { /* at most a distinct token each */
             if (en_counts_update(&seq->counts, seq->tokens, seq->ntok, seq->prompt_len) != 0)
                 return -1;
@@ -775,6 +781,7 @@ int en_sched_build(en_sched *s, en_step *st)
     int row = 0, bt = 0, lr = 0;
     st->max_keys = 0;
     st->sample = 0;
+    st->targeted = 0;
     for (int i = 0; i < st->nchunks; i++) {
         const en_chunk *c = &st->chunks[i];
         en_seq *seq = c->seq;
@@ -798,8 +805,12 @@ int en_sched_build(en_sched *s, en_step *st)
             int r = row - c->nlogits + k; /* the chunk's last nlogits rows */
             int p = c->pos0 + c->n - c->nlogits + k;
             m[L.logit_rows + lr] = r;
+            m[L.targets + lr] = lr * s->cfg.vocab; /* token 0: read, not used */
             st->logit_dst[lr] = NULL;
-            if (seq->score)
+            if (seq->score_lp && p + 1 < seq->ntok) {
+                m[L.targets + lr] += seq->tokens[p + 1];
+                st->targeted = 1;
+            } else if (seq->score && !seq->score_lp)
                 st->logit_dst[lr] = seq->score_out +
                                     (seq->all_positions ? (size_t)p * (size_t)s->cfg.vocab : 0);
             pe_k_sampling sp = {0.0f, 0, 1.0f, 0.0f, 0.0f};
@@ -885,6 +896,27 @@ static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
     }
 }
 
+/* A scored prompt's chunk back (pe_score_logprobs): each of its logit rows, at position p,
+ * gives entry p, token p + 1's (the last position has no next token). */
+static void take_logprobs(en_seq *seq, const en_step *st, const en_chunk *c)
+{
+    const size_t K = (size_t)st->topk;
+    for (int k = 0; k < c->nlogits; k++) {
+        const int r = c->logit0 + k, p = c->pos0 + c->n - c->nlogits + k;
+        if (p + 1 >= seq->ntok)
+            continue;
+        pe_logprobs *lp = &seq->score_lp[p];
+        const float lse = st->out_lse[r];
+        lp->token = seq->tokens[p + 1];
+        lp->logprob = st->out_target[r] - lse;
+        lp->nlogprobs = seq->score_top < st->topk ? seq->score_top : st->topk;
+        for (int j = 0; j < lp->nlogprobs; j++) {
+            lp->top_tokens[j] = st->out_top[(size_t)r * K + (size_t)j];
+            lp->top_logprobs[j] = st->out_topv[(size_t)r * K + (size_t)j] - lse;
+        }
+    }
+}
+
 void en_sched_complete(en_sched *s, en_step *st)
 {
     for (int i = 0; i < st->nchunks; i++) {
@@ -907,6 +939,8 @@ void en_sched_complete(en_sched *s, en_step *st)
         } else if (seq->cancelled) {
             end_with(s, seq, PE_FINISH_CANCELLED, PE_OK);
         } else if (seq->score) {
+            if (seq->score_lp)
+                take_logprobs(seq, st, c);
             if (seq->cached == seq->ntok)
                 end_with(s, seq, PE_FINISH_LENGTH, PE_OK);
         } else if (c->sample) {

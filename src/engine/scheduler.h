@@ -106,7 +106,10 @@ typedef struct en_seq {
     /* scoring (pe_score): logits instead of tokens */
     int score;
     int all_positions;
-    float *score_out;    /* (n or 1, vocab) the caller's */
+    float *score_out;    /* (n or 1, vocab) the caller's; NULL with score_lp */
+    pe_logprobs *score_lp; /* (n - 1) the caller's (pe_score_logprobs): each next token's
+                          * log-probability and the score_top most likely tokens */
+    int score_top;
     en_score_sync *sync;
     /* the scheduler's */
     int32_t *blocks;     /* (nblocks) block table: position p is in blocks[p / block_tokens] */
@@ -145,8 +148,10 @@ typedef struct en_step {
     int32_t max_keys;
     int topk;             /* largest logprobs of its rows (0: no top-k) */
     int sample;           /* any row samples */
+    int targeted;         /* any row reads a given token's logit (pe_score_logprobs) */
     /* meta: tokens (ntok) | positions (ntok) | slots (ntok) | chunks (nchunks x
-     * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | sampling
+     * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | targets (nlogits:
+     * row r's given token as r x vocab + id, md_step.targets) | sampling
      * (nlogits x 5 words: pe_k_sampling) | penalties (npen x 5 words: pe_k_penalty) */
     int32_t *meta;
     size_t meta_words, meta_cap;
@@ -160,6 +165,7 @@ typedef struct en_step {
     int32_t *out_top;     /* (nlogits, topk) */
     float *out_topv;      /* (nlogits, topk) */
     float *out_lse;       /* log-sum-exp of each logit row */
+    float *out_target;    /* the given token's logit (targeted) */
     int out_cap, out_topk_cap;
     pe_status status;     /* PE_OK, or why the step failed (the engine keeps the message) */
     /* for the trace, set by the replica when it sends the step out */
@@ -170,8 +176,8 @@ typedef struct en_step {
 
 /* Offsets of the sections of en_step.meta, in int32 words. */
 typedef struct en_meta_layout {
-    size_t tokens, positions, slots, chunks, block_tables, logit_rows, sampling, penalties,
-        words;
+    size_t tokens, positions, slots, chunks, block_tables, logit_rows, targets, sampling,
+        penalties, words;
 } en_meta_layout;
 en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen);
 

@@ -393,43 +393,53 @@ pe_status pe_seq_poll(pe_engine *e, pe_token_event *ev) { return take_event(e, e
 pe_status pe_seq_wait(pe_engine *e, pe_token_event *ev) { return take_event(e, ev, 1, "pe_seq_wait"); }
 
 /* Why a score that reached its replica ended without logits. */
-static pe_err *score_failure(pe_engine *e, pe_status s, size_t n, pe_err *err)
+static pe_err *score_failure(pe_engine *e, pe_status s, size_t n, const char *call,
+                             pe_err *err)
 {
     if (s == PE_EAGAIN) {
-        pe_fail(err, s, "pe_score: the KV pool has no room for %zu positions now and kv_full is "
-                "PE_KV_REFUSE; retry when sequences have ended, or raise kv_tokens", n);
+        pe_fail(err, s, "%s: the KV pool has no room for %zu positions now and kv_full is "
+                "PE_KV_REFUSE; retry when sequences have ended, or raise kv_tokens", call, n);
     } else if (s == PE_ENOMEM) {
-        pe_fail(err, s, "pe_score: out of host memory queueing the prompt");
+        pe_fail(err, s, "%s: out of host memory queueing the prompt", call);
     } else {
         pthread_mutex_lock(&e->err_mu);
-        pe_fail(err, s, "pe_score failed: %s",
+        pe_fail(err, s, "%s failed: %s", call,
                 e->fail_err.msg[0] ? e->fail_err.msg : "the engine is shutting down");
         pthread_mutex_unlock(&e->err_mu);
     }
     return err;
 }
 
-pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
-                   float *logits)
+/* What pe_score and pe_score_logprobs want of a prompt. */
+typedef struct score_want {
+    const char *call;
+    int all_positions;
+    float *logits;
+    pe_logprobs *lp;
+    int top;
+} score_want;
+
+/* Runs a scored prompt through a replica and waits for it. */
+static pe_status score(pe_engine *e, const int32_t *tokens, size_t n, const score_want *w)
 {
-    if (!e) {
-        pe_set_last_error("pe_score: engine is NULL");
-        return PE_EINVAL;
-    }
     pe_err err = {{0}};
-    pe_status s = need_decoder(e, "pe_score", &err);
-    if (s == PE_OK && (!tokens || n == 0 || !logits))
-        s = pe_fail(&err, PE_EINVAL, "pe_score: give at least one token and a logits buffer");
+    pe_status s = need_decoder(e, w->call, &err);
+    if (s == PE_OK && (!tokens || n == 0 || !(w->logits || w->lp)))
+        s = pe_fail(&err, PE_EINVAL, "%s: give at least one token and a buffer for the "
+                    "results", w->call);
+    if (s == PE_OK && (w->top < 0 || w->top > PE_MAX_LOGPROBS))
+        s = pe_fail(&err, PE_EINVAL, "%s: top is %d; give 0 to %d most likely tokens",
+                    w->call, w->top, PE_MAX_LOGPROBS);
     if (s == PE_OK && n > (size_t)e->dec.cfg.maxT)
-        s = pe_fail(&err, PE_EINVAL, "pe_score: %zu tokens are more than the model's %d "
-                    "positions", n, e->dec.cfg.maxT);
+        s = pe_fail(&err, PE_EINVAL, "%s: %zu tokens are more than the model's %d "
+                    "positions", w->call, n, e->dec.cfg.maxT);
     if (s == PE_OK)
-        s = check_tokens(e, tokens, n, "pe_score", &err);
+        s = check_tokens(e, tokens, n, w->call, &err);
     if (s != PE_OK)
         return en_error(e, s, &err);
     en_seq *q = seq_new(e, tokens, n, n);
     if (!q) {
-        pe_fail(&err, PE_ENOMEM, "pe_score: out of host memory");
+        pe_fail(&err, PE_ENOMEM, "%s: out of host memory", w->call);
         return en_error(e, PE_ENOMEM, &err);
     }
     en_score_sync sync;
@@ -438,10 +448,12 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
     RT_IGNORE_WORD(sync.done);
     q->id = EN_SCORE_ID; /* never handed out: pe_seq_cancel refuses it */
     q->score = 1;
-    q->all_positions = all_positions != 0;
-    q->score_out = logits;
+    q->all_positions = w->all_positions;
+    q->score_out = w->logits;
+    q->score_lp = w->lp;
+    q->score_top = w->top;
     q->sync = &sync;
-    s = check_fits(e, q, "pe_score", &err);
+    s = check_fits(e, q, w->call, &err);
     if (s != PE_OK) {
         en_seq_free(q);
         RT_UNIGNORE_WORD(sync.done);
@@ -460,6 +472,28 @@ pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positi
     }
     RT_UNIGNORE_WORD(sync.done);
     if (sync.status != PE_OK)
-        return en_error(e, sync.status, score_failure(e, sync.status, n, &err));
+        return en_error(e, sync.status, score_failure(e, sync.status, n, w->call, &err));
     return PE_OK;
+}
+
+pe_status pe_score(pe_engine *e, const int32_t *tokens, size_t n, int all_positions,
+                   float *logits)
+{
+    if (!e) {
+        pe_set_last_error("pe_score: engine is NULL");
+        return PE_EINVAL;
+    }
+    const score_want w = {"pe_score", all_positions != 0, logits, NULL, 0};
+    return score(e, tokens, n, &w);
+}
+
+pe_status pe_score_logprobs(pe_engine *e, const int32_t *tokens, size_t n, int top,
+                            pe_logprobs *out)
+{
+    if (!e) {
+        pe_set_last_error("pe_score_logprobs: engine is NULL");
+        return PE_EINVAL;
+    }
+    const score_want w = {"pe_score_logprobs", 1, NULL, out, top};
+    return score(e, tokens, n, &w);
 }

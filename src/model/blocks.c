@@ -177,7 +177,7 @@ static void penalize(md_ctx *c, size_t R, size_t n, int id0)
               "the sampling penalties");
 }
 
-/* The sampled tokens and the top-k of logits (R, n). */
+/* The sampled tokens, the given tokens' logits and the top-k of logits (R, n). */
 static void pick_tokens(md_ctx *c, const float *logits, size_t R, size_t n)
 {
     const md_step *s = c->step;
@@ -185,6 +185,10 @@ static void pick_tokens(md_ctx *c, const float *logits, size_t R, size_t n)
     if (!c->st && s->sampling)
         check(c, c->ops->sample(c->dev, logits, R, n, s->sampling, a->tokens, a->token_logit),
               "sampling");
+    if (!c->st && s->targets) /* logits (R, V) read as a table of R V one-float rows */
+        check(c, c->ops->embedding(c->dev, PE_DTYPE_FP32, a->target_logit, logits, s->targets,
+                                   R, 1, R * n, 0, R * n),
+              "reading the given tokens' logits");
     if (!c->st && s->topk > 0)
         check(c, c->ops->topk(c->dev, logits, R, n, (size_t)s->topk, a->top_idx, a->top_val,
                               a->lse),
@@ -378,7 +382,7 @@ void md_acts_free(const be_ops *ops, be_device *dev, md_acts *a)
     void *bufs[] = {a->x,      a->h,           a->qkv,     a->att,     a->ff,
                     a->ffa,    a->y,           a->xh,      a->hl,      a->logits,
                     a->tokens, a->token_logit, a->top_idx, a->top_val, a->lse,
-                    a->gath,   a->full,        a->cand};
+                    a->gath,   a->full,        a->cand,    a->target_logit};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             ops->free(dev, bufs[i]);
@@ -420,6 +424,7 @@ pe_status md_acts_reserve(const be_ops *ops, be_device *dev, const md_config *cf
         {(void **)&a->logits, R * V * sizeof(float)},
         {(void **)&a->tokens, R * sizeof(int32_t)},
         {(void **)&a->token_logit, R * sizeof(float)},
+        {(void **)&a->target_logit, R * sizeof(float)},
         {(void **)&a->top_idx, R * K * sizeof(int32_t)},
         {(void **)&a->top_val, R * K * sizeof(float)},
         {(void **)&a->lse, R * sizeof(float)},

@@ -47,6 +47,9 @@ typedef struct md_step {
     const int32_t *block_tables;    /* device, the chunks' tables end to end */
     const int32_t *logit_rows;      /* device (R) rows of the step */
     const pe_k_sampling *sampling;  /* device (R): sample a token per logit row; NULL: none */
+    const int32_t *targets;         /* device (R): row r's given token as r * V + id, its logit
+                                     * read into target_logit (a scored prompt's next token);
+                                     * NULL: none. Rows whole: the full (R, V) logits */
     const pe_k_penalty *penalties;  /* device (npen): logits changed before any pick */
     size_t npen;
     int topk;                       /* > 0: the top-k of each logit row and its lse */
@@ -74,6 +77,7 @@ typedef struct md_acts {
     float *full;        /* TP (R, V): the logit rows whole, from gath */
     int32_t *tokens;    /* (R) sampled tokens */
     float *token_logit; /* (R) the sampled token's logit */
+    float *target_logit; /* (R) the logit of md_step.targets' token */
     int32_t *top_idx;   /* (R, K) */
     float *top_val;     /* (R, K) */
     float *lse;         /* (R) log-sum-exp of each logit row */

@@ -4,7 +4,8 @@
  *                      the row's logits go back whole, pe_score), the last only if nscored
  * CTL_RESULT (k -> 0): result_head | when the worker is the step's writer and it ran:
  *                      tokens (R int32) | logit (R) | top (R, topk int32) | topv (R, topk) |
- *                      lse (R) | the scored rows (nscored, V) | else, failed: the message
+ *                      lse (R) | target (R, only if targeted: the given tokens' logits) |
+ *                      the scored rows (nscored, V) | else, failed: the message
  *
  * A step's id is its address on process 0, which keeps the step until every worker of its
  * replica is back; process k builds its own copy (remote_step) and frees it once sent back.
@@ -18,7 +19,8 @@
 typedef struct step_head {
     uint64_t id, number;
     int32_t rank;
-    int32_t ntok, nchunks, nlogits, nbt, npen, max_keys, topk, sample, group, prefill, nscored;
+    int32_t ntok, nchunks, nlogits, nbt, npen, max_keys, topk, sample, targeted, group, prefill,
+        nscored;
 } step_head;
 
 typedef struct result_head {
@@ -137,6 +139,7 @@ pe_status ctl_send_step(pe_engine *e, const en_worker *w, const en_step *st)
         .id = (uint64_t)(uintptr_t)st, .number = st->number, .rank = w->rank,
         .ntok = st->ntok, .nchunks = st->nchunks, .nlogits = st->nlogits, .nbt = st->nbt,
         .npen = st->npen, .max_keys = st->max_keys, .topk = st->topk, .sample = st->sample,
+        .targeted = st->targeted,
         .group = st->group, .prefill = st->prefill, .nscored = nscored,
     };
     const size_t n = sizeof h + st->meta_words * sizeof(int32_t) +
@@ -204,6 +207,7 @@ void ctl_take_step(pe_engine *e, const void *body, size_t n)
         st->ntok = h.ntok, st->nchunks = h.nchunks, st->nlogits = h.nlogits, st->nbt = h.nbt;
         st->npen = h.npen;
         st->max_keys = h.max_keys, st->topk = h.topk, st->sample = h.sample;
+        st->targeted = h.targeted;
         st->number = h.number, st->group = h.group, st->prefill = h.prefill;
         memset(st->logit_dst, 0, (size_t)h.nlogits * sizeof *st->logit_dst);
         if (get(&r, st->meta, st->meta_words * sizeof(int32_t)) != 0)
@@ -258,6 +262,7 @@ void ctl_send_result(en_worker *w, en_step *st)
     size_t n = sizeof h + (size_t)h.msg_len;
     if (writer)
         n += R * (2 * sizeof(int32_t) + 2 * sizeof(float)) + R * K * 2 * sizeof(float) +
+             (st->targeted ? R * sizeof(float) : 0) +
              (size_t)rs->nscored * V * sizeof(float);
     char *body = malloc(n);
     if (body) {
@@ -269,6 +274,7 @@ void ctl_send_result(en_worker *w, en_step *st)
             put(&k, st->out_top, R * K * sizeof(int32_t));
             put(&k, st->out_topv, R * K * sizeof(float));
             put(&k, st->out_lse, R * sizeof(float));
+            put(&k, st->out_target, st->targeted ? R * sizeof(float) : 0);
             put(&k, rs->scored, (size_t)rs->nscored * V * sizeof(float));
         }
         put(&k, msg, (size_t)h.msg_len);
@@ -301,7 +307,8 @@ void ctl_take_result(pe_engine *e, const void *body, size_t n)
              get(&r, st->out_logit, R * sizeof(float)) == 0 &&
              get(&r, st->out_top, R * K * sizeof(int32_t)) == 0 &&
              get(&r, st->out_topv, R * K * sizeof(float)) == 0 &&
-             get(&r, st->out_lse, R * sizeof(float)) == 0;
+             get(&r, st->out_lse, R * sizeof(float)) == 0 &&
+             get(&r, st->out_target, st->targeted ? R * sizeof(float) : 0) == 0;
         for (size_t i = 0; ok && i < R; i++)
             if (st->logit_dst[i])
                 ok = get(&r, st->logit_dst[i], V * sizeof(float)) == 0;
