@@ -1,5 +1,5 @@
 /* main.c: the pengine command: parses the flags, then runs gen, generate, chat, serve,
- * tokenize, --topology or a demo (a decoder, on a model it writes itself without --model; an
+ * tokenize, perplexity, --topology or a demo (a decoder, on a model it writes itself without --model; an
  * MLP with --mlp or --model FILE), and turns the outcome into the exit code (0 ok, 1 runtime failure,
  * 2 usage error). */
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include "mpi_job.h"
 #include "report.h"
 #include "serve.h"
+#include "perplexity.h"
 #include "tokenize.h"
 #include "topology_report.h"
 
@@ -155,6 +156,8 @@ static int run_command(int argc, char **argv)
         return run_serve(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
         return cli_tokenize(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "perplexity") == 0)
+        return cli_perplexity(argc - 1, argv + 1);
     cli_options o;
     char msg[CLI_MSG_LEN];
     if (cli_parse(argc, argv, &o, msg, sizeof msg) != CLI_OK) {

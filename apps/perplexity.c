@@ -1,0 +1,243 @@
+/* perplexity.c: "pengine perplexity": a text's perplexity under the model, as Hugging Face's
+ * "perplexity of fixed-length models" computes it (llama.cpp's llama-perplexity is the same
+ * idea): the text's tokens (with the tokenizer's BOS) in windows of --context tokens that
+ * start --stride apart, each window scoring only the tokens no earlier window scored, with
+ * the tokens before them in the window as their context. Each window is one
+ * pe_score_logprobs call: the log-probabilities come back from the device, not the logits.
+ *
+ * perplexity = exp(-(sum of the scored tokens' log-probabilities) / scored tokens)
+ */
+#include "perplexity.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "args.h"
+#include "generate.h"
+#include "llm_run.h"
+
+typedef struct ppl_opts {
+    cli_options dev;        /* --model and the device flags */
+    const char *text;       /* --text TEXT */
+    const char *file;       /* --file FILE */
+    const char *tokenizer;  /* --tokenizer FILE; NULL: the model directory's */
+    long context, stride;   /* 0: the model's context, and half the window */
+    int json;
+} ppl_opts;
+
+static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t len)
+{
+    ppl_opts *o = ctx;
+    int bad = 0;
+    if (!strcmp(f, "--model"))
+        o->dev.model_path = v;
+    else if (!strcmp(f, "--text"))
+        o->text = v;
+    else if (!strcmp(f, "--file"))
+        o->file = v;
+    else if (!strcmp(f, "--tokenizer"))
+        o->tokenizer = v;
+    else if (!strcmp(f, "--context"))
+        bad = cli_parse_long(f, v, 2, 1L << 24, &o->context, msg, len);
+    else if (!strcmp(f, "--stride"))
+        bad = cli_parse_long(f, v, 1, 1L << 24, &o->stride, msg, len);
+    else
+        bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
+    return bad ? CLI_USAGE : CLI_OK;
+}
+
+static int parse(int argc, char **argv, ppl_opts *o)
+{
+    static const char *const with_value[] = {
+        "--model", "--text", "--file", "--tokenizer", "--context", "--stride", "--gpus",
+        "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
+    const cli_switch switches[] = {{"--json", &o->json}};
+    int rc = cli_parse_subcommand(argc, argv, "perplexity", with_value,
+                                  sizeof with_value / sizeof with_value[0], switches,
+                                  sizeof switches / sizeof switches[0], apply_flag, o);
+    if (rc != CLI_OK)
+        return rc;
+    if (!o->dev.model_path)
+        cli_error("perplexity needs --model DIR; give a decoder directory with a tokenizer");
+    else if (!o->text == !o->file)
+        cli_error("perplexity needs the text: give one of --text TEXT or --file FILE");
+    else if (o->context && o->stride > o->context)
+        cli_errorf("--stride %ld is more than --context %ld, so tokens between the windows "
+                   "would never be scored; give at most --context", o->stride, o->context);
+    else
+        return CLI_OK;
+    return CLI_USAGE;
+}
+
+/* The whole of path, NUL-terminated (*len bytes). */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_errorf("cannot open --file %s (%s); give a text file", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        char *nb = n == cap ? realloc(buf, 2 * cap + 1) : buf;
+        if (!nb)
+            free(buf);
+        cap = n == cap ? 2 * cap : cap;
+        buf = nb;
+    }
+    if (!buf || ferror(f)) {
+        cli_errorf("cannot read --file %s (%s); check the file", path,
+                   buf ? strerror(errno) : "out of memory");
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[n] = '\0';
+        *len = n;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* What the windows gave. */
+typedef struct ppl_sums {
+    double nll;             /* minus the sum of the scored tokens' log-probabilities */
+    long scored, windows;
+} ppl_sums;
+
+/* Scores ids (n) window by window (W tokens, S apart) into *sum. */
+static int score_windows(pe_engine *e, const int32_t *ids, size_t n, size_t W, size_t S,
+                         ppl_sums *sum)
+{
+    pe_logprobs *lp = malloc((W - 1) * sizeof *lp);
+    if (!lp) {
+        cli_errorf("out of memory for a window of %zu tokens; give a smaller --context", W);
+        return CLI_RUNTIME;
+    }
+    size_t done = 1; /* tokens [0, done) are scored (token 0 has no context) */
+    for (size_t begin = 0; done < n; begin += S) {
+        const size_t end = begin + W < n ? begin + W : n;
+        if (pe_score_logprobs(e, ids + begin, end - begin, 0, lp) != PE_OK) {
+            cli_errorf("scoring tokens %zu to %zu failed: %s", begin, end, pe_last_error());
+            free(lp);
+            return CLI_RUNTIME;
+        }
+        for (size_t t = done; t < end; t++) /* lp[i] is token begin + i + 1's */
+            sum->nll -= lp[t - begin - 1].logprob;
+        sum->scored += (long)(end - done);
+        sum->windows++;
+        done = end;
+    }
+    free(lp);
+    return CLI_OK;
+}
+
+static void report(const ppl_opts *o, size_t n, size_t W, size_t S, const ppl_sums *sum,
+                   double seconds)
+{
+    const double mean = sum->nll / (double)sum->scored, ppl = exp(mean);
+    const double tok_s = seconds > 0 ? (double)sum->scored / seconds : 0;
+    if (!o->json) {
+        printf("perplexity %.4f over %ld tokens (mean negative log-likelihood %.6f nats); "
+               "%zu tokens in %ld windows of up to %zu, %zu apart; %.1f tokens/s\n", ppl,
+               sum->scored, mean, n, sum->windows, W, S, tok_s);
+        return;
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "perplexity", ppl);
+    cJSON_AddNumberToObject(j, "nll", mean);
+    cJSON_AddNumberToObject(j, "scored_tokens", (double)sum->scored);
+    cJSON_AddNumberToObject(j, "tokens", (double)n);
+    cJSON_AddNumberToObject(j, "windows", (double)sum->windows);
+    cJSON_AddNumberToObject(j, "context", (double)W);
+    cJSON_AddNumberToObject(j, "stride", (double)S);
+    cJSON_AddNumberToObject(j, "tok_s", tok_s);
+    char *text = cJSON_Print(j);
+    if (text)
+        puts(text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* The text's ids (with BOS) on e's model, checked against its vocabulary and the window. */
+static int text_ids(const ppl_opts *o, pe_engine *e, int32_t **ids, size_t *n)
+{
+    size_t len = o->text ? strlen(o->text) : 0;
+    char *owned = o->file ? read_file(o->file, &len) : NULL;
+    if (o->file && !owned)
+        return CLI_USAGE;
+    pe_tokenizer *tk = NULL;
+    int rc = gen_load_tokenizer(o->tokenizer, o->dev.model_path, NULL, &tk);
+    pe_model_info m;
+    pe_engine_model_info(e, &m);
+    if (rc == CLI_OK)
+        rc = gen_check_vocab(&m, tk);
+    if (rc == CLI_OK && pe_tokenizer_encode(tk, owned ? owned : o->text, len, 1, ids, n)) {
+        cli_errorf("cannot encode the text: %s", pe_last_error());
+        rc = CLI_RUNTIME;
+    }
+    if (rc == CLI_OK && *n < 2) {
+        cli_errorf("the text is %zu token%s, and a perplexity needs a token after another; "
+                   "give more text", *n, *n == 1 ? "" : "s");
+        free(*ids);
+        *ids = NULL;
+        rc = CLI_USAGE;
+    }
+    pe_tokenizer_free(tk);
+    free(owned);
+    return rc;
+}
+
+int cli_perplexity(int argc, char **argv)
+{
+    ppl_opts o;
+    memset(&o, 0, sizeof o);
+    cli_default_options(&o.dev);
+    int rc = parse(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc < 0 ? CLI_OK : rc;
+    char msg[CLI_MSG_LEN];
+    if (cli_decoder_grid(&o.dev, msg, sizeof msg)) {
+        cli_error(msg);
+        return CLI_USAGE;
+    }
+    pe_engine *e = NULL;
+    if ((rc = cli_llm_open(&o.dev, &e)) != CLI_OK)
+        return rc;
+    pe_model_info m;
+    pe_engine_model_info(e, &m);
+    const size_t W = (size_t)(o.context ? o.context : m.context);
+    const size_t S = (size_t)(o.stride ? o.stride : (long)(W / 2 ? W / 2 : 1));
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (W > (size_t)m.context) {
+        cli_errorf("--context %zu is more than the model's %d positions; give at most %d", W,
+                   m.context, m.context);
+        rc = CLI_USAGE;
+    } else if (S > W) {
+        cli_errorf("the stride %zu is more than the window of %zu tokens (the model's "
+                   "context); give --stride at most %zu", S, W, W);
+        rc = CLI_USAGE;
+    } else {
+        rc = text_ids(&o, e, &ids, &n);
+    }
+    ppl_sums sum = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (rc == CLI_OK)
+        rc = score_windows(e, ids, n, W, S, &sum);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == CLI_OK)
+        report(&o, n, W, S, &sum,
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    free(ids);
+    pe_engine_destroy(e);
+    return rc;
+}
