@@ -4,6 +4,9 @@
  * start --stride apart, each window scoring only the tokens no earlier window scored, with
  * the tokens before them in the window as their context. Each window is one
  * pe_score_logprobs call: the log-probabilities come back from the device, not the logits.
+ * --parallel threads score windows at once (the engine batches them into its steps and
+ * spreads them over its replicas); each window's sum is kept apart and the sums are added in
+ * window order, so the figure does not depend on the threads.
  *
  * perplexity = exp(-(sum of the scored tokens' log-probabilities) / scored tokens)
  */
@@ -11,6 +14,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +33,7 @@ typedef struct ppl_opts {
     const char *file;       /* --file FILE */
     const char *tokenizer;  /* --tokenizer FILE; NULL: the model directory's */
     long context, stride;   /* 0: the model's context, and half the window */
+    long parallel;          /* windows scored at once */
     int json;
 } ppl_opts;
 
@@ -47,6 +53,8 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         bad = cli_parse_long(f, v, 2, 1L << 24, &o->context, msg, len);
     else if (!strcmp(f, "--stride"))
         bad = cli_parse_long(f, v, 1, 1L << 24, &o->stride, msg, len);
+    else if (!strcmp(f, "--parallel"))
+        bad = cli_parse_long(f, v, 1, 64, &o->parallel, msg, len);
     else
         bad = cli_apply_device_flag(&o->dev, f, v, msg, len) < 0;
     return bad ? CLI_USAGE : CLI_OK;
@@ -55,7 +63,8 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
 static int parse(int argc, char **argv, ppl_opts *o)
 {
     static const char *const with_value[] = {
-        "--model", "--text", "--file", "--tokenizer", "--context", "--stride", "--gpus",
+        "--model", "--text", "--file", "--tokenizer", "--context", "--stride", "--parallel",
+        "--gpus",
         "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
     const cli_switch switches[] = {{"--json", &o->json}};
     int rc = cli_parse_subcommand(argc, argv, "perplexity", with_value,
@@ -112,31 +121,104 @@ typedef struct ppl_sums {
     long scored, windows;
 } ppl_sums;
 
-/* Scores ids (n) window by window (W tokens, S apart) into *sum. */
-static int score_windows(pe_engine *e, const int32_t *ids, size_t n, size_t W, size_t S,
-                         ppl_sums *sum)
+/* The windows of a text, as the scoring threads share them: window w holds tokens [w S,
+ * min(w S + W, n)) and scores those of them past window w - 1's end, but never its first
+ * (which has no context in it: with a stride of the whole window, each window's first token
+ * goes unscored, as in Hugging Face's loop). */
+typedef struct ppl_work {
+    pe_engine *e;
+    const int32_t *ids;
+    size_t n, W, S, nwin;
+    double *nll;            /* (nwin) each window's minus sum of log-probabilities */
+    atomic_size_t next;     /* the next window to take */
+    atomic_int failed;
+    pthread_mutex_t mu;     /* msg */
+    char msg[CLI_MSG_LEN];  /* the first failure */
+} ppl_work;
+
+static size_t window_end(const ppl_work *k, size_t w)
 {
-    pe_logprobs *lp = malloc((W - 1) * sizeof *lp);
-    if (!lp) {
-        cli_errorf("out of memory for a window of %zu tokens; give a smaller --context", W);
-        return CLI_RUNTIME;
+    return w * k->S + k->W < k->n ? w * k->S + k->W : k->n;
+}
+
+static void fail_work(ppl_work *k, int out_of_memory, size_t begin, size_t end)
+{
+    pthread_mutex_lock(&k->mu);
+    if (!atomic_exchange(&k->failed, 1)) {
+        if (out_of_memory)
+            snprintf(k->msg, sizeof k->msg, "out of memory for a window of %zu tokens; give "
+                     "a smaller --context or --parallel", k->W);
+        else
+            snprintf(k->msg, sizeof k->msg, "scoring tokens %zu to %zu failed: %s", begin, end,
+                     pe_last_error());
     }
-    size_t done = 1; /* tokens [0, done) are scored (token 0 has no context) */
-    for (size_t begin = 0; done < n; begin += S) {
-        const size_t end = begin + W < n ? begin + W : n;
-        if (pe_score_logprobs(e, ids + begin, end - begin, 0, lp) != PE_OK) {
-            cli_errorf("scoring tokens %zu to %zu failed: %s", begin, end, pe_last_error());
-            free(lp);
-            return CLI_RUNTIME;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* A scoring thread: windows until none is left or one failed. */
+static void *score_windows(void *arg)
+{
+    ppl_work *k = arg;
+    pe_logprobs *lp = malloc((k->W - 1) * sizeof *lp);
+    if (!lp)
+        fail_work(k, 1, 0, 0);
+    for (size_t w; lp && !atomic_load(&k->failed) &&
+                   (w = atomic_fetch_add(&k->next, 1)) < k->nwin;) {
+        const size_t begin = w * k->S, end = window_end(k, w);
+        const size_t from = w ? window_end(k, w - 1) : 1;
+        const size_t first = from > begin ? from : begin + 1;
+        if (pe_score_logprobs(k->e, k->ids + begin, end - begin, 0, lp) != PE_OK) {
+            fail_work(k, 0, begin, end);
+            break;
         }
-        for (size_t t = done; t < end; t++) /* lp[i] is token begin + i + 1's */
-            sum->nll -= lp[t - begin - 1].logprob;
-        sum->scored += (long)(end - done);
-        sum->windows++;
-        done = end;
+        double nll = 0;
+        for (size_t t = first; t < end; t++) /* lp[i] is token begin + i + 1's */
+            nll -= lp[t - begin - 1].logprob;
+        k->nll[w] = nll;
     }
     free(lp);
-    return CLI_OK;
+    return NULL;
+}
+
+/* Scores ids (n) in windows of W tokens S apart, threads of them at once, into *sum. */
+static int score_text(pe_engine *e, const int32_t *ids, size_t n, size_t W, size_t S,
+                      int threads, ppl_sums *sum)
+{
+    ppl_work k = {.e = e, .ids = ids, .n = n, .W = W, .S = S};
+    k.nwin = 1 + (n > W ? (n - W + S - 1) / S : 0);
+    k.nll = calloc(k.nwin, sizeof *k.nll);
+    if (!k.nll) {
+        cli_errorf("out of memory for %zu windows; give a larger --stride", k.nwin);
+        return CLI_RUNTIME;
+    }
+    atomic_init(&k.next, 0);
+    atomic_init(&k.failed, 0);
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_t th[64];
+    int started = 0;
+    if (threads > (int)k.nwin)
+        threads = (int)k.nwin;
+    while (started < threads && pthread_create(&th[started], NULL, score_windows, &k) == 0)
+        started++;
+    if (started == 0)
+        score_windows(&k); /* no thread could start: this one scores them all */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&k.mu);
+    int rc = CLI_OK;
+    if (atomic_load(&k.failed)) {
+        cli_error(k.msg);
+        rc = CLI_RUNTIME;
+    }
+    sum->scored = 0;
+    for (size_t w = 0; rc == CLI_OK && w < k.nwin; w++) { /* in window order */
+        const size_t from = w ? window_end(&k, w - 1) : 1, begin = w * S;
+        sum->nll += k.nll[w];
+        sum->scored += (long)(window_end(&k, w) - (from > begin ? from : begin + 1));
+    }
+    sum->windows = (long)k.nwin;
+    free(k.nll);
+    return rc;
 }
 
 static void report(const ppl_opts *o, size_t n, size_t W, size_t S, const ppl_sums *sum,
@@ -146,8 +228,9 @@ static void report(const ppl_opts *o, size_t n, size_t W, size_t S, const ppl_su
     const double tok_s = seconds > 0 ? (double)sum->scored / seconds : 0;
     if (!o->json) {
         printf("perplexity %.4f over %ld tokens (mean negative log-likelihood %.6f nats); "
-               "%zu tokens in %ld windows of up to %zu, %zu apart; %.1f tokens/s\n", ppl,
-               sum->scored, mean, n, sum->windows, W, S, tok_s);
+               "%zu tokens in %ld windows of up to %zu, %zu apart, %ld at once; %.1f "
+               "tokens/s\n", ppl, sum->scored, mean, n, sum->windows, W, S, o->parallel,
+               tok_s);
         return;
     }
     cJSON *j = cJSON_CreateObject();
@@ -158,6 +241,7 @@ static void report(const ppl_opts *o, size_t n, size_t W, size_t S, const ppl_su
     cJSON_AddNumberToObject(j, "windows", (double)sum->windows);
     cJSON_AddNumberToObject(j, "context", (double)W);
     cJSON_AddNumberToObject(j, "stride", (double)S);
+    cJSON_AddNumberToObject(j, "parallel", (double)o->parallel);
     cJSON_AddNumberToObject(j, "tok_s", tok_s);
     char *text = cJSON_Print(j);
     if (text)
@@ -200,6 +284,7 @@ int cli_perplexity(int argc, char **argv)
     ppl_opts o;
     memset(&o, 0, sizeof o);
     cli_default_options(&o.dev);
+    o.parallel = 4;
     int rc = parse(argc, argv, &o);
     if (rc != CLI_OK)
         return rc < 0 ? CLI_OK : rc;
@@ -232,7 +317,7 @@ int cli_perplexity(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (rc == CLI_OK)
-        rc = score_windows(e, ids, n, W, S, &sum);
+        rc = score_text(e, ids, n, W, S, (int)o.parallel, &sum);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == CLI_OK)
         report(&o, n, W, S, &sum,

@@ -91,7 +91,8 @@ static void test_help_and_version_exit_0(void **state)
                             "--tokenizer FILE", "--temperature T", "--logprobs K", "decoder demo (the default",
                             "--mlp", "--prompt-len N",
                             "--max-tokens N", "--kv-tokens N", "tokenize options",
-                            "serve options", "--api-key KEY", "--max-body BYTES"};
+                            "serve options", "--api-key KEY", "--max-body BYTES",
+                            "perplexity options", "--stride N", "--parallel N"};
     for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
         if (!strstr(r.out, listed[i]))
             fail_msg("--help does not list '%s'", listed[i]);

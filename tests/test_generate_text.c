@@ -389,16 +389,17 @@ static void add_window_nll(pe_engine *e, int vocab, const int32_t *ids, size_t b
     free(lg);
 }
 
-/* perplexity --context 16 --stride 7: windows of 16 tokens 7 apart, each scoring the
- * tokens no window before scored, against that sum from pe_score's logits; and its bad
- * inputs. */
-static void test_perplexity_is_the_mean_nll_over_its_windows(void **state)
+/* perplexity's figures for text in windows of W tokens S apart (P of them at once) against
+ * the same windows' sum from pe_score's logits: each window scores the tokens no window
+ * before scored, but never its own first (no context there). */
+static void expect_perplexity(const char *text, int W, int S, int P)
 {
-    (void)state;
-    const char *text = "The cat sat on the mat, and then it walked to the door and looked "
-                       "out at the garden where the birds were singing in the morning sun.";
-    tu_run r = RUN("perplexity", "--model", g_llama, "--text", text, "--context", "16",
-                   "--stride", "7", "--json");
+    char w[16], st[16], par[16];
+    snprintf(w, sizeof w, "%d", W);
+    snprintf(st, sizeof st, "%d", S);
+    snprintf(par, sizeof par, "%d", P);
+    tu_run r = RUN("perplexity", "--model", g_llama, "--text", text, "--context", w,
+                   "--stride", st, "--parallel", par, "--json");
     expect_exit_0(&r);
     cJSON *j = json_of(&r);
     int32_t *ids;
@@ -409,23 +410,38 @@ static void test_perplexity_is_the_mean_nll_over_its_windows(void **state)
     pe_model_info m;
     pe_engine_model_info(e, &m);
     double nll = 0;
-    size_t done = 1, windows = 0;
-    for (size_t begin = 0; done < n; begin += 7, windows++) {
-        size_t end = begin + 16 < n ? begin + 16 : n;
-        add_window_nll(e, m.vocab, ids, begin, done, end, &nll);
+    size_t done = 1, windows = 0, scored = 0;
+    for (size_t begin = 0; done < n; begin += (size_t)S, windows++) {
+        size_t end = begin + (size_t)W < n ? begin + (size_t)W : n;
+        size_t from = done > begin ? done : begin + 1;
+        add_window_nll(e, m.vocab, ids, begin, from, end, &nll);
+        scored += end - from;
         done = end;
     }
     pe_engine_destroy(e);
-    const double mean = nll / (double)(n - 1);
+    const double mean = nll / (double)scored;
     assert_int_equal((size_t)item(j, "tokens")->valuedouble, n);
-    assert_int_equal((size_t)item(j, "scored_tokens")->valuedouble, n - 1);
+    assert_int_equal((size_t)item(j, "scored_tokens")->valuedouble, scored);
     assert_int_equal((size_t)item(j, "windows")->valuedouble, windows);
     if (!(fabs(item(j, "nll")->valuedouble - mean) < 1e-5 * mean &&
           fabs(item(j, "perplexity")->valuedouble - exp(mean)) < 1e-4 * exp(mean)))
-        fail_msg("perplexity nll %.9g, the reference's %.9g", item(j, "nll")->valuedouble, mean);
+        fail_msg("perplexity --context %d --stride %d: nll %.9g, the reference's %.9g", W, S,
+                 item(j, "nll")->valuedouble, mean);
     cJSON_Delete(j);
     free(ids);
     tu_run_free(&r);
+}
+
+/* Windows that overlap (3 at once), windows end to end (each first token unscored), and
+ * perplexity's bad inputs. */
+static void test_perplexity_is_the_mean_nll_over_its_windows(void **state)
+{
+    (void)state;
+    const char *text = "The cat sat on the mat, and then it walked to the door and looked "
+                       "out at the garden where the birds were singing in the morning sun.";
+    expect_perplexity(text, 16, 7, 3);
+    expect_perplexity(text, 12, 12, 1);
+    tu_run r;
     const char *const bad[][8] = {
         {"--text", "x", "--context", "8", "--stride", "9", NULL},  /* windows would skip */
         {"--text", "", NULL},                                       /* BOS alone */

@@ -1021,24 +1021,47 @@ static void test_temperature_sampling_follows_the_softmax(void **state)
     free(tok);
 }
 
+/* DRAWS draws from one distribution of NTOK = 4 tokens, probabilities 0.5, 0.3, 0.15, 0.05:
+ * x (DRAWS, NTOK) the row of their logs repeated, p (DRAWS) each draw's sampling (for the test
+ * to set) and tok (DRAWS) its token. */
+enum { NTOK = 4, DRAWS = 2000 };
+typedef struct draws {
+    float *x;
+    pe_k_sampling *p;
+    int32_t *tok;
+} draws;
+
+static draws draws_of_four(void)
+{
+    const double probs[NTOK] = {0.5, 0.3, 0.15, 0.05};
+    draws d = {malloc(DRAWS * NTOK * sizeof *d.x), malloc(DRAWS * sizeof *d.p),
+               malloc(DRAWS * sizeof *d.tok)};
+    assert_true(d.x && d.p && d.tok);
+    for (size_t k = 0; k < DRAWS; k++)
+        for (int i = 0; i < NTOK; i++)
+            d.x[k * NTOK + i] = (float)log(probs[i]);
+    return d;
+}
+
+static void draws_free(draws *d)
+{
+    free(d->x);
+    free(d->p);
+    free(d->tok);
+}
+
 /* Probabilities 0.5, 0.3, 0.15, 0.05 (T = 1): top_p 0.7 keeps the smallest nucleus with at
  * least 0.7 of the mass, {0, 1}, and draws within it by the renormalized weights. */
 static void test_top_p_keeps_the_smallest_nucleus(void **state)
 {
     be_device *dev = *state;
-    enum { N = 4, DRAWS = 2000 };
-    const double probs[N] = {0.5, 0.3, 0.15, 0.05};
-    float row[N];
-    for (int i = 0; i < N; i++)
-        row[i] = (float)log(probs[i]);
-    float *x = malloc(DRAWS * N * sizeof *x);
-    pe_k_sampling *p = malloc(DRAWS * sizeof *p);
-    int32_t *tok = malloc(DRAWS * sizeof *tok);
-    for (size_t d = 0; d < DRAWS; d++) {
-        memcpy(x + d * N, row, sizeof row);
+    draws dr = draws_of_four();
+    float *x = dr.x;
+    pe_k_sampling *p = dr.p;
+    int32_t *tok = dr.tok;
+    for (size_t d = 0; d < DRAWS; d++)
         p[d] = (pe_k_sampling){1.0f, 0, 0.7f, pe_k_uniform(777, d), 0.0f};
-    }
-    assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
+    assert_int_equal(ops->sample(dev, x, DRAWS, NTOK, p, tok, NULL), PE_OK);
     size_t ones = 0;
     for (size_t d = 0; d < DRAWS; d++) {
         assert_true(tok[d] == 0 || tok[d] == 1);
@@ -1052,16 +1075,14 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
     /* top_p 0.85: {0, 1, 2} (0.95); token 3 never */
     for (size_t d = 0; d < DRAWS; d++)
         p[d].top_p = 0.85f;
-    assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
+    assert_int_equal(ops->sample(dev, x, DRAWS, NTOK, p, tok, NULL), PE_OK);
     size_t twos = 0;
     for (size_t d = 0; d < DRAWS; d++) {
         assert_true(tok[d] >= 0 && tok[d] <= 2);
         twos += tok[d] == 2;
     }
     assert_true(twos > 0);
-    free(x);
-    free(p);
-    free(tok);
+    draws_free(&dr);
 }
 
 /* Probabilities 0.5, 0.3, 0.15, 0.05: min_p keeps the tokens at least min_p times as likely
@@ -1070,14 +1091,9 @@ static void test_top_p_keeps_the_smallest_nucleus(void **state)
 static void test_min_p_keeps_the_tokens_near_the_most_likely(void **state)
 {
     be_device *dev = *state;
-    enum { N = 4, DRAWS = 2000 };
-    const double probs[N] = {0.5, 0.3, 0.15, 0.05};
-    float row[N];
-    for (int i = 0; i < N; i++)
-        row[i] = (float)log(probs[i]);
     const struct {
         float t, min_p, top_p;
-        double kept[N]; /* the weights drawn among, by hand; 0: never drawn */
+        double kept[NTOK]; /* the weights drawn among, by hand; 0: never drawn */
     } cases[] = {
         /* T 1, min_p 0.25: 0.15 >= 0.125 stays, 0.05 goes */
         {1.0f, 0.25f, 1.0f, {0.5, 0.3, 0.15, 0}},
@@ -1089,25 +1105,24 @@ static void test_min_p_keeps_the_tokens_near_the_most_likely(void **state)
         /* min_p 1: the most likely token alone */
         {1.3f, 1.0f, 1.0f, {1, 0, 0, 0}},
     };
-    float *x = malloc(DRAWS * N * sizeof *x);
-    pe_k_sampling *p = malloc(DRAWS * sizeof *p);
-    int32_t *tok = malloc(DRAWS * sizeof *tok);
-    for (size_t d = 0; d < DRAWS; d++)
-        memcpy(x + d * N, row, sizeof row);
+    draws dr = draws_of_four();
+    float *x = dr.x;
+    pe_k_sampling *p = dr.p;
+    int32_t *tok = dr.tok;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double kept = 0;
-        for (int i = 0; i < N; i++)
+        for (int i = 0; i < NTOK; i++)
             kept += cases[c].kept[i];
         for (size_t d = 0; d < DRAWS; d++)
             p[d] = (pe_k_sampling){cases[c].t, 0, cases[c].top_p, pe_k_uniform(99 + c, d),
                                    cases[c].min_p};
-        assert_int_equal(ops->sample(dev, x, DRAWS, N, p, tok, NULL), PE_OK);
-        size_t seen[N] = {0};
+        assert_int_equal(ops->sample(dev, x, DRAWS, NTOK, p, tok, NULL), PE_OK);
+        size_t seen[NTOK] = {0};
         for (size_t d = 0; d < DRAWS; d++) {
             /* the first token whose running sum of kept weights passes u x kept */
             double r = (double)p[d].u * kept, run = 0;
             int want = -1, near = 0;
-            for (int i = 0; i < N && want < 0; i++) {
+            for (int i = 0; i < NTOK && want < 0; i++) {
                 run += cases[c].kept[i];
                 near |= cases[c].kept[i] > 0 && fabs(run - r) < 1e-5 * kept;
                 if (cases[c].kept[i] > 0 && run > r)
@@ -1118,15 +1133,13 @@ static void test_min_p_keeps_the_tokens_near_the_most_likely(void **state)
                          (double)p[d].u, tok[d], want);
             seen[tok[d]]++;
         }
-        for (int i = 0; i < N; i++) /* every kept token comes up, and no other */
+        for (int i = 0; i < NTOK; i++) /* every kept token comes up, and no other */
             assert_true((cases[c].kept[i] > 0) == (seen[i] > 0));
     }
     p[0].min_p = 1.5f;
-    assert_int_equal(ops->sample(dev, x, 1, N, p, tok, NULL), PE_EINVAL);
+    assert_int_equal(ops->sample(dev, x, 1, NTOK, p, tok, NULL), PE_EINVAL);
     assert_non_null(strstr(ops->last_error(dev), "min_p"));
-    free(x);
-    free(p);
-    free(tok);
+    draws_free(&dr);
 }
 
 /* pthread_create, interposed (the pool's calls bind to this definition): while

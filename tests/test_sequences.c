@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/host/hb_simd.h"
 #include "engine/engine_testing.h"
@@ -332,7 +333,8 @@ static void expect_log_softmax_of_the_logits(pe_engine *e, const int32_t *prompt
  * pe_score's logits, with the prompt cut into many steps (4 logit rows a step); run again
  * beside 3 decoding sequences (their rows sample in the same steps), it gives the same (bit
  * for bit where the backend is batch-invariant) and so do they: the tokens and logprobs
- * they get alone. A prompt of 1 token writes nothing; bad parameters are refused. */
+ * they get alone. Its full blocks stay in the prefix cache for a sequence of the prompt. A
+ * prompt of 1 token writes nothing; bad parameters are refused. */
 static void prompt_logprobs_are_the_log_softmax_of_the_logits_beside_other_sequences(
     void **state)
 {
@@ -372,6 +374,21 @@ static void prompt_logprobs_are_the_log_softmax_of_the_logits_beside_other_seque
             for (int j = 0; j < 5; j++)
                 assert_true(fabsf(mixed.top[i][k][j] - one.top[i][k][j]) < 1e-4f);
     }
+
+    /* the scored prompt's full blocks stay in the prefix cache: a sequence of it finds the
+     * 3 before its last token (48 positions) */
+    pe_engine_info before, after;
+    assert_int_equal(pe_engine_info_get(e, &before), PE_OK);
+    memset(&one, 0, sizeof one);
+    submit(e, prompt, N, 1, 0, NULL);
+    drain(e, &one);
+    for (int k = 0; k < 500; k++) { /* the replica publishes its counts between steps */
+        assert_int_equal(pe_engine_info_get(e, &after), PE_OK);
+        if (after.prefix_hit_tokens - before.prefix_hit_tokens >= 48)
+            break;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    assert_int_equal(after.prefix_hit_tokens - before.prefix_hit_tokens, 48);
 
     pe_logprobs none = {.token = -7};
     assert_int_equal(pe_score_logprobs(e, prompt, 1, 3, &none), PE_OK);

@@ -279,7 +279,7 @@ async function logprobs(url) {
 // and top lists they had when generated (the engine's scoring path against its sampling
 // path), each its place's most likely (the harness's is_greedy); the first prompt token has
 // none; token texts by transformers.js, offsets their characters; the stream = the whole;
-// a string prompt echoed as given.
+// a string prompt echoed as given; the scored prompt's blocks found by its sequence.
 async function echo(url) {
     const K = 3, prompt = 'Echo this';
     const base = { temperature: 0, logprobs: K, return_token_ids: true };
@@ -324,6 +324,15 @@ async function echo(url) {
     const plain = await ask({ prompt, max_tokens: 4, echo: true, logprobs: undefined });
     eq([plain.text, plain.logprobs], [prompt + a.text, null], 'echo: a string prompt as given');
     eq((await post(url, '/v1/completions', { prompt, echo: 'yes' })).status, 400, 'echo "yes"');
+    // the scoring leaves the prompt's full blocks in the prefix cache: its sequence finds
+    // them (all whole blocks of 16 before its last token)
+    const long = 'Echo a prompt long enough to fill some blocks of the cache. '.repeat(3);
+    const m0 = await waitIdle(url);
+    const e = (await (await post(url, '/v1/completions', { prompt: long, echo: true,
+                                                          max_tokens: 1, logprobs: 0 })).json());
+    const m1 = await waitIdle(url);
+    eq(m1.pengine_prefix_cache_hits_total - m0.pengine_prefix_cache_hits_total,
+       Math.floor((e.usage.prompt_tokens - 1) / 16) * 16, 'echo: the scored blocks found');
 }
 
 // The clients' distinct prompts: 16, or 4 in a sanitizer build (PE_TEST_SMALL), where each

@@ -578,11 +578,13 @@ static int take_optimistic(en_sched *s, en_step *st, int *i, int pos0, int end)
 }
 
 /* Registers seq's full blocks, computed now, in the prefix cache, in order from its first:
- * a block is registered only after the one before it (a chain from position 0). */
+ * a block is registered only after the one before it (a chain from position 0). A scored
+ * prompt's too: it finds nothing there (it wants every position's logits), but what comes
+ * after it may (a server's echo scores a prompt, then generates from it). */
 static void register_blocks(en_sched *s, en_seq *seq)
 {
     const int B = s->cfg.block_tokens;
-    while (s->kv.caching && !seq->score && seq->nreg >= 0 && (seq->nreg + 1) * B <= seq->cached &&
+    while (s->kv.caching && seq->nreg >= 0 && (seq->nreg + 1) * B <= seq->cached &&
            seq->nreg < seq->nblocks) {
         const int j = seq->nreg;
         const int32_t b = seq->blocks[j], parent = j ? seq->blocks[j - 1] : -1;

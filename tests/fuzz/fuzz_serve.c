@@ -5,7 +5,9 @@
  * bit 2: the llama2 (bit 3) or llama3 template instead of chatml; bits 4 and 5 both: no
  * template); the rest is the body, in a buffer of exactly its size. Checks that an accepted
  * request has 1 to SERVE_MAX_CHOICES choices (a chat one prompt), prompts of ids in the
- * vocabulary that, with max_tokens >= 1, fit the context, and at most PE_MAX_STOP stop ids. Exits 77 (a skip) when TOKENIZER is unset or missing. */
+ * vocabulary that, with max_tokens >= 1, fit the context, at most PE_MAX_STOP stop ids, and
+ * an echo only on a completion (a prompt's kept text only with it; no logprobs yet, which
+ * the engine computes later). Exits 77 (a skip) when TOKENIZER is unset or missing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,11 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char msg[512];
     if (serve_parse(&g_srv, flags & 1, body, len, &j, msg, sizeof msg) == 0) {
         if (j.nprompts < 1 || j.n < 1 || j.nprompts * j.n > SERVE_MAX_CHOICES ||
-            (j.chat && j.nprompts != 1) || j.max_tokens < 1 || j.nstop_ids > PE_MAX_STOP)
+            (j.chat && j.nprompts != 1) || j.max_tokens < 1 || j.nstop_ids > PE_MAX_STOP ||
+            (j.chat && j.echo))
             abort();
         for (int k = 0; k < j.nprompts; k++) {
             const serve_prompt *p = &j.prompts[k];
-            if (p->len == 0 || (long)p->len + j.max_tokens > g_srv.m.context)
+            if (p->len == 0 || (long)p->len + j.max_tokens > g_srv.m.context ||
+                (p->text && !j.echo) || p->lp)
                 abort();
             for (size_t i = 0; i < p->len; i++)
                 if (p->ids[i] < 0 || p->ids[i] >= g_srv.m.vocab)
