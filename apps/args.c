@@ -285,6 +285,12 @@ static int apply(cli_options *o, const char *f, const char *v, char *msg, size_t
         else return fail(msg, len, "unknown dtype '%s'; use --dtype fp32 or bf16", v);
     } else if (!strcmp(f, "--threads")) {
         return set_int(f, v, 0, 256, &o->threads, msg, len);
+    } else if (!strcmp(f, "--spec-tokens")) {
+        return set_int(f, v, 0, PE_MAX_SPEC_TOKENS, &o->spec_tokens, msg, len);
+    } else if (!strcmp(f, "--spec-ngram")) {
+        return set_int(f, v, 1, 64, &o->spec_ngram, msg, len);
+    } else if (!strcmp(f, "--spec-max-seqs")) {
+        return set_int(f, v, 1, 1 << 16, &o->spec_max_seqs, msg, len);
     } else if (!strcmp(f, "--kv-tokens")) {
         long x;
         if (cli_parse_long(f, v, 1, 1L << 30, &x, msg, len))
@@ -369,7 +375,9 @@ int cli_apply_device_flag(cli_options *o, const char *flag, const char *value, c
                           size_t msg_len)
 {
     static const char *const device_flags[] = {"--gpus", "--backend", "--dtype", "--threads",
-                                               "--kv-tokens", "--dp", "--pp", "--tp"};
+                                               "--kv-tokens", "--dp", "--pp", "--tp",
+                                               "--spec-tokens", "--spec-ngram",
+                                               "--spec-max-seqs"};
     for (size_t i = 0; i < sizeof device_flags / sizeof device_flags[0]; i++)
         if (!strcmp(flag, device_flags[i]))
             return apply(o, flag, value, msg, msg_len) ? -1 : 1;

@@ -43,6 +43,9 @@ typedef struct cli_options {
     size_t kv_tokens;          /* --kv-tokens: a decoder replica's KV pool, 0 = default */
     int max_seqs;              /* serve --max-seqs: pe_config.max_seqs, 0 = the engine's */
     int max_step_tokens;       /* serve --max-step-tokens: its namesake in pe_config, 0 = ditto */
+    int spec_tokens;           /* --spec-tokens: pe_config.spec_tokens (0: no drafts) */
+    int spec_ngram;            /* --spec-ngram: pe_config.spec_ngram_max, 0 = the engine's */
+    int spec_max_seqs;         /* --spec-max-seqs: pe_config.spec_max_seqs, 0 = any batch */
     int prompt_len;            /* --prompt-len: the decoder demo's prompts (default 32) */
     int max_tokens;            /* --max-tokens: the decoder demo's generated tokens (32) */
     const char *mlp_only_flag;     /* the first flag given that only the MLP demos use */

@@ -87,7 +87,7 @@ static int parse(int argc, char **argv, chat_opts *o)
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--system", "--max-tokens",
         CLI_SAMPLING_FLAGS, "--gpus", "--backend", "--dtype",
-        "--threads", "--kv-tokens", "--pp", "--tp"};
+        "--threads", "--kv-tokens", "--pp", "--tp", "--spec-tokens", "--spec-ngram"};
     char msg[CLI_MSG_LEN];
     int rc = cli_parse_subcommand(argc, argv, "chat", with_value,
                                   sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,

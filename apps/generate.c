@@ -147,7 +147,8 @@ static int parse(int argc, char **argv, gen_opts *g)
     static const char *const with_value[] = {
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
         "--min-tokens", CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
-        "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp"};
+        "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp",
+        "--spec-tokens", "--spec-ngram", "--spec-max-seqs"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
                                   sizeof with_value / sizeof with_value[0], switches,
@@ -183,6 +184,8 @@ void gen_json_rates(cJSON *o, const cli_rates *r)
     cJSON_AddNumberToObject(o, "prefill_tok_s", r->prefill_tok_s);
     cJSON_AddNumberToObject(o, "decode_ms_per_token", r->decode_ms);
     cJSON_AddNumberToObject(o, "decode_tok_s", r->decode_tok_s);
+    cJSON_AddNumberToObject(o, "spec_draft_tokens", (double)r->spec_drafted);
+    cJSON_AddNumberToObject(o, "spec_accepted_tokens", (double)r->spec_accepted);
 }
 
 void gen_json_sequence(cJSON *o, const cli_batch *b, int i)
@@ -269,6 +272,7 @@ static int run_ids(gen_opts *g)
     if (rc == CLI_OK) {
         cli_rates r;
         cli_batch_rates(&b, &r);
+        cli_spec_counts(e, 0, &r);
         if (g->json) {
             print_json(g, &b, &r);
         } else {
@@ -276,6 +280,7 @@ static int run_ids(gen_opts *g)
                     "first token %.2f ms, prefill %.1f tok/s, decode %.3f ms/token (%.1f tok/s)\n",
                     g->nids, b.ntok[0], cli_finish_name(b.finish[0]), r.ttft_ms,
                     r.prefill_tok_s, r.decode_ms, r.decode_tok_s);
+            cli_spec_counts(e, 1, &r);
         }
     }
     cli_batch_free(&b);

@@ -358,6 +358,7 @@ static int run(const gen_opts *g, pe_engine *e, const pe_tokenizer *tk, const te
     if (rc == CLI_OK) {
         cli_rates rt;
         cli_batch_rates(&b, &rt);
+        cli_spec_counts(e, 0, &rt);
         if (g->json) {
             rc = print_json(g, p, &b, &r, &rt);
         } else {
@@ -365,6 +366,7 @@ static int run(const gen_opts *g, pe_engine *e, const pe_tokenizer *tk, const te
                 print_completions(p, &b, &r);
             fflush(stdout);
             print_rates(g, p, &b, &rt);
+            cli_spec_counts(e, 1, &rt);
         }
     }
     cli_batch_free(&b);

@@ -38,6 +38,9 @@ int cli_llm_open_with(const cli_options *o, int decode_groups, size_t trace_even
     cfg.kv_tokens = o->kv_tokens;
     cfg.max_seqs = o->max_seqs;
     cfg.max_step_tokens = o->max_step_tokens;
+    cfg.spec_tokens = o->spec_tokens;
+    cfg.spec_ngram_max = o->spec_ngram;
+    cfg.spec_max_seqs = o->spec_max_seqs;
     cfg.stage_layers = o->nsplit ? o->split : NULL; /* --split: blocks per stage */
     cfg.decode_groups = decode_groups;
     cfg.tp_embedding = o->tp_embedding;
@@ -282,4 +285,17 @@ void cli_batch_rates(const cli_batch *b, cli_rates *out)
     if (last_first > b->t0)
         out->prefill_tok_s = (double)out->prompt_tokens / ((last_first - b->t0) * 1e-3);
     decode_rates(b, last_first, out);
+}
+
+void cli_spec_counts(pe_engine *e, int print, cli_rates *out)
+{
+    pe_engine_info info;
+    if (pe_engine_info_get(e, &info) != PE_OK)
+        return;
+    out->spec_drafted = info.spec_drafted_tokens;
+    out->spec_accepted = info.spec_accepted_tokens;
+    if (print && out->spec_drafted > 0)
+        fprintf(stderr, "pengine: speculative decoding: %ld of %ld drafts accepted (%.0f%%)\n",
+                out->spec_accepted, out->spec_drafted,
+                100.0 * (double)out->spec_accepted / (double)out->spec_drafted);
 }

@@ -80,8 +80,13 @@ typedef struct cli_rates {
     double wall_ms;           /* from t0 to the batch's last token */
     double tok_s;             /* generated / wall_ms: the batch's throughput */
     long prompt_tokens, generated;
+    long spec_drafted, spec_accepted; /* the engine's drafts and accepted ones (--spec-tokens),
+                               * set by cli_spec_counts */
 } cli_rates;
 void cli_batch_rates(const cli_batch *b, cli_rates *out);
+/* Sets out's draft counts from e's (pe_engine_info), and prints them on stderr when `print`
+ * and there were drafts. */
+void cli_spec_counts(pe_engine *e, int print, cli_rates *out);
 
 const char *cli_finish_name(pe_finish f);
 

@@ -73,7 +73,8 @@ static int parse(int argc, char **argv, serve_opts *o)
     static const char *const with_value[] = {
         "--model", "--tokenizer", "--chat-template", "--host", "--port", "--api-key",
         "--max-body", "--model-name", "--gpus", "--backend", "--dtype", "--threads",
-        "--kv-tokens", "--dp", "--pp", "--tp", "--max-seqs", "--max-step-tokens"};
+        "--kv-tokens", "--dp", "--pp", "--tp", "--max-seqs", "--max-step-tokens",
+        "--spec-tokens", "--spec-ngram", "--spec-max-seqs"};
     char msg[CLI_MSG_LEN];
     int rc = cli_parse_subcommand(argc, argv, "serve", with_value,
                                   sizeof with_value / sizeof with_value[0], NULL, 0, apply_flag,

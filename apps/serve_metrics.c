@@ -143,6 +143,12 @@ char *serve_metrics_text(serve_metrics *m, const pe_engine_info *info)
     put_metric(&b, "pengine_prefix_cache_hits_total", "counter",
                "Prompt positions found in the prefix cache, whose keys and values were not "
                "computed again.", (double)info->prefix_hit_tokens);
+    put_metric(&b, "pengine_spec_draft_tokens_total", "counter",
+               "Draft tokens (--spec-tokens) checked on the device.",
+               (double)info->spec_drafted_tokens);
+    put_metric(&b, "pengine_spec_accepted_tokens_total", "counter",
+               "Draft tokens the model sampled itself, each one step saved.",
+               (double)info->spec_accepted_tokens);
     put_hist(&b, "pengine_time_to_first_token_seconds",
              "Seconds from a sequence's submit to its first token.", &c.ttft);
     put_hist(&b, "pengine_time_per_output_token_seconds",

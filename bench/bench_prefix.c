@@ -22,40 +22,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "bench_decoder.h"
 #include "bench_util.h"
-#include "pengine/pengine.h"
-#include "pengine/pengine_tools.h"
 
 enum { B = 8, G = 8, MAX_TRIALS = 9 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static pe_engine *open_engine(const char *dir, int caching, int threads, int T)
 {
-    static const int dev0 = 0;
     pe_config cfg;
     pe_config_init(&cfg);
-    cfg.backend = PE_BACKEND_HOST;
-    cfg.ndevices = 1;
-    cfg.devices = &dev0;
     cfg.threads = threads;
     cfg.prefix_caching = caching;
     cfg.kv_tokens = (size_t)(B * (T + G) * 2); /* no preemption: the pool holds every run */
-    pe_engine *e = NULL;
-    if (pe_engine_create(&cfg, &e) != PE_OK || pe_engine_load(e, dir) != PE_OK) {
-        fprintf(stderr, "error: %s\n", pe_last_error());
-        pe_engine_destroy(e);
-        return NULL;
-    }
-    return e;
+    return bd_host_engine(dir, &cfg);
 }
 
 typedef enum workload { W_SAME, W_SYSTEM, W_DISTINCT, NWORKLOADS } workload;
@@ -87,7 +67,7 @@ static int run_once(pe_engine *e, workload w, int T, int run, int vocab, result 
     int32_t *prompt = malloc((size_t)T * sizeof *prompt);
     if (!prompt)
         return -1;
-    const double t0 = now_ms();
+    const double t0 = bd_now_ms();
     for (int i = 0; i < B; i++) {
         make_prompt(prompt, T, w, i, run, vocab);
         pe_seq_params p;
@@ -119,7 +99,7 @@ static int run_once(pe_engine *e, workload w, int T, int run, int vocab, result 
         if (k == nids)
             ids[nids++] = ev.seq;
         if (ev.token >= 0 && !seen[k]++ && ++firsts == B)
-            r->first_ms = now_ms() - t0;
+            r->first_ms = bd_now_ms() - t0;
         if (ev.finish != PE_FINISH_NONE) {
             if (ev.finish != PE_FINISH_LENGTH) {
                 fprintf(stderr, "error: a sequence ended with finish %d\n", (int)ev.finish);
@@ -128,7 +108,7 @@ static int run_once(pe_engine *e, workload w, int T, int run, int vocab, result 
             ends++;
         }
     }
-    r->end_ms = now_ms() - t0;
+    r->end_ms = bd_now_ms() - t0;
     pe_engine_info_get(e, &after);
     r->hits = after.prefix_hit_tokens - before.prefix_hit_tokens;
     return 0;
@@ -149,20 +129,8 @@ int main(int argc, char **argv)
     const int T = a.quick ? 128 : 512, trials = a.quick ? 1 : 3;
     char tmp[512] = "";
     if (!model_dir) {
-        snprintf(tmp, sizeof tmp, "%s/bench_prefix.%d", getenv("TMPDIR") ? getenv("TMPDIR")
-                                                                          : "/tmp", (int)getpid());
-        pe_gen_spec s;
-        if (pe_gen_init(&s, PE_GEN_LLAMA, "llama-110m") != PE_OK) {
-            fprintf(stderr, "error: %s\n", pe_last_error());
+        if (bd_write_preset(PE_GEN_LLAMA, "llama-110m", 7, "bench_prefix", tmp, sizeof tmp))
             return 1;
-        }
-        s.seed = 7;
-        printf("writing %s ...\n", tmp);
-        fflush(stdout);
-        if (pe_gen_write(&s, tmp) != PE_OK) {
-            fprintf(stderr, "error: %s\n", pe_last_error());
-            return 1;
-        }
         model_dir = tmp;
     }
     pe_engine *eng[2] = {open_engine(model_dir, 0, threads, T),

@@ -799,6 +799,25 @@ static void test_generate_json_holds_the_sequence(void **state)
             "--gpus", "0");
     EXPECT_USAGE(r, "tp=2 needs 2 devices but --gpus lists 1");
     tu_run_free(&r);
+
+    /* with drafts (--spec-tokens): the same greedy tokens, and the drafts counted (none
+     * without); this random model's answer falls into a loop within its 60 tokens */
+    cJSON *plain = NULL, *drafted = NULL;
+    for (int spec = 0; spec < 2; spec++) {
+        r = RUN("generate", "--model", dir, "--backend", "host", "--tokens", "1,2,3",
+                "--max-tokens", "60", "--ignore-eos", "--json", "--spec-tokens",
+                spec ? "4" : "0");
+        assert_int_equal(r.status, 0);
+        *(spec ? &drafted : &plain) = parse_json_only(&r);
+        tu_run_free(&r);
+    }
+    assert_true(cJSON_Compare(cJSON_GetObjectItemCaseSensitive(plain, "tokens"),
+                              cJSON_GetObjectItemCaseSensitive(drafted, "tokens"), 1));
+    assert_int_equal((int)num(plain, "spec_draft_tokens"), 0);
+    assert_true(num(drafted, "spec_accepted_tokens") > 0);
+    assert_true(num(drafted, "spec_accepted_tokens") < num(drafted, "spec_draft_tokens"));
+    cJSON_Delete(plain);
+    cJSON_Delete(drafted);
 }
 
 static void test_generate_bad_input_names_the_problem(void **state)
@@ -820,6 +839,12 @@ static void test_generate_bad_input_names_the_problem(void **state)
     tu_run_free(&r);
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--min-p", "1.5");
     EXPECT_USAGE(r, "--min-p");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--spec-tokens", "17");
+    EXPECT_USAGE(r, "--spec-tokens");
+    tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--spec-ngram", "0");
+    EXPECT_USAGE(r, "--spec-ngram");
     tu_run_free(&r);
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--max-tokens", "4", "--min-tokens",
             "5");

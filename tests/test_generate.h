@@ -21,7 +21,9 @@
 #include "pengine/pengine.h"
 #include "test_models.h"
 
-enum { TG_NSEQ = 8, TG_MAXG = 32, TG_MAXPROMPT = 40, TG_TOPK = 5, TG_NSCORE = 20, TG_WHY = 256 };
+/* TG_G tokens a sequence in the grid runs, at most TG_MAXG in a run */
+enum { TG_NSEQ = 8, TG_G = 32, TG_MAXG = 128, TG_MAXPROMPT = 40, TG_TOPK = 5, TG_NSCORE = 20,
+       TG_WHY = 256 };
 
 /* Sequence i's prompt (i < TG_NSEQ): seeded tokens (seed + i), as many as its length of
  * {1, 40, 7, 25, 12, 18, 3, 31}, which it returns. */

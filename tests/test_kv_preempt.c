@@ -99,10 +99,18 @@ typedef struct driver {
     int32_t *kv_token, *kv_pos; /* (nblocks * block_tokens) what each slot holds; -1 none */
     int bad_events;
     int steps_run;
+    int period;                 /* of the tokens the device samples (drafts hit in a loop) */
+    int twist;                  /* 1: every 8th token leaves the loop (drafts miss) */
 } driver;
 
-/* The token the device samples for sequence id at index k (never an eos). */
-static int32_t sampled(int id, int k) { return 20 + (id * 7 + k * 3) % 50; }
+/* The token the device samples for sequence id at index k (never an eos): a loop of
+ * d->period tokens, left every 8th token with d->twist. */
+static int32_t sampled(const driver *d, int id, int k)
+{
+    if (d->twist && k % 8 == 7)
+        return 80 + k % 3;
+    return 20 + (id * 7 + k * 3) % d->period;
+}
 
 static pe_status on_event(void *ctx, en_seq *seq, const pe_token_event *ev)
 {
@@ -113,7 +121,7 @@ static pe_status on_event(void *ctx, en_seq *seq, const pe_token_event *ev)
         return PE_OK;
     }
     if (ev->token >= 0) {
-        if (ev->token != sampled((int)seq->id, m->received) ||
+        if (ev->token != sampled(d, (int)seq->id, m->received) ||
             ev->index != m->received - m->turn_base)
             d->bad_events++;
         m->tokens[m->ntok++] = ev->token;
@@ -133,6 +141,7 @@ static driver *d_new(const en_sched_config *cfg)
     driver *d = calloc(1, sizeof *d);
     assert_non_null(d);
     d->cfg = *cfg;
+    d->period = 50;
     d->ngroups = cfg->groups > 1 ? cfg->groups : 1;
     for (int i = 0; i < d->ngroups; i++) {
         d->steps[i] = calloc(1, sizeof *d->steps[i]);
@@ -252,8 +261,9 @@ static void check_pool(driver *d)
 }
 
 /* The device runs step st: every position a chunk attends to holds its sequence's token,
- * its rows are written to their slots, and each sampling row gets the token of its index,
- * with the draw of that index. */
+ * its rows are written to their slots (a draft's too), and each sampling row gets the token
+ * of its index, with the draw of that index; a row after a draft that missed gets a token
+ * the sequence never has (the scheduler must not take it). */
 static void run_on_device(driver *d, en_step *st)
 {
     const int B = d->cfg.block_tokens;
@@ -276,8 +286,11 @@ static void run_on_device(driver *d, en_step *st)
         }
         for (int k = 0; k < c->n; k++) { /* what the chunk writes */
             const int row = ch[PE_K_CHUNK_ROW0] + k, p = c->pos0 + k;
-            assert_true(p < m->ntok);
-            assert_int_equal(meta[L.tokens + row], m->tokens[p]);
+            assert_true(p < m->ntok + c->draft);
+            if (p < m->ntok)
+                assert_int_equal(meta[L.tokens + row], m->tokens[p]);
+            else /* a draft: written as given, to be read only if it was the token */
+                m->tokens[p] = meta[L.tokens + row];
             assert_int_equal(meta[L.positions + row], p);
             const int slot = meta[L.slots + row];
             assert_int_equal(slot, bt[p / B] * B + p % B);
@@ -285,13 +298,18 @@ static void run_on_device(driver *d, en_step *st)
             d->kv_pos[slot] = p;
         }
         if (c->sample) {
-            const int r = c->logit0 + c->nlogits - 1;
-            assert_int_equal(c->pos0 + c->n, m->ntok);
-            assert_true(samp[r].u ==
-                        pe_k_uniform(m->seed, (uint64_t)(m->received - m->turn_base)));
-            st->out_tokens[r] = sampled(id, m->received);
-            st->out_logit[r] = 0.0f;
-            st->out_lse[r] = 0.0f;
+            const int r0 = c->logit0 + c->nlogits - 1 - c->draft, row0 = ch[PE_K_CHUNK_ROW0];
+            assert_int_equal(c->pos0 + c->n - c->draft, m->ntok);
+            int valid = 1; /* drafts 1..k were the tokens */
+            for (int k = 0; k <= c->draft; k++) {
+                const int r = r0 + k;
+                assert_true(samp[r].u == pe_k_uniform(m->seed, (uint64_t)(m->received -
+                                                                           m->turn_base + k)));
+                st->out_tokens[r] = valid ? sampled(d, id, m->received + k) : 10;
+                valid &= k < c->draft && st->out_tokens[r] == meta[L.tokens + row0 + 1 + k];
+                st->out_logit[r] = 0.0f;
+                st->out_lse[r] = 0.0f;
+            }
         }
     }
 }
@@ -455,12 +473,19 @@ static void test_a_random_load_on_a_small_pool_completes_every_sequence_exactly(
 {
     (void)state;
     const int nseqs = tu_small() ? 24 : 64;
-    for (int variant = 0; variant < 8; variant++) {
+    for (int variant = 0; variant < 16; variant++) {
         en_sched_config cfg = preempt_config(24); /* 96 positions */
         cfg.groups = 1 + (variant & 1);
         cfg.prefill_chunks = variant & 2 ? 2 : 1;
         cfg.prefix_caching = (variant & 4) != 0;
+        if (variant & 8) { /* decodes with drafts, on tokens that loop */
+            cfg.spec_tokens = 3;
+            cfg.spec_ngram_min = 1;
+            cfg.spec_ngram_max = 2;
+        }
         driver *d = d_new(&cfg);
+        if (variant & 8)
+            d->period = 5, d->twist = 1;
         uint64_t g = 0x5eed + (uint64_t)variant;
         int added = 0;
         while (added < nseqs) {
@@ -489,6 +514,9 @@ static void test_a_random_load_on_a_small_pool_completes_every_sequence_exactly(
             fail_msg("variant %d: no prefix was found in the cache", variant);
         if (!cfg.prefix_caching)
             assert_int_equal(d->s.prefix_hit_tokens, 0);
+        if (cfg.spec_tokens && !(d->s.spec_accepted > 0 && d->s.spec_accepted < d->s.spec_drafted))
+            fail_msg("variant %d: %ld of %ld drafts accepted", variant, d->s.spec_accepted,
+                     d->s.spec_drafted);
         d_free(d);
     }
 }

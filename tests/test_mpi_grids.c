@@ -7,7 +7,8 @@
  * logprobs) and pe_score over 20 positions, and checks them against a one-process engine
  * on one device: the same tokens, top-k ids and logprobs within 1e-4, logits within 1e-4
  * of their scale; without TP on a batch-invariant host backend (AVX2 or AVX-512), all of it
- * bit for bit. The other processes follow. Then a second engine with pe_config.mpi
+ * bit for bit. The Llama's grids run with speculative decoding (up to 4 drafts a decode),
+ * within tolerance of one process without it. The other processes follow. Then a second engine with pe_config.mpi
  * while one exists must be refused on every process (and the first one still answer), a
  * grid whose size does not match the processes' devices must be refused on every process,
  * naming the process count, and pe_mpi_agree must give every process the first failure.
@@ -73,7 +74,9 @@ typedef struct grid {
     int dp, pp, tp;
 } grid;
 
-static pe_status create(const char *dir, grid g, int mpi, int ndev, pe_engine **e)
+/* A host engine on grid g over ndev devices a process (pe_config.mpi = mpi), decodes
+ * carrying up to spec drafts. */
+static pe_status create(const char *dir, grid g, int mpi, int ndev, int spec, pe_engine **e)
 {
     static const int zeros[8] = {0};
     pe_config cfg;
@@ -88,6 +91,7 @@ static pe_status create(const char *dir, grid g, int mpi, int ndev, pe_engine **
     cfg.mpi = mpi;
     cfg.schedule = g.pp > 1 ? PE_SCHED_STREAM : PE_SCHED_NAIVE;
     cfg.microbatches = g.pp;
+    cfg.spec_tokens = spec;
     *e = NULL;
     pe_status s = pe_engine_create(&cfg, e);
     if (s == PE_OK)
@@ -148,15 +152,16 @@ static void run_or_follow(pe_engine *e, int vocab, const answers *one, int exact
     }
 }
 
-/* One grid over the job: process 0 checks it against one, the others follow. */
-static void check_grid(const char *dir, int vocab, grid g, const answers *one,
+/* One grid over the job, its decodes carrying up to spec drafts: process 0 checks it
+ * against one (without drafts), the others follow. */
+static void check_grid(const char *dir, int vocab, grid g, int spec, const answers *one,
                        const char *model)
 {
     char what[128];
-    snprintf(what, sizeof what, "%s dp%d x pp%d x tp%d over %d processes", model, g.dp, g.pp,
-             g.tp, nprocs);
+    snprintf(what, sizeof what, "%s dp%d x pp%d x tp%d over %d processes%s", model, g.dp,
+             g.pp, g.tp, nprocs, spec ? ", with drafts" : "");
     pe_engine *e = NULL;
-    pe_status s = create(dir, g, 1, g.dp * g.pp * g.tp / nprocs, &e);
+    pe_status s = create(dir, g, 1, g.dp * g.pp * g.tp / nprocs, spec, &e);
     if (s != PE_OK)
         die("%s: create/load: %s", what, pe_last_error());
     pe_engine_info info;
@@ -167,7 +172,9 @@ static void check_grid(const char *dir, int vocab, grid g, const answers *one,
     for (int r = 0; r < info.world && r < 64; r++)
         if (info.weight_bytes[r] == 0 || info.kv_bytes[r] == 0)
             die("%s: pe_engine_info has no weight or KV bytes for rank %d", what, r);
-    run_or_follow(e, vocab, one, g.tp == 1 && hb_simd_batch_invariant(hb_simd_get()), what);
+    /* (a decode with drafts sums its rows as a prefill chunk: within tolerance) */
+    run_or_follow(e, vocab, one, !spec && g.tp == 1 && hb_simd_batch_invariant(hb_simd_get()),
+                  what);
     pe_engine_destroy(e);
 }
 
@@ -180,7 +187,7 @@ static void late_message_of_an_earlier_engine(const char *dir)
 {
     grid g = {nprocs, 1, 1};
     pe_engine *e = NULL;
-    if (create(dir, g, 1, 1, &e) != PE_OK)
+    if (create(dir, g, 1, 1, 0, &e) != PE_OK)
         die("dp%d for the late message: create/load: %s", nprocs, pe_last_error());
     if (me == 0)
         pe_engine_destroy(e);
@@ -201,9 +208,9 @@ static void second_engine_is_refused(const char *dir, int vocab, const answers *
 {
     grid g = {nprocs, 1, 1};
     pe_engine *e = NULL, *second = NULL;
-    if (create(dir, g, 1, 1, &e) != PE_OK)
+    if (create(dir, g, 1, 1, 0, &e) != PE_OK)
         die("dp%d: create/load: %s", nprocs, pe_last_error());
-    pe_status s = create(dir, g, 1, 1, &second);
+    pe_status s = create(dir, g, 1, 1, 0, &second);
     if (s != PE_EINVAL || second)
         die("a second MPI engine was not refused (status %d)", (int)s);
     if (!strstr(pe_last_error(), "destroy it first"))
@@ -220,7 +227,7 @@ static void wrong_process_count_is_refused(const char *dir)
 {
     grid g = {1, 1, nprocs + 1};
     pe_engine *e = NULL;
-    pe_status s = create(dir, g, 1, 1, &e);
+    pe_status s = create(dir, g, 1, 1, 0, &e);
     if (s != PE_EINVAL || e)
         die("a grid of %d ranks over %d processes x 1 device was not refused (status %d)",
             nprocs + 1, nprocs, (int)s);
@@ -275,25 +282,26 @@ int main(int argc, char **argv)
     if (me == 0) {
         pe_engine *e = NULL;
         grid single = {1, 1, 1};
-        if (create(gpt2_dir, single, 0, 1, &e) != PE_OK)
+        if (create(gpt2_dir, single, 0, 1, 0, &e) != PE_OK)
             die("one device: %s", pe_last_error());
         run_all(e, gpt2_vocab, &one_gpt2);
         pe_engine_destroy(e);
-        if (create(llama_dir, single, 0, 1, &e) != PE_OK)
+        if (create(llama_dir, single, 0, 1, 0, &e) != PE_OK)
             die("one device: %s", pe_last_error());
         run_all(e, llama_vocab, &one_llama);
         pe_engine_destroy(e);
     }
     late_message_of_an_earlier_engine(llama_dir);
     /* The issue's grids across processes: dp2, tp2, pp2, dp2 x pp2 (-np 2: two ranks a
-     * process; -np 4: one), and pp2 x tp2 (TP inside a process at -np 2). */
+     * process; -np 4: one), and pp2 x tp2 (TP inside a process at -np 2); the Llama's with
+     * up to 4 drafts a decode (speculative decoding), against one process without. */
     static const grid grids[] = {{2, 1, 1}, {1, 1, 2}, {1, 2, 1}, {2, 2, 1}, {1, 2, 2}};
     for (size_t i = 0; i < sizeof grids / sizeof *grids; i++) {
         grid g = grids[i];
         if ((g.dp * g.pp * g.tp) % nprocs != 0)
             continue;
-        check_grid(gpt2_dir, gpt2_vocab, g, &one_gpt2, "gpt2");
-        check_grid(llama_dir, llama_vocab, g, &one_llama, "llama");
+        check_grid(gpt2_dir, gpt2_vocab, g, 0, &one_gpt2, "gpt2");
+        check_grid(llama_dir, llama_vocab, g, 4, &one_llama, "llama"); /* greedy: drafts */
     }
     second_engine_is_refused(llama_dir, llama_vocab, &one_llama);
     wrong_process_count_is_refused(llama_dir);

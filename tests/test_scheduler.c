@@ -57,13 +57,15 @@ typedef struct tseq {
     pe_status end_pending;/* en_sched_end_all's status while busy, or PE_OK */
     int32_t *bt;          /* its block table as last seen */
     int nbt;
+    int32_t draft[PE_MAX_SPEC_TOKENS]; /* the drafts of its decode in the step (cfg.spec_tokens) */
+    int ndraft;
     float *score_out;
     rec *exp, *act;       /* expected and received events, in order */
     int nexp, nact, evcap;
 } tseq;
 
 typedef struct harness harness;
-typedef int32_t (*pick_fn)(harness *h, const tseq *t);
+typedef int32_t (*pick_fn)(harness *h, const tseq *t, int index);
 
 struct harness {
     en_sched s;
@@ -335,6 +337,41 @@ static int model_room(const harness *h)
     return room;
 }
 
+/* The drafts of t's next decode (cfg.spec_tokens), by the model: after the latest earlier
+ * place of its last n tokens (n from spec_ngram_max down to spec_ngram_min), token ntok + j
+ * is drafted as token from + j, itself a draft when past the end; at most the step's tokens
+ * and logit rows left after the decode's own, and none past its limit, its buffer or the
+ * context. None for a scored sequence, while it waits for min_tokens (none has any), or
+ * while more than spec_max_seqs run. */
+static int model_drafts(const harness *h, const tseq *t, int tokens_left, int logits_left,
+                        int32_t *out)
+{
+    const int limits[] = {h->cfg.spec_tokens, tokens_left, logits_left,
+                          t->spec.max_tokens - t->generated - 1, h->cfg.context - 1 - t->ntok,
+                          t->cap - t->ntok};
+    int most = limits[0];
+    for (size_t i = 1; i < sizeof limits / sizeof limits[0]; i++)
+        most = limits[i] < most ? limits[i] : most;
+    int nrun = 0;
+    for (int o = 0; o < h->norder; o++)
+        nrun += !h->seqs[h->order[o]].ended && h->seqs[h->order[o]].running;
+    if (t->spec.score || most <= 0 || (h->cfg.spec_max_seqs && nrun > h->cfg.spec_max_seqs))
+        return 0;
+    for (int n = h->cfg.spec_ngram_max; n >= h->cfg.spec_ngram_min; n--) {
+        for (int from = t->ntok - 1; n < t->ntok && from - n >= 0; from--) {
+            int same = 1; /* tokens [from - n, from) against the last n */
+            for (int j = 0; j < n; j++)
+                same &= t->tokens[from - n + j] == t->tokens[t->ntok - n + j];
+            if (!same)
+                continue;
+            for (int j = 0; j < most; j++)
+                out[j] = from + j < t->ntok ? t->tokens[from + j] : out[from + j - t->ntok];
+            return most;
+        }
+    }
+    return 0;
+}
+
 /* The step as built, against the model's sequences (before the step comes back). */
 static void check_step(harness *h)
 {
@@ -359,7 +396,13 @@ static void check_step(harness *h)
         if (t->busy)
             fail_msg("seq %d twice in a step, or in two steps", (int)q->id);
         const int rem = t->ntok - t->cached;
-        if (c->pos0 != t->cached || c->n < 1 || c->n > rem)
+        /* a decode's drafts: as many as the budgets left before it allow */
+        t->ndraft = rem == 1 ? model_drafts(h, t, cfg->max_step_tokens - row - 1,
+                                            cfg->max_logit_rows - lr - 1, t->draft) : 0;
+        if (c->draft != t->ndraft)
+            fail_msg("chunk %d of seq %d: %d drafts, expected %d", i, (int)q->id, c->draft,
+                     t->ndraft);
+        if (c->pos0 != t->cached || c->n < 1 || c->n - c->draft > rem)
             fail_msg("chunk %d of seq %d: positions %d+%d, model has %d cached of %d", i,
                      (int)q->id, c->pos0, c->n, t->cached, t->ntok);
         if (rem == 1) { /* a decode */
@@ -368,14 +411,14 @@ static void check_step(harness *h)
         } else {
             prefill_seen = 1;
         }
-        const int reaches_end = c->pos0 + c->n == t->ntok;
-        const int nl = t->spec.score && t->spec.all_positions ? c->n : reaches_end;
+        const int reaches_end = c->pos0 + c->n - c->draft == t->ntok;
+        const int nl = t->spec.score && t->spec.all_positions ? c->n : reaches_end + c->draft;
         if (c->nlogits != nl)
             fail_msg("chunk %d of seq %d (%d+%d of %d): %d logit rows, expected %d", i,
                      (int)q->id, c->pos0, c->n, t->ntok, c->nlogits, nl);
         assert_int_equal(c->logit0, nl ? lr : -1);
         assert_int_equal(c->sample, !t->spec.score && nl > 0);
-        if (c->n < rem)
+        if (c->n - c->draft < rem)
             nshort++;
         /* the chunk table row */
         const int32_t *ch = m + L.chunks + (size_t)i * PE_K_CHUNK_FIELDS;
@@ -392,10 +435,10 @@ static void check_step(harness *h)
         /* its tokens, positions and slots */
         for (int k = 0; k < c->n; k++) {
             const int p = c->pos0 + k;
-            if (m[L.tokens + row + k] != t->tokens[p] || m[L.positions + row + k] != p)
+            const int32_t want = p < t->ntok ? t->tokens[p] : t->draft[p - t->ntok];
+            if (m[L.tokens + row + k] != want || m[L.positions + row + k] != p)
                 fail_msg("seq %d position %d: token %d at position %d in the step, expected %d",
-                         (int)q->id, p, m[L.tokens + row + k], m[L.positions + row + k],
-                         t->tokens[p]);
+                         (int)q->id, p, m[L.tokens + row + k], m[L.positions + row + k], want);
             assert_int_equal(m[L.slots + row + k], tbl[p / B] * B + p % B);
             assert_int_equal(m[L.slots + row + k], q->blocks[p / B] * B + p % B);
         }
@@ -413,7 +456,9 @@ static void check_step(harness *h)
                 assert_true(sp->temperature == t->spec.sampling.temperature);
                 assert_int_equal(sp->top_k, t->spec.sampling.top_k);
                 assert_true(sp->top_p == t->spec.sampling.top_p);
-                assert_true(sp->u == pe_k_uniform(t->spec.sampling.seed, (uint64_t)t->generated));
+                /* row k draws what generated token `generated + k` would draw anyway */
+                assert_true(sp->u == pe_k_uniform(t->spec.sampling.seed,
+                                                  (uint64_t)(t->generated + k)));
             }
         }
         row += c->n;
@@ -427,7 +472,8 @@ static void check_step(harness *h)
                 topk = t->spec.logprobs;
         }
         t->busy = 1;
-        t->covered = c->pos0 + c->n;
+        if (c->pos0 + c->n > t->covered) /* (blocks taken for rejected drafts stay held) */
+            t->covered = c->pos0 + c->n;
     }
     assert_int_equal(st->ntok, row);
     assert_int_equal(st->nbt, bt);
@@ -571,13 +617,13 @@ static int h_build(harness *h)
     return r;
 }
 
-static int32_t pick_token(harness *h, const tseq *t)
+/* The token the device samples for t's generated token `index`. */
+static int32_t pick_token(harness *h, const tseq *t, int index)
 {
     if (h->pick)
-        return h->pick(h, t);
+        return h->pick(h, t, index);
     int id = (int)(t - h->seqs);
-    return t->generated < t->spec.nscript ? t->spec.script[t->generated]
-                                          : default_token(id, t->generated);
+    return index < t->spec.nscript ? t->spec.script[index] : default_token(id, index);
 }
 
 /* The model's side of a sampled token: appended; the event it must bring. */
@@ -630,13 +676,19 @@ static void h_complete(harness *h, pe_status status)
         const en_chunk *c = &st->chunks[i];
         if (!c->sample)
             continue;
-        const int r = c->logit0 + c->nlogits - 1;
-        st->out_tokens[r] = pick_token(h, seq_of(h, (int)c->seq->id));
-        st->out_logit[r] = -0.5f - (float)r;
-        st->out_lse[r] = 0.25f;
-        for (int j = 0; j < st->topk; j++) {
-            st->out_top[(size_t)r * (size_t)st->topk + (size_t)j] = 40 + j;
-            st->out_topv[(size_t)r * (size_t)st->topk + (size_t)j] = -0.5f * (float)j;
+        const tseq *t = seq_of(h, (int)c->seq->id);
+        const int r0 = c->logit0 + c->nlogits - 1 - c->draft;
+        int valid = 1; /* row k's inputs are the sequence's own tokens: drafts 1..k all hit */
+        for (int k = 0; k <= c->draft; k++) {
+            const int r = r0 + k;
+            st->out_tokens[r] = valid ? pick_token(h, t, t->generated + k) : 999;
+            valid &= k < c->draft && st->out_tokens[r] == t->draft[k];
+            st->out_logit[r] = -0.5f - (float)r;
+            st->out_lse[r] = 0.25f;
+            for (int j = 0; j < st->topk; j++) {
+                st->out_top[(size_t)r * (size_t)st->topk + (size_t)j] = 40 + j;
+                st->out_topv[(size_t)r * (size_t)st->topk + (size_t)j] = -0.5f * (float)j;
+            }
         }
     }
     for (int i = 0; i < st->nchunks; i++) {
@@ -648,7 +700,7 @@ static void h_complete(harness *h, pe_status status)
             expect_final(t, PE_FINISH_ERROR, status);
             continue;
         }
-        t->cached += c->n;
+        t->cached += c->n - c->draft;
         if (t->cancel_pending)
             expect_final(t, PE_FINISH_CANCELLED, PE_OK);
         else if (t->end_pending != PE_OK)
@@ -656,8 +708,14 @@ static void h_complete(harness *h, pe_status status)
         else if (t->spec.score) {
             if (t->cached == t->ntok)
                 expect_final(t, PE_FINISH_LENGTH, PE_OK);
-        } else if (c->pos0 + c->n == t->ntok) {
-            feed(h, t, st, c->logit0 + c->nlogits - 1);
+        } else if (c->sample) { /* each token up to the first draft missed, or the end */
+            const int r0 = c->logit0 + c->nlogits - 1 - c->draft;
+            for (int k = 0; k <= c->draft; k++) {
+                feed(h, t, st, r0 + k);
+                if (t->ended || k == c->draft || st->out_tokens[r0 + k] != t->draft[k])
+                    break;
+                t->cached++; /* draft k + 1 was the token: its keys and values are right */
+            }
         }
     }
     st->status = status;
@@ -1796,11 +1854,95 @@ static void test_scoring_the_last_position_gives_one_row_beside_sampling_ones(vo
     h_free(h);
 }
 
-/* ---- 9. a random run ---------------------------------------------------------------------- */
+/* ---- 9. drafts (speculative decoding) ----------------------------------------------------- */
 
-static int32_t random_token(harness *h, const tseq *t)
+/* The default tokens, but token 13 is 27 where the loop would give 24. */
+static int32_t loop_with_a_miss(harness *h, const tseq *t, int index)
+{
+    (void)h;
+    return index == 13 ? 27 : default_token((int)(t - h->seqs), index);
+}
+
+/* Sequence 1 generates the default tokens, a loop of period 10 (21 .. 29, 20, 21 ...): once
+ * token 21 comes again (token 10), the tokens after its last time are drafted, four a step,
+ * and a step whose drafts all hit gives five tokens. The harness checks each step's chunk
+ * (its drafts, rows and draws) and every event against its own model; here the counts are
+ * the hand-computed ones. */
+static void test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss(void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config();
+    cfg.spec_tokens = 4;
+    cfg.spec_ngram_min = 1;
+    cfg.spec_ngram_max = 2;
+    seq_spec sp = {.prompt_len = 3, .max_tokens = 30};
+
+    /* a prefill step (token 0), 10 one-token decodes (tokens 1..10), then 5 + 5 + 5 tokens
+     * and, with 3 drafts left before max_tokens, 4: 15 steps, 15 of 15 drafts accepted */
+    harness *h = h_new(&cfg);
+    h_add(h, 1, &sp);
+    assert_int_equal(h_run(h), 15);
+    int32_t want[30];
+    for (int k = 0; k < 30; k++)
+        want[k] = default_token(1, k);
+    assert_tokens(h, 1, want, 30, PE_FINISH_LENGTH);
+    assert_int_equal(h->s.spec_drafted, 15);
+    assert_int_equal(h->s.spec_accepted, 15);
+    h_free(h);
+
+    /* token 13 misses: step 12 drafts 22 23 24 25 and gives 22 23 27 (2 accepted); step 13
+     * drafts what followed the earlier 27 (28 29 20 21) and gives 25 (none); step 14 drafts
+     * what followed 25 (26 27 28 29), all hit, and gives 26 .. 29, 20: tokens 15..19 */
+    sp.max_tokens = 20;
+    h = h_new(&cfg);
+    h->pick = loop_with_a_miss;
+    h_add(h, 1, &sp);
+    assert_int_equal(h_run(h), 14);
+    for (int k = 0; k < 20; k++)
+        want[k] = k == 13 ? 27 : default_token(1, k);
+    assert_tokens(h, 1, want, 20, PE_FINISH_LENGTH);
+    assert_int_equal(h->s.spec_drafted, 12);
+    assert_int_equal(h->s.spec_accepted, 6);
+    h_free(h);
+
+    /* a stop token among the hits ends the sequence there, and nothing after it is taken:
+     * the prompt is 131 132 133 and 133 a stop token; token 0, 131, brings drafts 132 133
+     * 131 132, and the device samples 132 and 133 */
+    sp = (seq_spec){.prompt_len = 3, .max_tokens = 30, .stop = {133}, .nstop = 1,
+                    .script = {131, 132, 133}, .nscript = 3};
+    assert_int_equal(prompt_token(1, 2), 133);
+    h = h_new(&cfg);
+    h_add(h, 1, &sp);
+    assert_int_equal(h_run(h), 2);
+    assert_tokens(h, 1, sp.script, 3, PE_FINISH_STOP);
+    assert_int_equal(h->s.spec_drafted, 4);
+    assert_int_equal(h->s.spec_accepted, 2);
+    h_free(h);
+
+    /* spec_max_seqs 1: no drafts while sequence 2 (12 tokens) runs beside sequence 1: a
+     * prefill step and 11 one-token decodes for both; then sequence 1's loop goes on with
+     * drafts, 5 + 5 + 5 tokens and 3 (2 drafts left before max_tokens) */
+    cfg.spec_max_seqs = 1;
+    sp = (seq_spec){.prompt_len = 3, .max_tokens = 30};
+    seq_spec sp2 = {.prompt_len = 3, .max_tokens = 12};
+    h = h_new(&cfg);
+    h_add(h, 1, &sp);
+    h_add(h, 2, &sp2);
+    assert_int_equal(h_run(h), 1 + 11 + 4);
+    for (int k = 0; k < 30; k++)
+        want[k] = default_token(1, k);
+    assert_tokens(h, 1, want, 30, PE_FINISH_LENGTH);
+    assert_int_equal(h->s.spec_drafted, 4 + 4 + 4 + 2);
+    assert_int_equal(h->s.spec_accepted, 4 + 4 + 4 + 2);
+    h_free(h);
+}
+
+/* ---- 10. a random run --------------------------------------------------------------------- */
+
+static int32_t random_token(harness *h, const tseq *t, int index)
 {
     (void)t;
+    (void)index;
     int r = rnd_in(&h->rng, 0, 99);
     return r < 6 ? EOS : r < 8 ? EOS2 : r < 12 ? STOP : r < 14 ? STOP2 : 20 + r % 10;
 }
@@ -1833,7 +1975,8 @@ static seq_spec random_spec(harness *h)
     return s;
 }
 
-static void random_run(uint64_t seed, int nseqs)
+/* One seeded random run; adds its drafts and the accepted ones to the counts. */
+static void random_run(uint64_t seed, int nseqs, long *drafted, long *accepted)
 {
     uint64_t g = seed;
     static const int block_tokens[] = {1, 2, 3, 4, 16};
@@ -1846,6 +1989,11 @@ static void random_run(uint64_t seed, int nseqs)
     cfg.max_logit_rows = rnd_in(&g, 1, 9);
     cfg.kv_full = rnd_in(&g, 0, 1) ? PE_KV_REFUSE : PE_KV_WAIT;
     cfg.neos = rnd_in(&g, 1, 2);
+    cfg.spec_tokens = rnd_in(&g, 0, 1) ? rnd_in(&g, 1, 5) : 0; /* drafts (random_token: a
+                                                               * tenth of them hit) */
+    cfg.spec_ngram_min = rnd_in(&g, 1, 2);
+    cfg.spec_ngram_max = rnd_in(&g, cfg.spec_ngram_min, 3);
+    cfg.spec_max_seqs = rnd_in(&g, 0, 3); /* 0: any number */
     harness *h = h_new(&cfg);
     h->rng = rnd(&g);
     h->pick = random_token;
@@ -1887,6 +2035,8 @@ static void random_run(uint64_t seed, int nseqs)
     assert_int_equal(en_sched_sequences(&h->s), 0);
     assert_int_equal(en_sched_room(&h->s), cfg.nblocks);
     assert_int_equal(h->s.kv.nfree, cfg.nblocks);
+    *drafted += h->s.spec_drafted;
+    *accepted += h->s.spec_accepted;
     h_free(h);
 }
 
@@ -1894,8 +2044,13 @@ static void test_random_runs_keep_every_invariant(void **state)
 {
     (void)state;
     const int runs = (int)tu_size(200, 12), nseqs = (int)tu_size(40, 16);
+    long drafted = 0, accepted = 0;
     for (int i = 0; i < runs; i++)
-        random_run(0x5eed0000u + (uint64_t)i, nseqs);
+        random_run(0x5eed0000u + (uint64_t)i, nseqs, &drafted, &accepted);
+    /* the runs with drafts took some and missed some */
+    if (!(accepted > 0 && accepted < drafted))
+        fail_msg("%ld of %ld drafts accepted", accepted, drafted);
+    print_message("drafts: %ld of %ld accepted\n", accepted, drafted);
 }
 
 int main(void)
@@ -1929,6 +2084,7 @@ int main(void)
         TEST(test_a_streaming_prompt_cancelled_or_failed_ends_once_its_chunks_are_back),
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),
         TEST(test_scoring_the_last_position_gives_one_row_beside_sampling_ones),
+        TEST(test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss),
         TEST(test_random_runs_keep_every_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -652,13 +652,21 @@ try {
     console.error(server.p.stderrText());
     process.exit(1);
 }
-// the same on a grid: 2 replicas of 2 pipeline stages (4 workers on device 0)
-const grid = await startServer(['--dp', '2', '--pp', '2']);
+// the same on a grid: 2 replicas of 2 pipeline stages (4 workers on device 0), decodes with
+// drafts (--spec-tokens): each client still gets its lone-run tokens
+const grid = await startServer(['--dp', '2', '--pp', '2', '--spec-tokens', '4']);
 try {
     const t = Date.now();
     await concurrentClients(grid.url, 16);
+    const m = await waitIdle(grid.url);
+    check(m.pengine_spec_draft_tokens_total > 0 &&
+          m.pengine_spec_accepted_tokens_total <= m.pengine_spec_draft_tokens_total,
+          `drafts counted (${m.pengine_spec_accepted_tokens_total} of ` +
+          `${m.pengine_spec_draft_tokens_total} accepted)`);
     await stopServer(grid, 'SIGINT');
-    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2, SIGINT (${Date.now() - t} ms)`);
+    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2 --spec-tokens 4, SIGINT: ` +
+                `${m.pengine_spec_accepted_tokens_total} of ` +
+                `${m.pengine_spec_draft_tokens_total} drafts accepted (${Date.now() - t} ms)`);
 } catch (e) {
     grid.p.kill('SIGKILL');
     console.error(e.message);
@@ -667,8 +675,9 @@ try {
 }
 // a KV pool far too small for 32 streams at their full length (16 blocks of 16 positions):
 // sequences are preempted and computed again, each prompt twice in flight finds its twin's
-// blocks in the prefix cache, and every client still gets its lone-run tokens
-const small = await startServer(['--kv-tokens', '256']);
+// blocks in the prefix cache, drafts take blocks only while some are left, and every client
+// still gets its lone-run tokens
+const small = await startServer(['--kv-tokens', '256', '--spec-tokens', '2']);
 try {
     const t = Date.now();
     await concurrentClients(small.url, 32);

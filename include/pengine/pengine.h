@@ -86,6 +86,8 @@ typedef enum pe_tp_embedding {
     PE_TP_EMBED_REPLICATED  /* the whole table on every rank, no collective */
 } pe_tp_embedding;
 
+#define PE_MAX_SPEC_TOKENS 16 /* pe_config.spec_tokens */
+
 typedef struct pe_config {
     pe_backend_kind backend;
     int ndevices;            /* entries in devices */
@@ -117,6 +119,20 @@ typedef struct pe_config {
                               * that every stage works on another group); 1 = naive: one step
                               * at a time through the stages; at most 64 */
     pe_tp_embedding tp_embedding; /* TP: the token table vocab-parallel (default) or whole */
+    int spec_tokens;         /* speculative decoding by prompt lookup: a decode carries up to
+                              * this many drafts, the tokens that followed the latest earlier
+                              * place of the sequence's last n tokens (vLLM's "ngram"), and
+                              * the device checks them in the same step; every token is still
+                              * the one the model samples (docs/architecture.md). 0 (as
+                              * pe_config_init): off; at most PE_MAX_SPEC_TOKENS. Sequences with
+                              * repetition, frequency or presence penalties, or short of their
+                              * min_tokens, decode without drafts */
+    int spec_ngram_min, spec_ngram_max; /* n of the n-grams looked up, longest first;
+                              * 0 = 1 and 4 */
+    int spec_max_seqs;       /* drafts only while at most this many sequences run on the
+                              * replica (vLLM's disable_by_batch_size): a larger batch fills
+                              * the device without them, and the drafts' rows cost more than
+                              * they save (docs/architecture.md's figures); 0 = any number */
     int mpi;                 /* 1: the grid spans the processes of MPI_COMM_WORLD, one per node
                               * (pe_mpi_init; docs/multinode.md): every process creates and
                               * loads the engine with the same config, devices lists its own
@@ -192,6 +208,8 @@ typedef struct pe_engine_info {
     long prefix_hit_tokens;    /* prompt positions found in the prefix cache at admission */
     long prefix_asked_tokens;  /* ... of the positions looked up there (all but the last of
                                 * each admitted sequence) */
+    long spec_drafted_tokens;  /* pe_config.spec_tokens: drafts the device checked */
+    long spec_accepted_tokens; /* ... of them the model sampled itself (each saved a step) */
     int processes, process;    /* pe_config.mpi: the job's processes and this one (1 and 0
                                 * in one process); world rank r lives on process
                                 * r / (world / processes) */

@@ -90,6 +90,17 @@ pe_status en_config_resolve(pe_engine *e, const pe_config *cfg, pe_err *err)
         return pe_fail(err, PE_EINVAL,
                        "decode_groups=%d: give 1 to 64 steps in flight, or 0 for one per stage",
                        cfg->decode_groups);
+    if (cfg->spec_tokens < 0 || cfg->spec_tokens > PE_MAX_SPEC_TOKENS)
+        return pe_fail(err, PE_EINVAL, "spec_tokens=%d: give 1 to %d draft tokens a decode, or "
+                       "0 for none", cfg->spec_tokens, PE_MAX_SPEC_TOKENS);
+    if (cfg->spec_max_seqs < 0)
+        return pe_fail(err, PE_EINVAL, "spec_max_seqs=%d: give a number of sequences, or 0 for "
+                       "drafts at any batch", cfg->spec_max_seqs);
+    if (cfg->spec_ngram_min < 0 || cfg->spec_ngram_max < 0 ||
+        (cfg->spec_ngram_max && cfg->spec_ngram_min > cfg->spec_ngram_max))
+        return pe_fail(err, PE_EINVAL, "spec_ngram_min=%d, spec_ngram_max=%d: give 1 <= min <= "
+                       "max (0 for the defaults, 1 and 4)", cfg->spec_ngram_min,
+                       cfg->spec_ngram_max);
     if (cfg->threads < 0 || cfg->threads > 256)
         return pe_fail(err, PE_EINVAL,
                        "threads=%d: give a host device 1 to 256 cores, or 0 for an even share",

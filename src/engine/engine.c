@@ -426,7 +426,15 @@ static pe_status plan_decoder(pe_engine *e, pe_err *err)
     sc->prefix_caching = c->kv_full == PE_KV_PREEMPT && c->prefix_caching;
     sc->neos = m->neos < EN_MAX_EOS ? m->neos : EN_MAX_EOS;
     memcpy(sc->eos, m->eos, (size_t)sc->neos * sizeof *sc->eos);
-    e->max_logit_rows = sc->max_seqs < sc->max_step_tokens ? sc->max_seqs : sc->max_step_tokens;
+    sc->spec_tokens = c->spec_tokens;
+    sc->spec_max_seqs = c->spec_max_seqs;
+    sc->spec_ngram_min = c->spec_ngram_min ? c->spec_ngram_min : 1;
+    sc->spec_ngram_max = c->spec_ngram_max ? c->spec_ngram_max : 4;
+    if (sc->spec_ngram_max < sc->spec_ngram_min) /* only min given */
+        sc->spec_ngram_max = sc->spec_ngram_min;
+    /* a logit row a decode, and one a draft */
+    const long rows = (long)sc->max_seqs * (1 + sc->spec_tokens);
+    e->max_logit_rows = rows < sc->max_step_tokens ? (int)rows : sc->max_step_tokens;
     if (m->V > 0 && e->max_logit_rows > INT32_MAX / m->V) /* a target r x V + id is an int32 */
         e->max_logit_rows = INT32_MAX / m->V;
     sc->max_logit_rows = e->max_logit_rows;
@@ -557,6 +565,10 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
                 atomic_load_explicit(&r->prefix_hit_tokens, memory_order_relaxed);
             out->prefix_asked_tokens +=
                 atomic_load_explicit(&r->prefix_asked_tokens, memory_order_relaxed);
+            out->spec_drafted_tokens +=
+                atomic_load_explicit(&r->spec_drafted, memory_order_relaxed);
+            out->spec_accepted_tokens +=
+                atomic_load_explicit(&r->spec_accepted, memory_order_relaxed);
         }
     }
     snprintf(out->notice, sizeof out->notice, "%s", e->notice);

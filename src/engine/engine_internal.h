@@ -132,8 +132,8 @@ typedef struct en_replica {
                              * theirs (negative: a backlog) */
     atomic_int seqs;        /* published: sequences waiting or running */
     atomic_int blocks_used; /* published: KV blocks held by its sequences (running or kept) */
-    atomic_long preemptions, prefix_hit_tokens, prefix_asked_tokens; /* published: its
-                             * scheduler's counts (en_sched) */
+    atomic_long preemptions, prefix_hit_tokens, prefix_asked_tokens, spec_drafted,
+        spec_accepted;      /* published: its scheduler's counts (en_sched) */
     atomic_int inbound_seqs;   /* routed here by clients, not yet in what was published */
     atomic_int inbound_blocks; /* ... and the blocks they need (en_sched_blocks_needed) */
     int taken_seqs, taken_blocks; /* the thread's: taken in since the last publish */

@@ -17,11 +17,25 @@
 
 static const en_msg en_wake_msg = {EN_MSG_WAKE};
 
+/* The scheduler's counts (pe_engine_info). */
+static void publish_counts(en_replica *r)
+{
+    atomic_store_explicit(&r->preemptions, r->sched.preemptions, memory_order_relaxed);
+    atomic_store_explicit(&r->prefix_hit_tokens, r->sched.prefix_hit_tokens,
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->prefix_asked_tokens, r->sched.prefix_asked_tokens,
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->spec_drafted, r->sched.spec_drafted, memory_order_relaxed);
+    atomic_store_explicit(&r->spec_accepted, r->sched.spec_accepted, memory_order_relaxed);
+}
+
 /* The scheduler's events: to pe_score's waiter, or to the clients' FIFO. */
 static pe_status emit(void *ctx, en_seq *seq, const pe_token_event *ev)
 {
     en_replica *r = ctx;
     pe_engine *e = r->e;
+    if (ev->finish != PE_FINISH_NONE) /* a client that saw its end sees the counts with it */
+        publish_counts(r);
     if (seq->tracked && ev->finish != PE_FINISH_NONE) { /* before the client sees the end */
         if (seq->keep) /* parked, or DEAD after an error until the client releases it */
             en_kept_ended(e, seq->id, en_sched_keeps(seq, ev), seq->ntok);
@@ -52,11 +66,7 @@ static void publish(en_replica *r)
     atomic_store_explicit(&r->seqs, en_sched_sequences(&r->sched), memory_order_relaxed);
     atomic_store_explicit(&r->blocks_used, en_sched_blocks_held(&r->sched),
                           memory_order_relaxed);
-    atomic_store_explicit(&r->preemptions, r->sched.preemptions, memory_order_relaxed);
-    atomic_store_explicit(&r->prefix_hit_tokens, r->sched.prefix_hit_tokens,
-                          memory_order_relaxed);
-    atomic_store_explicit(&r->prefix_asked_tokens, r->sched.prefix_asked_tokens,
-                          memory_order_relaxed);
+    publish_counts(r);
     atomic_fetch_sub_explicit(&r->inbound_seqs, r->taken_seqs, memory_order_relaxed);
     atomic_fetch_sub_explicit(&r->inbound_blocks, r->taken_blocks, memory_order_relaxed);
     r->taken_seqs = r->taken_blocks = 0;
@@ -267,6 +277,8 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         atomic_init(&r->preemptions, 0);
         atomic_init(&r->prefix_hit_tokens, 0);
         atomic_init(&r->prefix_asked_tokens, 0);
+        atomic_init(&r->spec_drafted, 0);
+        atomic_init(&r->spec_accepted, 0);
         atomic_init(&r->inbound_seqs, 0);
         atomic_init(&r->inbound_blocks, 0);
         RT_IGNORE_WORD(r->room);
@@ -275,6 +287,8 @@ pe_status en_replicas_start(pe_engine *e, pe_err *err)
         RT_IGNORE_WORD(r->preemptions);
         RT_IGNORE_WORD(r->prefix_hit_tokens);
         RT_IGNORE_WORD(r->prefix_asked_tokens);
+        RT_IGNORE_WORD(r->spec_drafted);
+        RT_IGNORE_WORD(r->spec_accepted);
         RT_IGNORE_WORD(r->inbound_seqs);
         RT_IGNORE_WORD(r->inbound_blocks);
         r->nflights = e->sched_cfg.groups; /* a step buffer per group in flight */
@@ -359,6 +373,8 @@ void en_replicas_free(pe_engine *e)
         RT_UNIGNORE_WORD(r->preemptions);
         RT_UNIGNORE_WORD(r->prefix_hit_tokens);
         RT_UNIGNORE_WORD(r->prefix_asked_tokens);
+        RT_UNIGNORE_WORD(r->spec_drafted);
+        RT_UNIGNORE_WORD(r->spec_accepted);
         RT_UNIGNORE_WORD(r->inbound_seqs);
         RT_UNIGNORE_WORD(r->inbound_blocks);
     }

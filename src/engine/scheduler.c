@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/speculate.h"
 #include "kernels/attention.h"
 
 en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen)
@@ -631,6 +632,40 @@ static int grow(void **p, int *cap, int want, size_t sz)
     return 0;
 }
 
+/* Drafts for seq's next decode (speculate.h), written after its tokens: at most `most`, and
+ * none past its token limit, its buffer or the context (so a promise covers their blocks);
+ * how many. None while more than spec_max_seqs run, and none for a sequence whose rows
+ * could not all sample as its next tokens would: penalties count the tokens before each
+ * row, and banned tokens depend on the count. */
+static int draft_tokens(const en_sched *s, en_seq *seq, int most)
+{
+    if (!s->cfg.spec_tokens || (s->cfg.spec_max_seqs && s->nrunning > s->cfg.spec_max_seqs) ||
+        seq->score || seq->busy || seq->cancelled ||
+        en_penalties_on(&seq->sampling) || seq->generated < seq->min_tokens)
+        return 0;
+    const int left[] = {s->cfg.spec_tokens, seq->max_tokens - seq->generated - 1,
+                        s->cfg.context - 1 - seq->ntok, seq->cap - seq->ntok};
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++)
+        most = left[i] < most ? left[i] : most;
+    return en_ngram_draft(seq->tokens, seq->ntok, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max,
+                          most, seq->tokens + seq->ntok);
+}
+
+/* PE_KV_PREEMPT: blocks for seq's drafts at positions from.., taken only while some are
+ * available beyond the admission watermark (a draft never preempts, nor empties the
+ * pool); how many of the drafts they cover. -1 when out of host memory. */
+static int take_draft_blocks(en_sched *s, en_seq *seq, int from, int draft)
+{
+    const int B = s->cfg.block_tokens;
+    const int watermark = s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
+    const int need = ceil_blocks(s, from + draft);
+    if (grow((void **)&seq->blocks, &seq->blocks_cap, need, sizeof(int32_t)))
+        return -1;
+    while (seq->nblocks < need && en_kv_available(&s->kv) > watermark)
+        seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
+    return seq->nblocks * B - from < draft ? seq->nblocks * B - from : draft;
+}
+
 /* Logit rows a chunk of n tokens of seq from position pos0 needs. */
 static int chunk_logits(const en_seq *seq, int pos0, int n)
 {
@@ -669,6 +704,8 @@ static int plan_chunks(en_sched *s, en_step *st)
             }
             if (n <= 0)
                 continue;
+            int draft = pass == 0 && nl ? draft_tokens(s, seq, logits - 1 < tokens - 1 ?
+                                                                logits - 1 : tokens - 1) : 0;
             if (optimistic(s)) { /* blocks now, or preemptions, or a shorter chunk */
                 const int end = take_optimistic(s, st, &i, pos0, pos0 + n);
                 if (end == -2)
@@ -677,13 +714,16 @@ static int plan_chunks(en_sched *s, en_step *st)
                     continue;
                 n = end - pos0;
                 nl = nl < chunk_logits(seq, pos0, n) ? nl : chunk_logits(seq, pos0, n);
+                if (draft && (draft = take_draft_blocks(s, seq, end, draft)) < 0)
+                    return -1;
             }
             if (grow((void **)&st->chunks, &st->chunks_cap, st->nchunks + 1, sizeof(en_chunk)))
                 return -1;
             en_chunk *c = &st->chunks[st->nchunks++];
-            *c = (en_chunk){seq, pos0, n, -1, nl, !seq->score && nl > 0};
-            tokens -= n;
-            logits -= nl;
+            *c = (en_chunk){seq, pos0, n + draft, -1, nl + draft, !seq->score && nl > 0, draft};
+            s->spec_drafted += draft;
+            tokens -= n + draft;
+            logits -= nl + draft;
         }
     }
     return 0;
@@ -770,8 +810,8 @@ int en_sched_build(en_sched *s, en_step *st)
                 return -1;
             npen += seq->counts.n;
         }
-        if (c->sample)
-            npen += seq->nbias + banned_tokens(s, seq, NULL);
+        if (c->sample) /* (a chunk with drafts has neither penalties nor banned tokens) */
+            npen += (seq->nbias + banned_tokens(s, seq, NULL)) * (1 + c->draft);
     }
     if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
         return -1;
@@ -821,7 +861,8 @@ int en_sched_build(en_sched *s, en_step *st)
                 sp.top_k = seq->sampling.top_k;
                 sp.top_p = seq->sampling.top_p;
                 sp.min_p = seq->sampling.min_p;
-                sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)seq->generated);
+                /* row k of 1 + draft draws the draw of generated token `generated + k` */
+                sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)(seq->generated + k));
                 st->sample = 1;
                 const int first = npen;
                 npen += en_counts_entries(en_penalties_on(&seq->sampling) ? &seq->counts : NULL,
@@ -866,8 +907,8 @@ static int is_stop(const en_seq *seq, int32_t t)
 }
 
 /* The token sampled for seq at logit row r: appended, its event emitted; the sequence ends
- * when the token or its length says so. */
-static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
+ * when the token or its length says so (then 1: seq is gone). */
+static int take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
 {
     int32_t t = st->out_tokens[r];
     seq->tokens[seq->ntok++] = t;
@@ -892,9 +933,31 @@ static void take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
         ev.finish = PE_FINISH_LENGTH;
     if (ev.finish != PE_FINISH_NONE) {
         finish(s, seq, &ev);
-    } else if (s->emit(s->emit_ctx, seq, &ev) != PE_OK) {
+        return 1;
+    }
+    if (s->emit(s->emit_ctx, seq, &ev) != PE_OK) {
         pe_token_event lost = event_of(seq, PE_FINISH_ERROR, PE_ENOMEM);
         finish(s, seq, &lost);
+        return 1;
+    }
+    return 0;
+}
+
+/* A decode's tokens back: its last row's token; with drafts, row k's token after row k - 1
+ * sampled draft k (every row's input was then the sequence's own), up to the first row that
+ * sampled another token, which is taken too. An accepted draft's keys and values were
+ * computed from the right tokens, so its position counts as cached; a rejected one's are
+ * written over when its position is computed again. */
+static void take_tokens(en_sched *s, en_seq *seq, const en_step *st, const en_chunk *c)
+{
+    const int r0 = c->logit0 + c->nlogits - 1 - c->draft;
+    for (int k = 0;; k++) { /* draft k + 1 is at tokens[ntok] until row k's token is */
+        const int hit = k < c->draft && st->out_tokens[r0 + k] == seq->tokens[seq->ntok];
+        s->spec_accepted += hit;
+        if (take_token(s, seq, st, r0 + k) || !hit)
+            return;
+        seq->cached++;
+        register_blocks(s, seq);
     }
 }
 
@@ -928,8 +991,8 @@ void en_sched_complete(en_sched *s, en_step *st)
         seq->inflight -= c->n;
         if (st->status != PE_OK && seq->ending == PE_OK)
             seq->ending = st->status;
-        if (st->status == PE_OK) {
-            seq->cached += c->n;
+        if (st->status == PE_OK) { /* (a decode's drafts count once accepted: take_tokens) */
+            seq->cached += c->n - c->draft;
             register_blocks(s, seq);
         }
         if (seq->busy > 0) /* more of its prompt is out: it goes on when that is back */
@@ -946,7 +1009,7 @@ void en_sched_complete(en_sched *s, en_step *st)
             if (seq->cached == seq->ntok)
                 end_with(s, seq, PE_FINISH_LENGTH, PE_OK);
         } else if (c->sample) {
-            take_token(s, seq, st, c->logit0 + c->nlogits - 1);
+            take_tokens(s, seq, st, c);
         }
     }
     st->nchunks = 0;

@@ -33,6 +33,14 @@
  * In every mode a sequence only writes positions past the blocks it shares, and never
  * touches another's.
  *
+ * Drafts (cfg.spec_tokens, speculate.h): a decode may carry drafts after its last token,
+ * written after the sequence's tokens; its chunk has a sampling logit row per token, row k
+ * drawing generated token generated + k's draw. Back, its tokens are taken up to the first
+ * row whose token is not the draft after it: accepted drafts count as cached, a rejected
+ * one's keys and values are written over later. A draft's blocks come from the promise
+ * (drafts stop short of max_tokens and the context) or, under PE_KV_PREEMPT, only from
+ * blocks left above the watermark: a draft never preempts.
+ *
  * Kept sequences (pe_seq_params.keep): after its final event such a sequence is parked
  * with its tokens and its blocks (its promise shrinks to the blocks it holds), until an
  * append (more tokens, then a new generation over the cached prefix: a chat's next turn)
@@ -85,7 +93,8 @@ typedef struct en_score_sync {
 typedef struct en_seq {
     en_msg hdr;
     uint64_t id;
-    int32_t *tokens;     /* (cap) the prompt, then the generated tokens */
+    int32_t *tokens;     /* (cap) the prompt, then the generated tokens; while a decode
+                          * with drafts is in a step, its drafts follow them */
     int ntok, cap;
     int prompt_len;
     int cached;          /* positions whose K and V are in the cache */
@@ -135,8 +144,13 @@ typedef struct en_chunk {
     en_seq *seq;
     int pos0, n;
     int logit0;          /* its first logit row, -1 when it has none */
-    int nlogits;         /* logit rows: 0, 1 (its last token) or n (scoring all positions) */
-    int sample;          /* 1: its last logit row samples the sequence's next token */
+    int nlogits;         /* logit rows: 0, 1 (its last token), or n (scoring all positions,
+                          * or a decode with drafts) */
+    int sample;          /* 1: its last 1 + draft logit rows sample the sequence's next
+                          * tokens */
+    int draft;           /* a decode with drafts (cfg.spec_tokens): its last token, then
+                          * `draft` drafted ones (speculate.h), each row sampling the token
+                          * after its own: n = nlogits = 1 + draft */
 } en_chunk;
 
 /* A step as the scheduler builds it and the workers read it; results come back in it.
@@ -204,6 +218,9 @@ typedef struct en_sched_config {
     int prefix_caching;   /* PE_KV_PREEMPT: share full blocks by content */
     int32_t eos[EN_MAX_EOS];
     int neos;
+    int spec_tokens;      /* drafts a decode may carry (speculate.h); 0: none */
+    int spec_max_seqs;    /* ... only while at most this many run; 0: any number */
+    int spec_ngram_min, spec_ngram_max; /* the n-grams looked up for them */
 } en_sched_config;
 
 /* A final or token event for the engine (the scheduler does not know where it goes). A
@@ -227,6 +244,8 @@ typedef struct en_sched {
     long preemptions;     /* sequences preempted */
     long prefix_hit_tokens; /* positions found in the prefix cache at admission */
     long prefix_asked_tokens; /* positions looked up there (all but the last of each) */
+    long spec_drafted;    /* draft tokens sent to the device */
+    long spec_accepted;   /* ... of them equal to the token sampled in their place */
 } en_sched;
 
 pe_status en_sched_init(en_sched *s, const en_sched_config *cfg, en_emit_fn emit, void *ctx);
