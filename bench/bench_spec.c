@@ -165,7 +165,8 @@ int main(int argc, char **argv)
             drafted += r[1].drafted;
             accepted += r[1].accepted;
         }
-        const double off = bu_median(tps[0], (size_t)trials), on = bu_median(tps[1], (size_t)trials);
+        const double off = bu_median(tps[0], (size_t)trials);
+        const double on = bu_median(tps[1], (size_t)trials);
         const double rate = drafted ? (double)accepted / (double)drafted : 0.0;
         printf("| %s | %.1f / %.1f | %.2fx | %ld of %ld (%.0f%%) |\n", workloads[w].name, off,
                on, on / off, accepted, drafted, 100.0 * rate);

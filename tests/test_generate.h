@@ -307,21 +307,23 @@ static inline int tg_prompt_logprobs(pe_engine *e, int vocab, pe_logprobs *out,
     return 1;
 }
 
-/* got (tg_prompt_logprobs) against the log-softmax of one device's logits (tg_score's, in
- * double): at each position the next token, its logprob, and the k-th most likely's
- * logprob, each within 1e-4 of the logits' scale; the k-th token may be any whose reference
- * logprob is that close to the k-th value (a near tie may swap two). */
-static inline int tg_same_prompt_logprobs(const float *one, const pe_logprobs *got, int vocab,
-                                          char why[TG_WHY])
+/* got[p], p < n - 1 (pe_score_logprobs of prompt's n tokens with `top` most likely),
+ * against the log-softmax in double of logits' row p ((n, vocab), pe_score's at every
+ * position): the token prompt[p + 1], its logprob, and the k-th most likely's logprob, each
+ * within tol (times the row's scale, the largest |logit| or 1, when `scaled`); the k-th
+ * token may be any whose reference logprob is that close to the k-th value (a near tie may
+ * swap two). 0 with why when not. */
+static inline int tg_log_softmax_matches(const float *logits, const int32_t *prompt, int n,
+                                         int vocab, const pe_logprobs *got, int top,
+                                         double tol, int scaled, char why[TG_WHY])
 {
-    int32_t prompt[TG_NSCORE];
-    tm_tokens(prompt, TG_NSCORE, vocab, 55);
-    double *lp = malloc((size_t)vocab * sizeof *lp), *sorted = malloc((size_t)vocab * sizeof *sorted);
+    double *lp = malloc((size_t)vocab * sizeof *lp);
+    double *sorted = malloc((size_t)vocab * sizeof *sorted);
     int ok = lp && sorted;
     if (!ok)
         snprintf(why, TG_WHY, "out of memory for the reference");
-    for (int p = 0; ok && p + 1 < TG_NSCORE; p++) {
-        const float *row = one + (size_t)p * (size_t)vocab;
+    for (int p = 0; ok && p + 1 < n; p++) {
+        const float *row = logits + (size_t)p * (size_t)vocab;
         double mx = -INFINITY, sum = 0, scale = 1;
         for (int v = 0; v < vocab; v++)
             mx = fmax(mx, row[v]), scale = fmax(scale, fabs(row[v]));
@@ -329,27 +331,27 @@ static inline int tg_same_prompt_logprobs(const float *one, const pe_logprobs *g
             sum += exp(row[v] - mx);
         for (int v = 0; v < vocab; v++)
             sorted[v] = lp[v] = row[v] - mx - log(sum);
-        for (int k = 0; k < TG_TOPK; k++) /* the TG_TOPK largest first */
+        for (int k = 0; k < top; k++) /* the `top` largest first */
             for (int v = k + 1; v < vocab; v++)
                 if (sorted[v] > sorted[k]) {
                     double t = sorted[k];
                     sorted[k] = sorted[v], sorted[v] = t;
                 }
-        const double tol = 1e-4 * scale;
+        const double within = scaled ? tol * scale : tol;
         const pe_logprobs *g = &got[p];
-        if (g->token != prompt[p + 1] || !(fabs(g->logprob - lp[prompt[p + 1]]) <= tol) ||
-            g->nlogprobs != TG_TOPK) {
-            snprintf(why, TG_WHY, "prompt logprobs at %d: token %d logprob %.7g with %d top, "
-                     "the reference's token %d %.7g", p, (int)g->token, (double)g->logprob,
+        if (g->token != prompt[p + 1] || !(fabs(g->logprob - lp[prompt[p + 1]]) <= within) ||
+            g->nlogprobs != top) {
+            snprintf(why, TG_WHY, "prompt logprobs at %d: token %d logprob %.8g with %d top, "
+                     "the reference's token %d %.8g", p, (int)g->token, (double)g->logprob,
                      g->nlogprobs, (int)prompt[p + 1], lp[prompt[p + 1]]);
             ok = 0;
         }
-        for (int k = 0; ok && k < TG_TOPK; k++) {
+        for (int k = 0; ok && k < top; k++) {
             const int32_t t = g->top_tokens[k];
-            if (t < 0 || t >= vocab || !(fabs(g->top_logprobs[k] - sorted[k]) <= tol) ||
-                !(fabs(lp[t] - sorted[k]) <= tol)) {
-                snprintf(why, TG_WHY, "prompt logprobs at %d: top %d is token %d at %.7g, the "
-                         "reference's %d-th most likely is at %.7g", p, k, (int)t,
+            if (t < 0 || t >= vocab || !(fabs(g->top_logprobs[k] - sorted[k]) <= within) ||
+                !(fabs(lp[t] - sorted[k]) <= within)) {
+                snprintf(why, TG_WHY, "prompt logprobs at %d: top %d is token %d at %.8g, the "
+                         "reference's %d-th most likely is at %.8g", p, k, (int)t,
                          (double)g->top_logprobs[k], k, sorted[k]);
                 ok = 0;
             }
@@ -358,6 +360,16 @@ static inline int tg_same_prompt_logprobs(const float *one, const pe_logprobs *g
     free(lp);
     free(sorted);
     return ok;
+}
+
+/* got (tg_prompt_logprobs) against the log-softmax of one device's logits (tg_score's), each
+ * value within 1e-4 of the logits' scale. */
+static inline int tg_same_prompt_logprobs(const float *one, const pe_logprobs *got, int vocab,
+                                          char why[TG_WHY])
+{
+    int32_t prompt[TG_NSCORE];
+    tm_tokens(prompt, TG_NSCORE, vocab, 55);
+    return tg_log_softmax_matches(one, prompt, TG_NSCORE, vocab, got, TG_TOPK, 1e-4, 1, why);
 }
 
 #endif

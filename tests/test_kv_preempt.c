@@ -10,8 +10,10 @@
  * scheduler's helpers. Besides: block reference counts equal the tables holding each block,
  * held + free + cached blocks make the pool, each sequence ends once with exactly its
  * tokens, and each draw is the one of its index (a recomputed sequence draws as it would
- * have). The pool's own rules (lookup by chain, LRU eviction from a chain's tail, stale
- * children after an eviction) are checked by hand. */
+ * have). With drafts (cfg.spec_tokens) on tokens that loop, a rejected draft's slot is
+ * written with the draft and must never be read before its position is written again.
+ * The pool's own rules (lookup by chain, LRU eviction from a chain's tail, stale children
+ * after an eviction) are checked by hand. */
 #include "test_util.h"
 
 #include <stdlib.h>

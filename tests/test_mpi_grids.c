@@ -8,10 +8,11 @@
  * on one device: the same tokens, top-k ids and logprobs within 1e-4, logits within 1e-4
  * of their scale; without TP on a batch-invariant host backend (AVX2 or AVX-512), all of it
  * bit for bit. The Llama's grids run with speculative decoding (up to 4 drafts a decode),
- * within tolerance of one process without it. The other processes follow. Then a second engine with pe_config.mpi
- * while one exists must be refused on every process (and the first one still answer), a
- * grid whose size does not match the processes' devices must be refused on every process,
- * naming the process count, and pe_mpi_agree must give every process the first failure.
+ * within tolerance of one process without it. The other processes follow. Then a second
+ * engine with pe_config.mpi while one exists must be refused on every process (and the
+ * first one still answer), a grid whose size does not match the processes' devices must
+ * be refused on every process, naming the process count, and pe_mpi_agree must give every
+ * process the first failure.
  * Before the grids, each other process sends process 0 a control message that arrives
  * after process 0's engine is gone: the engines after it must drop it and lose none of
  * their own.

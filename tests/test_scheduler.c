@@ -4,13 +4,16 @@
  * prompts and describes its chunks, tokens, slots, logit rows and draws exactly; KV blocks
  * are promised first come first served, never shared, taken as positions grow and all given
  * back; waits, refusals, max_seqs, cancels, failed steps, end_all and scoring behave as the
- * header says; and a seeded random run keeps all of it.
+ * header says; a decode's drafts (cfg.spec_tokens) are the model's own lookup, each row
+ * draws its own index's draw, and tokens are taken up to the first miss; and a seeded
+ * random run keeps all of it.
  *
  * The test keeps its own model of every sequence (its tokens, what is cached, what it was
  * fed, the events it must get) and checks the scheduler against that model after every call,
  * never against the scheduler's own helpers. */
 #include "test_util.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +60,7 @@ typedef struct tseq {
     pe_status end_pending;/* en_sched_end_all's status while busy, or PE_OK */
     int32_t *bt;          /* its block table as last seen */
     int nbt;
-    int32_t draft[PE_MAX_SPEC_TOKENS]; /* the drafts of its decode in the step (cfg.spec_tokens) */
+    int32_t draft[PE_MAX_SPEC_TOKENS]; /* its decode's drafts in the step (cfg.spec_tokens) */
     int ndraft;
     float *score_out;
     rec *exp, *act;       /* expected and received events, in order */
@@ -341,8 +344,7 @@ static int model_room(const harness *h)
  * place of its last n tokens (n from spec_ngram_max down to spec_ngram_min), token ntok + j
  * is drafted as token from + j, itself a draft when past the end; at most the step's tokens
  * and logit rows left after the decode's own, and none past its limit, its buffer or the
- * context. None for a scored sequence, while it waits for min_tokens (none has any), or
- * while more than spec_max_seqs run. */
+ * context. None for a scored sequence, or while more than spec_max_seqs run. */
 static int model_drafts(const harness *h, const tseq *t, int tokens_left, int logits_left,
                         int32_t *out)
 {
@@ -1937,6 +1939,76 @@ static void test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss(v
     h_free(h);
 }
 
+/* Row `row`'s penalty entries in the step st has built: sub (frequency x count + presence)
+ * of each id, into sub_of (VOCAB_IDS, 0 for none); how many, and in *bans how many of them
+ * ban their id (add -inf: min_tokens). */
+enum { VOCAB_IDS = 1024 };
+static int row_penalties(const en_step *st, int row, float *sub_of, int *bans)
+{
+    const en_meta_layout L =
+        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    const pe_k_penalty *e = (const pe_k_penalty *)(const void *)(st->meta + L.penalties);
+    memset(sub_of, 0, VOCAB_IDS * sizeof *sub_of);
+    int n = 0;
+    *bans = 0;
+    for (int i = 0; i < st->npen; i++)
+        if (e[i].row == row) {
+            assert_true(e[i].id >= 0 && e[i].id < VOCAB_IDS && e[i].rep == 1.0f);
+            sub_of[e[i].id] = e[i].sub;
+            *bans += e[i].add == -INFINITY;
+            n++;
+        }
+    return n;
+}
+
+/* A frequency penalty of 1 and min_tokens 3 with drafts: row k of a decode counts the
+ * drafts before it as generated, and bans the eos and stop ids while token 1 + k is short
+ * of min_tokens; once the step is back the counts are the sequence's own tokens, not the
+ * drafts. The prompt is 131 132 133; token 0, 131, brings the drafts 132 133 131 132; the
+ * device samples 132 133 131 and then 77, where the draft was 132. */
+static void test_each_row_of_a_decode_with_drafts_counts_the_drafts_before_it(void **state)
+{
+    (void)state;
+    en_sched_config cfg = default_config();
+    cfg.spec_tokens = 4;
+    cfg.spec_ngram_min = 1;
+    cfg.spec_ngram_max = 2;
+    seq_spec sp = {.prompt_len = 3, .max_tokens = 12, .script = {131, 132, 133, 131, 77},
+                   .nscript = 5, .stop = {STOP}, .nstop = 1};
+    sp.sampling.frequency_penalty = 1.0f;
+    harness *h = h_new(&cfg);
+    h_add(h, 1, &sp)->seq->min_tokens = 3;
+    assert_int_equal(h_build(h), 1); /* the prompt: token 0 */
+    h_complete(h, PE_OK);
+    assert_int_equal(h_build(h), 1); /* 131 and its 4 drafts */
+    assert_int_equal(h->st->chunks[0].draft, 4);
+    static float sub_of[VOCAB_IDS];
+    /* generated before each row: 131; + 132; + 133; + 131; + 132 */
+    static const int32_t counted[5][3] = {{1, 0, 0}, {1, 1, 0}, {1, 1, 1}, {2, 1, 1}, {2, 2, 1}};
+    for (int k = 0; k < 5; k++) {
+        int bans;
+        const int n = row_penalties(h->st, k, sub_of, &bans);
+        assert_int_equal(bans, 1 + k < 3 ? 3 : 0); /* EOS, EOS2 and STOP */
+        assert_int_equal(n, bans + (counted[k][0] > 0) + (counted[k][1] > 0) +
+                                (counted[k][2] > 0));
+        for (int j = 0; j < 3; j++)
+            if (sub_of[131 + j] != (float)counted[k][j])
+                fail_msg("row %d: token %d penalized %g, counted %d times", k, 131 + j,
+                         (double)sub_of[131 + j], counted[k][j]);
+    }
+    h_complete(h, PE_OK); /* 132 133 131 taken, then 77 */
+    assert_int_equal(h->s.spec_accepted, 3);
+    assert_int_equal(h_build(h), 1); /* 77's decode: generated 131 132 133 131 77 */
+    assert_int_equal(h->st->chunks[0].draft, 0);
+    int bans;
+    assert_int_equal(row_penalties(h->st, 0, sub_of, &bans), 4);
+    assert_int_equal(bans, 0);
+    assert_true(sub_of[131] == 2.0f && sub_of[132] == 1.0f && sub_of[133] == 1.0f &&
+                sub_of[77] == 1.0f);
+    h_complete(h, PE_OK);
+    h_free(h);
+}
+
 /* ---- 10. a random run --------------------------------------------------------------------- */
 
 static int32_t random_token(harness *h, const tseq *t, int index)
@@ -2085,6 +2157,7 @@ int main(void)
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),
         TEST(test_scoring_the_last_position_gives_one_row_beside_sampling_ones),
         TEST(test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss),
+        TEST(test_each_row_of_a_decode_with_drafts_counts_the_drafts_before_it),
         TEST(test_random_runs_keep_every_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

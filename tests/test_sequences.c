@@ -15,6 +15,7 @@
 #include "backend/host/hb_simd.h"
 #include "engine/engine_testing.h"
 #include "kernels/sample.h"
+#include "test_generate.h"
 #include "test_models.h"
 
 static char llama_dir[512];
@@ -294,39 +295,13 @@ static void expect_log_softmax_of_the_logits(pe_engine *e, const int32_t *prompt
 {
     const int V = llama_spec.vocab;
     float *lg = malloc((size_t)n * (size_t)V * sizeof *lg);
-    double *ref = malloc((size_t)V * sizeof *ref), *best = malloc((size_t)V * sizeof *best);
-    assert_true(lg && ref && best);
+    assert_non_null(lg);
     assert_int_equal(pe_score(e, prompt, (size_t)n, 1, lg), PE_OK);
-    for (int p = 0; p + 1 < n; p++) {
-        const float *row = lg + (size_t)p * (size_t)V;
-        double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < V; v++)
-            mx = fmax(mx, row[v]);
-        for (int v = 0; v < V; v++)
-            sum += exp(row[v] - mx);
-        for (int v = 0; v < V; v++)
-            best[v] = ref[v] = row[v] - mx - log(sum);
-        for (int k = 0; k < top; k++)
-            for (int v = k + 1; v < V; v++)
-                if (best[v] > best[k]) {
-                    double t = best[k];
-                    best[k] = best[v], best[v] = t;
-                }
-        assert_int_equal(lp[p].token, prompt[p + 1]);
-        assert_int_equal(lp[p].nlogprobs, top);
-        if (!(fabs(lp[p].logprob - ref[prompt[p + 1]]) < 1e-5))
-            fail_msg("position %d: logprob %.8g, the reference's %.8g", p,
-                     (double)lp[p].logprob, ref[prompt[p + 1]]);
-        for (int k = 0; k < top; k++) {
-            const int32_t t = lp[p].top_tokens[k];
-            assert_true(t >= 0 && t < V);
-            if (!(fabs(lp[p].top_logprobs[k] - best[k]) < 1e-5 && fabs(ref[t] - best[k]) < 1e-5))
-                fail_msg("position %d: top %d is token %d at %.8g, the reference's %d-th "
-                         "most likely %.8g", p, k, (int)t, (double)lp[p].top_logprobs[k], k,
-                         best[k]);
-        }
-    }
-    free(lg), free(ref), free(best);
+    char why[TG_WHY];
+    const int ok = tg_log_softmax_matches(lg, prompt, n, V, lp, top, 1e-5, 0, why);
+    free(lg);
+    if (!ok)
+        fail_msg("%s", why);
 }
 
 /* pe_score_logprobs: each prompt token's logprob and the top 20 against the log-softmax of
@@ -485,11 +460,14 @@ static int32_t reference_token(pe_engine *e, const int32_t *ctx, int n, int np, 
  * ones, greedy and sampled, min-p sampling, and the logit bias alone and with the
  * penalties: every token is the
  * reference's (reference_token, which follows the engine's tokens), up to a near-tie where
- * the backend is not batch-invariant. */
-static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
+ * the backend is not batch-invariant; with drafts (spec_tokens 4: each row's penalties
+ * count the drafts before it) as without. */
+static void penalties_against_the_reference(int spec_tokens)
 {
-    (void)state;
-    pe_engine *e = tm_engine(llama_dir, 1, NULL);
+    pe_config cfg;
+    pe_config_init(&cfg);
+    cfg.spec_tokens = spec_tokens;
+    pe_engine *e = tm_engine(llama_dir, 1, &cfg);
     const int V = llama_spec.vocab, G = (int)tu_size(24, 6), NP = 7;
     int32_t prompt[7], got[24], plain[24], ctx[7 + 24];
     tm_tokens(prompt, NP, V, 31);
@@ -546,8 +524,31 @@ static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
         assert_true(changed >= 2);
     else
         assert_int_equal(changed, (int)(sizeof cases / sizeof cases[0]));
+    pe_engine_info info;
+    assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+    if (spec_tokens) {
+        print_message("drafts: %ld of %ld accepted\n", info.spec_accepted_tokens,
+                      info.spec_drafted_tokens);
+        assert_true(info.spec_drafted_tokens > 0);
+    }
     free(lg);
     pe_engine_destroy(e);
+}
+
+static void penalties_give_the_tokens_of_a_reference_on_pe_score(void **state)
+{
+    (void)state;
+    penalties_against_the_reference(0);
+}
+
+/* (not under valgrind: the scheduler is the only part that differs, and test_scheduler runs
+ * it there) */
+static void penalties_give_the_reference_tokens_with_drafts_too(void **state)
+{
+    (void)state;
+    if (tu_small())
+        skip();
+    penalties_against_the_reference(4);
 }
 
 /* min_tokens bans the eos and the stop tokens until that many are generated: with the
@@ -1141,6 +1142,7 @@ int main(void)
         cmocka_unit_test(top_k_1_is_greedy_and_a_seed_repeats_its_tokens),
         cmocka_unit_test(min_tokens_hold_back_the_eos_and_the_stop_tokens),
         cmocka_unit_test(penalties_give_the_tokens_of_a_reference_on_pe_score),
+        cmocka_unit_test(penalties_give_the_reference_tokens_with_drafts_too),
         cmocka_unit_test(temperature_sampling_follows_the_softmax),
         cmocka_unit_test(top_p_keeps_the_nucleus),
         cmocka_unit_test(a_thousand_sequences_from_four_threads_each_end_once),

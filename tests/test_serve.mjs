@@ -653,20 +653,27 @@ try {
     process.exit(1);
 }
 // the same on a grid: 2 replicas of 2 pipeline stages (4 workers on device 0), decodes with
-// drafts (--spec-tokens): each client still gets its lone-run tokens
+// drafts (--spec-tokens): each client still gets its lone-run tokens; then a long answer
+// alone, whose greedy tokens loop on this model: `pengine generate --spec-tokens 4`'s
+// tokens, and /metrics counts the drafts and accepted ones generate counts
 const grid = await startServer(['--dp', '2', '--pp', '2', '--spec-tokens', '4']);
 try {
     const t = Date.now();
     await concurrentClients(grid.url, 16);
+    const m0 = await waitIdle(grid.url);
+    const alone = generateAlone('Tell me more', 120, ['--spec-tokens', '4']);
+    const r = await (await post(grid.url, '/v1/completions', {
+        prompt: 'Tell me more', max_tokens: 120, temperature: 0, return_token_ids: true })).json();
     const m = await waitIdle(grid.url);
-    check(m.pengine_spec_draft_tokens_total > 0 &&
-          m.pengine_spec_accepted_tokens_total <= m.pengine_spec_draft_tokens_total,
-          `drafts counted (${m.pengine_spec_accepted_tokens_total} of ` +
-          `${m.pengine_spec_draft_tokens_total} accepted)`);
+    eq(r.choices[0].token_ids, alone.tokens, 'a long answer with drafts: generate\'s tokens');
+    eq([m.pengine_spec_draft_tokens_total - m0.pengine_spec_draft_tokens_total,
+        m.pengine_spec_accepted_tokens_total - m0.pengine_spec_accepted_tokens_total],
+       [alone.spec_draft_tokens, alone.spec_accepted_tokens],
+       'its drafts and accepted ones, as generate counts them');
     await stopServer(grid, 'SIGINT');
-    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2 --spec-tokens 4, SIGINT: ` +
-                `${m.pengine_spec_accepted_tokens_total} of ` +
-                `${m.pengine_spec_draft_tokens_total} drafts accepted (${Date.now() - t} ms)`);
+    console.log(`ok: 16 concurrent clients on --dp 2 --pp 2 --spec-tokens 4, SIGINT; a long ` +
+                `answer: ${alone.spec_accepted_tokens} of ${alone.spec_draft_tokens} drafts ` +
+                `accepted (${Date.now() - t} ms)`);
 } catch (e) {
     grid.p.kill('SIGKILL');
     console.error(e.message);

@@ -124,9 +124,8 @@ typedef struct pe_config {
                               * place of the sequence's last n tokens (vLLM's "ngram"), and
                               * the device checks them in the same step; every token is still
                               * the one the model samples (docs/architecture.md). 0 (as
-                              * pe_config_init): off; at most PE_MAX_SPEC_TOKENS. Sequences with
-                              * repetition, frequency or presence penalties, or short of their
-                              * min_tokens, decode without drafts */
+                              * pe_config_init): off; at most PE_MAX_SPEC_TOKENS. A draft row's
+                              * penalties and min_tokens count the drafts before it */
     int spec_ngram_min, spec_ngram_max; /* n of the n-grams looked up, longest first;
                               * 0 = 1 and 4 */
     int spec_max_seqs;       /* drafts only while at most this many sequences run on the

@@ -121,6 +121,20 @@ int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_star
     return 0;
 }
 
+void en_counts_forget(en_counts *c, const int32_t *tokens, int n)
+{
+    for (; c->seen > n; c->seen--) {
+        const int i = find(c, tokens[c->seen - 1]);
+        if (i < 0 || c->seen - 1 < c->gen_start) { /* not a generated one: count again */
+            c->n = c->seen = 0;
+            if (c->slots)
+                memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
+            return;
+        }
+        c->gen[i]--; /* (its id stays, with no effect while neither generated nor prompt) */
+    }
+}
+
 int en_bias_by_token(const void *a, const void *b)
 {
     int32_t x = ((const pe_logit_bias *)a)->token, y = ((const pe_logit_bias *)b)->token;

@@ -32,6 +32,9 @@ int en_penalties_on(const pe_sampling *s);
  * gen_start other than the counted one (an append) counts everything again. 0, or -1 when
  * out of memory (the counts are then empty, to be made again). */
 int en_counts_update(en_counts *c, const int32_t *tokens, int ntok, int gen_start);
+/* Takes tokens[n .. seen) back out of the counts (a decode's drafts, counted for its rows;
+ * speculate.h), as if only tokens[0 .. n) had been counted. */
+void en_counts_forget(en_counts *c, const int32_t *tokens, int n);
 
 /* The entries of logit row `row` into out (room for c->n + nbias): the penalties of s on
  * the tokens counted in c (NULL: none), and bias (nbias, sorted by token, each once).

@@ -600,11 +600,12 @@ static void register_blocks(en_sched *s, en_seq *seq)
 
 /* ---- building a step ------------------------------------------------------------------------ */
 
-/* The tokens seq may not sample yet (min_tokens not reached): the model's end-of-sequence
- * ids (unless it ignores them) and its stop ids, into ban (NULL: only counted); how many. */
-static int banned_tokens(const en_sched *s, const en_seq *seq, int32_t *ban)
+/* The tokens seq may not sample as its generated token `index` (min_tokens not reached):
+ * the model's end-of-sequence ids (unless it ignores them) and its stop ids, into ban
+ * (NULL: only counted); how many. */
+static int banned_tokens(const en_sched *s, const en_seq *seq, int index, int32_t *ban)
 {
-    if (seq->generated >= seq->min_tokens)
+    if (index >= seq->min_tokens)
         return 0;
     int n = 0;
     for (int i = 0; !seq->ignore_eos && i < s->cfg.neos; i++, n++)
@@ -634,14 +635,11 @@ static int grow(void **p, int *cap, int want, size_t sz)
 
 /* Drafts for seq's next decode (speculate.h), written after its tokens: at most `most`, and
  * none past its token limit, its buffer or the context (so a promise covers their blocks);
- * how many. None while more than spec_max_seqs run, and none for a sequence whose rows
- * could not all sample as its next tokens would: penalties count the tokens before each
- * row, and banned tokens depend on the count. */
+ * how many. None while more than spec_max_seqs run. */
 static int draft_tokens(const en_sched *s, en_seq *seq, int most)
 {
     if (!s->cfg.spec_tokens || (s->cfg.spec_max_seqs && s->nrunning > s->cfg.spec_max_seqs) ||
-        seq->score || seq->busy || seq->cancelled ||
-        en_penalties_on(&seq->sampling) || seq->generated < seq->min_tokens)
+        seq->score || seq->busy || seq->cancelled)
         return 0;
     const int left[] = {s->cfg.spec_tokens, seq->max_tokens - seq->generated - 1,
                         s->cfg.context - 1 - seq->ntok, seq->cap - seq->ntok};
@@ -805,13 +803,16 @@ int en_sched_build(en_sched *s, en_step *st)
             topk = seq->logprobs;
         if (seq->score_lp && c->nlogits && (seq->score_top > topk || topk == 0))
             topk = seq->score_top > 1 ? seq->score_top : 1; /* at least the lse */
-        if (c->sample && en_penalties_on(&seq->sampling)) { /* at most a distinct token each */
-            if (en_counts_update(&seq->counts, seq->tokens, seq->ntok, seq->prompt_len) != 0)
-                return -1;
-            npen += seq->counts.n;
+        if (c->sample && en_penalties_on(&seq->sampling)) { /* at most a distinct token each,
+                                                              * a row's drafts before it too */
+            if (en_counts_update(&seq->counts, seq->tokens, seq->ntok + c->draft,
+                                 seq->prompt_len) != 0)
+                return -1; /* (the drafts' ids, counted here once, stay for the rows below) */
+            en_counts_forget(&seq->counts, seq->tokens, seq->ntok);
+            npen += (seq->counts.n + c->draft) * (1 + c->draft);
         }
-        if (c->sample) /* (a chunk with drafts has neither penalties nor banned tokens) */
-            npen += (seq->nbias + banned_tokens(s, seq, NULL)) * (1 + c->draft);
+        if (c->sample) /* (a later row bans no more than the first) */
+            npen += (seq->nbias + banned_tokens(s, seq, seq->generated, NULL)) * (1 + c->draft);
     }
     if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
         return -1;
@@ -864,15 +865,24 @@ int en_sched_build(en_sched *s, en_step *st)
                 /* row k of 1 + draft draws the draw of generated token `generated + k` */
                 sp.u = pe_k_uniform(seq->sampling.seed, (uint64_t)(seq->generated + k));
                 st->sample = 1;
+                const en_counts *counts = NULL;
+                if (en_penalties_on(&seq->sampling)) { /* row k: with drafts 1 .. k counted
+                                                        * (their ids are in: no allocation) */
+                    (void)en_counts_update(&seq->counts, seq->tokens, seq->ntok + k,
+                                           seq->prompt_len);
+                    counts = &seq->counts;
+                }
                 const int first = npen;
-                npen += en_counts_entries(en_penalties_on(&seq->sampling) ? &seq->counts : NULL,
-                                          &seq->sampling, seq->bias, seq->nbias, lr, pen + npen);
+                npen += en_counts_entries(counts, &seq->sampling, seq->bias, seq->nbias, lr,
+                                          pen + npen);
                 int32_t ban[PE_MAX_STOP + EN_MAX_EOS];
-                const int nban = banned_tokens(s, seq, ban);
+                const int nban = banned_tokens(s, seq, seq->generated + k, ban);
                 npen = first + en_ban_tokens(pen + first, npen - first, ban, nban, lr);
             }
             samp[lr] = sp;
         }
+        if (c->draft && en_penalties_on(&seq->sampling)) /* counted for its rows only */
+            en_counts_forget(&seq->counts, seq->tokens, seq->ntok);
         seq->busy++;
         seq->inflight += c->n;
     }
