@@ -846,6 +846,9 @@ static void test_generate_bad_input_names_the_problem(void **state)
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--spec-ngram", "0");
     EXPECT_USAGE(r, "--spec-ngram");
     tu_run_free(&r);
+    r = RUN("generate", "--model", dir, "--tokens", "1,2", "--spec-max-seqs", "0");
+    EXPECT_USAGE(r, "--spec-max-seqs 0 is out of range");
+    tu_run_free(&r);
     r = RUN("generate", "--model", dir, "--tokens", "1,2", "--max-tokens", "4", "--min-tokens",
             "5");
     EXPECT_USAGE(r, "--min-tokens 5 is more than --max-tokens 4");
