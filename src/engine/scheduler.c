@@ -458,6 +458,13 @@ static int prefix_pending(const en_sched *s, const en_seq *seq, int nhit)
     return 0;
 }
 
+/* PE_KV_PREEMPT: the blocks kept available while others run (1% of the pool, at least 1),
+ * so that running sequences can grow before new ones or drafts take the last blocks. */
+static int watermark(const en_sched *s)
+{
+    return s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
+}
+
 /* Admits waiting sequences, first come first served, while the blocks of their known tokens
  * (less the ones found in the prefix cache) are available, beyond a watermark while others
  * run. The found blocks are held at once and count as computed. A sequence whose next
@@ -465,7 +472,6 @@ static int prefix_pending(const en_sched *s, const en_seq *seq, int nhit)
  * behind it may go first. */
 static void admit_optimistic(en_sched *s)
 {
-    const int watermark = s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
     for (int k = 0; k < s->nwaiting && s->nrunning < s->cfg.max_seqs;) {
         en_seq *seq = waiting_at(s, k);
         const int blocks = ceil_blocks(s, seq->ntok);
@@ -481,7 +487,7 @@ static void admit_optimistic(en_sched *s)
         for (int i = 0; i < nhit; i++)
             revived += s->kv.ref[hit[i]] == 0;
         const int need = blocks - seq->nblocks - nhit + revived;
-        const int reserve = s->nrunning ? watermark : 0;
+        const int reserve = s->nrunning ? watermark(s) : 0;
         if (need > en_kv_available(&s->kv) - reserve)
             unpark_blocks(s, need + reserve);
         if (need > en_kv_available(&s->kv) - reserve)
@@ -655,11 +661,10 @@ static int draft_tokens(const en_sched *s, en_seq *seq, int most)
 static int take_draft_blocks(en_sched *s, en_seq *seq, int from, int draft)
 {
     const int B = s->cfg.block_tokens;
-    const int watermark = s->cfg.nblocks / 100 > 1 ? s->cfg.nblocks / 100 : 1;
     const int need = ceil_blocks(s, from + draft);
     if (grow((void **)&seq->blocks, &seq->blocks_cap, need, sizeof(int32_t)))
         return -1;
-    while (seq->nblocks < need && en_kv_available(&s->kv) > watermark)
+    while (seq->nblocks < need && en_kv_available(&s->kv) > watermark(s))
         seq->blocks[seq->nblocks++] = en_kv_take(&s->kv);
     return seq->nblocks * B - from < draft ? seq->nblocks * B - from : draft;
 }
