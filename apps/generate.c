@@ -102,6 +102,11 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
         g->logprobs = (int)x;
     } else if (!strcmp(f, "--stop")) {
         bad = add_stop(g, v, msg, len);
+    } else if (!strcmp(f, "--grammar")) {
+        if ((bad = strcmp(v, "json") != 0))
+            snprintf(msg, len, "--grammar %s is not a grammar pengine knows; give --grammar json "
+                     "(the text is one JSON object)", v);
+        g->grammar = v;
     } else if (!strcmp(f, "--stop-ids")) {
         bad = cli_parse_token_ids(f, v, g->stop_ids, PE_MAX_STOP, &g->nstop_ids, msg, len);
     } else { /* the device flags, as the main command parses them */
@@ -126,6 +131,9 @@ static int check(const gen_opts *g)
     if (g->nids > 0 && g->nstops > 0)
         return usage_error("--stop matches text, and a --tokens prompt generates ids; give "
                            "stop ids with --stop-ids LIST, or the prompt as text with --prompt");
+    if (g->nids > 0 && g->grammar)
+        return usage_error("--grammar needs each token's text, and a --tokens prompt runs on ids "
+                           "alone; give the prompt as text with --prompt");
     if (g->nids > 0 && g->tokenizer)
         return usage_error("--tokenizer turns text into ids, and --tokens gives ids; drop "
                            "--tokenizer, or give the prompt as text with --prompt");
@@ -148,7 +156,7 @@ static int parse(int argc, char **argv, gen_opts *g)
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
         "--min-tokens", CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp",
-        "--spec-tokens", "--spec-ngram", "--spec-max-seqs"};
+        "--spec-tokens", "--spec-ngram", "--spec-max-seqs", "--grammar"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
                                   sizeof with_value / sizeof with_value[0], switches,
@@ -173,7 +181,7 @@ int gen_batch(const gen_opts *g, int n, const int32_t *const *prompts, const siz
 {
     *b = (cli_batch){.n = n, .prompts = prompts, .lens = lens, .max_tokens = g->max_tokens,
                      .min_tokens = g->min_tokens, .sampling = g->sampling, .logprobs = g->logprobs,
-                     .ignore_eos = g->ignore_eos, .stop = g->stop_ids,
+                     .ignore_eos = g->ignore_eos, .grammar = g->compiled, .stop = g->stop_ids,
                      .nstop = (size_t)g->nstop_ids, .on_event = on_event, .ctx = ctx};
     return cli_batch_alloc(b);
 }

@@ -32,6 +32,8 @@ typedef struct gen_opts {
     const char *stops[CLI_MAX_STOP_STR]; /* --stop: text stop strings */
     int nstops;
     int ignore_eos;
+    const char *grammar;      /* --grammar json: the text follows it (structured output) */
+    pe_grammar *compiled;     /* ... made from the tokenizer (generate_text.c) */
     int json;
 } gen_opts;
 

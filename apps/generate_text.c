@@ -396,6 +396,15 @@ static int prepare_prompts(const gen_opts *g, text_prompts *p, pe_tokenizer **tk
     return rc;
 }
 
+/* --grammar json: the grammar over tk's tokens. Returns the exit code. */
+static int make_grammar(gen_opts *g, const pe_tokenizer *tk)
+{
+    if (!g->grammar || pe_grammar_json(tk, &g->compiled) == PE_OK)
+        return CLI_OK;
+    cli_errorf("--grammar %s: %s", g->grammar, pe_last_error());
+    return CLI_RUNTIME;
+}
+
 int gen_run_text(gen_opts *g)
 {
     text_prompts p = {0};
@@ -404,6 +413,8 @@ int gen_run_text(gen_opts *g)
     /* under mpirun only process 0 reads the prompts and the tokenizer (they may exist only on
      * its node); the others follow with ids alone */
     int rc = cli_mpi_me() == 0 ? prepare_prompts(g, &p, &tk) : CLI_OK;
+    if (rc == CLI_OK && tk)
+        rc = make_grammar(g, tk);
     rc = cli_mpi_agree(rc);
     if (rc == CLI_OK)
         rc = gen_open(g, &e);
@@ -412,6 +423,8 @@ int gen_run_text(gen_opts *g)
     if (rc == CLI_OK)
         rc = run(g, e, tk, &p);
     pe_engine_destroy(e);
+    pe_grammar_free(g->compiled);
+    g->compiled = NULL;
     pe_tokenizer_free(tk);
     prompts_free(&p);
     return rc;

@@ -84,6 +84,7 @@ const char *cli_finish_name(pe_finish f)
     case PE_FINISH_LENGTH: return "length";
     case PE_FINISH_CANCELLED: return "cancelled";
     case PE_FINISH_ERROR: return "error";
+    case PE_FINISH_GRAMMAR: return "grammar";
     }
     return "unknown";
 }
@@ -180,6 +181,7 @@ int cli_batch_run(pe_engine *e, cli_batch *b)
         p.sampling.seed = b->sampling.seed + (uint64_t)i;
         p.logprobs = b->logprobs;
         p.ignore_eos = b->ignore_eos;
+        p.grammar = b->grammar;
         p.stop = b->stop;
         p.nstop = b->nstop;
         p.user = (void *)(intptr_t)i;

@@ -38,6 +38,7 @@ typedef struct cli_batch {
     int ignore_eos;
     const int32_t *stop;
     size_t nstop;
+    const pe_grammar *grammar; /* structured output (pe_seq_params.grammar); NULL: none */
     cli_on_event on_event;
     void *ctx;
     /* results, (n) each */

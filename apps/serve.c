@@ -148,6 +148,10 @@ static int open_server(serve_server *s, const serve_opts *o)
         return rc;
     pe_engine_model_info(s->e, &s->m);
     rc = gen_check_vocab(&s->m, s->tk);
+    if (rc == CLI_OK && s->tk && pe_grammar_json(s->tk, &s->json_grammar) != PE_OK) {
+        cli_errorf("JSON mode's grammar over the tokenizer: %s", pe_last_error());
+        rc = CLI_RUNTIME;
+    }
     pe_engine_info info;
     pe_engine_info_get(s->e, &info);
     serve_metrics_init(&s->metrics, info.kv_blocks);
@@ -159,6 +163,7 @@ static int open_server(serve_server *s, const serve_opts *o)
 static void close_server(serve_server *s)
 {
     pe_engine_destroy(s->e);
+    pe_grammar_free(s->json_grammar);
     pe_tokenizer_free(s->tk);
     serve_metrics_free(&s->metrics);
     pthread_mutex_destroy(&s->mu);

@@ -92,6 +92,7 @@ typedef struct serve_server {
     const serve_opts *o;
     pe_engine *e;
     pe_tokenizer *tk;
+    pe_grammar *json_grammar;      /* JSON mode over tk's tokens ("response_format") */
     pe_model_info m;
     const cli_chat_template *chat; /* NULL: the model has none; chat completions answer 400 */
     int32_t chat_end_id;           /* the template's end-of-turn token, a stop id */
@@ -170,6 +171,7 @@ typedef struct serve_job {
     int nstops;
     int32_t stop_ids[PE_MAX_STOP]; /* stop tokens: the chat's end of turn, one-token stops */
     size_t nstop_ids;
+    int json_object;           /* "response_format": {"type": "json_object"}: JSON mode */
 } serve_job;
 
 /* Parses and checks body (len bytes) for the route (chat or not) into j. Returns 0, or the

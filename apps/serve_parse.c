@@ -509,6 +509,28 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
     return st;
 }
 
+/* "response_format" (OpenAI's): {"type": "text"} (the default) or {"type": "json_object"}
+ * (JSON mode: the text is one JSON object). */
+static unsigned parse_response_format(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
+{
+    const cJSON *rf = field(o, "response_format");
+    if (!rf)
+        return 0;
+    const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+    if (!cJSON_IsString(type))
+        return BAD("'response_format' must be an object with a string 'type': {\"type\": "
+                   "\"json_object\"} or {\"type\": \"text\"}");
+    if (!strcmp(type->valuestring, "json_object"))
+        j->json_object = 1;
+    else if (!strcmp(type->valuestring, "json_schema"))
+        return BAD("'response_format' type 'json_schema' is not supported: pengine enforces no "
+                   "schema yet; give {\"type\": \"json_object\"} (any JSON object)");
+    else if (strcmp(type->valuestring, "text") != 0)
+        return BAD("'response_format' type '%.64s' is unknown; give 'json_object' or 'text'",
+                   type->valuestring);
+    return 0;
+}
+
 static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
                              size_t msg_len)
 {
@@ -531,7 +553,8 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
     if (so && (st = get_bool(so, "include_usage", &j->include_usage, msg, msg_len)))
         return st;
     if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_logprobs(o, j, msg, msg_len)) ||
-        (st = parse_stops(s, o, j, msg, msg_len)))
+        (st = parse_stops(s, o, j, msg, msg_len)) ||
+        (st = parse_response_format(o, j, msg, msg_len)))
         return st;
     st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
     if (!st && j->nprompts * j->n > SERVE_MAX_CHOICES)

@@ -264,6 +264,7 @@ static pe_status submit_choice(serve_server *s, const serve_job *j, serve_choice
     p.stop = j->nstop_ids ? j->stop_ids : NULL;
     p.nstop = j->nstop_ids;
     p.ignore_eos = j->ignore_eos;
+    p.grammar = j->json_object ? s->json_grammar : NULL;
     /* the engine gives the token's own log-probability with its top list: at least 1 */
     p.logprobs = j->logprobs < 0 ? 0 : j->logprobs > 0 ? j->logprobs : 1;
     p.user = c;

@@ -134,6 +134,8 @@ void cli_usage(FILE *out)
 "                        \"stop\"); up to 4 --stop; text prompts only\n"
 "  --stop-ids LIST       token ids that end the sequence\n"
 "  --ignore-eos          go on past the model's eos_token_id\n"
+"  --grammar json        JSON mode: the text is one JSON object, ending where it closes\n"
+"                        (finish \"grammar\"); text prompts only\n"
 "  --json                one JSON object at the end (text, tokens, finish_reason, rates)\n"
 "  --logprobs K          with --json: each token's log-probability and the K most\n"
 "                        likely (K <= 20)\n"

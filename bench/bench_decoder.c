@@ -13,6 +13,15 @@ double bd_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+void bd_random_prompt(int32_t *prompt, int n, int run, int i, int vocab)
+{
+    for (int k = 0; k < n; k++) {
+        uint64_t s = (uint64_t)run * 1000003u + (uint64_t)k * 7919u + (uint64_t)i * 104729u;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[k] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+}
+
 int bd_write_preset(pe_gen_arch arch, const char *preset, uint64_t seed, const char *name,
                     char *dir, size_t len)
 {

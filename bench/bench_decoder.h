@@ -12,6 +12,10 @@
 /* Milliseconds of CLOCK_MONOTONIC. */
 double bd_now_ms(void);
 
+/* Prompt i of run `run`: n tokens below vocab, seeded by (run, i, position), so that no run
+ * finds another's blocks in the prefix cache. */
+void bd_random_prompt(int32_t *prompt, int n, int run, int i, int vocab);
+
 /* Writes `preset` of arch (pe_gen_init), seeded, into $TMPDIR (or /tmp)/<name>.<pid>,
  * saying so on stdout; dir gets the path (remove it with bu_remove_dir). Returns 0, or -1
  * with the error printed. */

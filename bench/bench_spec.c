@@ -68,11 +68,7 @@ static int run_once(pe_engine *e, const workload *w, int G, int run, int vocab, 
     const double t0 = bd_now_ms();
     for (int i = 0; i < w->B; i++) {
         int32_t prompt[T];
-        for (int k = 0; k < T; k++) {
-            uint64_t s = (uint64_t)run * 1000003u + (uint64_t)k * 7919u + (uint64_t)i * 104729u;
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            prompt[k] = (int32_t)((s >> 33) % (uint64_t)vocab);
-        }
+        bd_random_prompt(prompt, T, run, i, vocab);
         pe_seq_params p;
         pe_seq_params_init(&p);
         p.prompt = prompt;

@@ -113,7 +113,7 @@ function(pe_add_cuda_fake_executable name source)
   add_executable(${name} ${source} cuda_fake_runtime.c cuda_fake_libs.c cuda_fake_nccl.c
     test_util.c ${backend_c})
   # the layers above and below the backend as built; the backend compiled here, on fakes
-  target_link_libraries(${name} PRIVATE pe_common pe_runtime pe_model pe_engine
+  target_link_libraries(${name} PRIVATE pe_common pe_runtime pe_model pe_engine pe_text
     PkgConfig::CMOCKA)
   target_compile_definitions(${name} PRIVATE PE_CUDA_FAKE=1)
   target_include_directories(${name} SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}
@@ -154,7 +154,7 @@ function(pe_add_cuda_emu_test)
   pe_backend_c_sources(backend_c)
   add_executable(test_cuda_emu test_cuda.c cuda_fake_runtime.c cuda_fake_libs.c
     cuda_fake_nccl.c test_util.c ${backend_c} ${emu_sources})
-  target_link_libraries(test_cuda_emu PRIVATE pe_common pe_runtime pe_model pe_engine
+  target_link_libraries(test_cuda_emu PRIVATE pe_common pe_runtime pe_model pe_engine pe_text
     PkgConfig::CMOCKA)
   target_compile_definitions(test_cuda_emu PRIVATE PE_CUDA_FAKE=1 PE_CUDA_EMU=1)
   target_include_directories(test_cuda_emu SYSTEM PRIVATE ${PE_NCCL_INCLUDE_DIR}

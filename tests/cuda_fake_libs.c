@@ -522,6 +522,14 @@ cudaError_t cb_launch_penalize(cudaStream_t s, float *x, size_t rows, size_t n, 
     return cudaSuccess;
 }
 
+cudaError_t cb_launch_mask(cudaStream_t s, float *x, size_t rows, size_t n, int32_t id0,
+                           const int32_t *row_mask, const uint32_t *bits, size_t words)
+{
+    (void)s;
+    pe_k_mask_rows(x, (int32_t)rows, (int32_t)n, id0, row_mask, bits, (int32_t)words);
+    return cudaSuccess;
+}
+
 cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,
                              const pe_k_sampling *params, int32_t *tokens, float *logit)
 {

@@ -1197,6 +1197,60 @@ static void penalize_agrees_with_host_rule(void **state)
     ops->close(d);
 }
 
+/* mask against sample.h's pe_k_mask_rows (the host's loop): a thread a logit, bit for bit
+ * (a logit is kept or set to -inf, nothing else). A rank's ids 1500 .. 2496 (n not a multiple
+ * of 32, id0 not on a word) under random masks of 70 words (ids 0 .. 2239: the ids past them
+ * are never allowed); some rows left alone (row_mask -1), NaNs kept where allowed. */
+static void mask_agrees_with_host_rule(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    be_device *d = NULL;
+    assert_int_equal(ops->open(0, &d, NULL), PE_OK);
+    const size_t rows = tu_small() ? 6 : 13, n = 997, words = 70, nmasks = 3;
+    const int32_t id0 = 1500;
+    float *x = logit_rows(rows, n, 913), *want = malloc(rows * n * sizeof *want);
+    memcpy(want, x, rows * n * sizeof *want);
+    uint32_t *bits = malloc(nmasks * words * sizeof *bits);
+    int32_t *row_mask = malloc(rows * sizeof *row_mask);
+    uint64_t rs = 914;
+    for (size_t i = 0; i < nmasks * words; i++)
+        bits[i] = (uint32_t)pe_k_splitmix64(&rs);
+    for (size_t r = 0; r < rows; r++) /* -1 .. nmasks - 1 */
+        row_mask[r] = (int32_t)(pe_k_splitmix64(&rs) % (nmasks + 1)) - 1;
+    row_mask[0] = -1; /* at least one row left alone and one under the last mask */
+    row_mask[1] = (int32_t)nmasks - 1;
+    pe_k_mask_rows(want, (int32_t)rows, (int32_t)n, id0, row_mask, bits, (int32_t)words);
+    float *dx = upload(d, x, rows * n);
+    void *drm = upload_bytes(d, row_mask, rows * sizeof *row_mask);
+    void *dbits = upload_bytes(d, bits, nmasks * words * sizeof *bits);
+    assert_int_equal(ops->mask(d, dx, rows, n, id0, drm, dbits, words), PE_OK);
+    float *got = malloc(rows * n * sizeof *got);
+    download_bytes(d, got, dx, rows * n * sizeof(float));
+    assert_memory_equal(got, want, rows * n * sizeof(float));
+    size_t changed = 0, stayed = 0;
+    for (size_t i = 0; i < rows * n; i++) {
+        const int same = memcmp(&got[i], &x[i], sizeof(float)) == 0;
+        changed += !same;
+        stayed += same && row_mask[i / n] >= 0; /* kept under a mask */
+    }
+    print_message("mask: %zu of %zu logits set to -inf, %zu kept under a mask\n", changed,
+                  rows * n, stayed);
+    assert_true(changed > 0 && stayed > 0);
+    assert_int_equal(ops->mask(d, dx, 0, n, id0, drm, dbits, words), PE_OK); /* no rows */
+    download_bytes(d, got, dx, rows * n * sizeof(float));
+    assert_memory_equal(got, want, rows * n * sizeof(float));
+    assert_int_equal(ops->mask(d, dx, rows, 0, id0, drm, dbits, words), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(d), "mask"));
+    assert_int_equal(ops->mask(d, NULL, rows, n, id0, drm, dbits, words), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(d), "mask"));
+    ops->free(d, dx);
+    ops->free(d, drm);
+    ops->free(d, dbits);
+    free(x), free(want), free(got), free(bits), free(row_mask);
+    ops->close(d);
+}
+
 /* sample against pe_k_sample_row on the same logits and draws, over many rows: greedy,
  * temperatures, top-k (1, 40, the whole row), top-p (0.5, 0.9, 1), min-p (0, 0.05, 0.3),
  * together; the token
@@ -2069,6 +2123,7 @@ int main(void)
         cmocka_unit_test(argmax_topk_and_lse_match_host),
         cmocka_unit_test(sample_agrees_with_host_rule),
         cmocka_unit_test(penalize_agrees_with_host_rule),
+        cmocka_unit_test(mask_agrees_with_host_rule),
         cmocka_unit_test(decoder_ops_refuse_bad_arguments),
         cmocka_unit_test(sample_ops_accept_no_rows),
         cmocka_unit_test(peer_path_collectives_two_ranks_one_gpu),

@@ -8,14 +8,18 @@
  *   - a --stop string taken from a first run's text ends the second run there, "stop",
  *     also one that spans two tokens (none of it is printed);
  *   - --prompts runs every non-empty line and prints each completion;
- *   - perplexity's mean negative log-likelihood over its windows, against pe_score's logits.
- * Greedy (the default) on random models, so a run's tokens are those of the run before.
+ *   - perplexity's mean negative log-likelihood over its windows, against pe_score's logits;
+ *   - --grammar json: every text begins a JSON object (a naive twin of the grammar says), one
+ *     that ends "grammar" is one whole object, one that ends "length" has --max-tokens tokens.
+ * Greedy (the default) on random models, so a run's tokens are those of the run before
+ * (sampled with a seed for JSON mode: the same again).
  *
  * argv[1]: the pengine binary; argv[2]: tests/tokenizer. Exits 77 (a skip for ctest) when
  * the npm packages are not installed there: scripts/test.sh installs them. */
 #include "test_models.h"
 #include "test_util.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,6 +466,341 @@ static void test_perplexity_is_the_mean_nll_over_its_windows(void **state)
     }
 }
 
+/* ---- JSON mode: --grammar json --------------------------------------------------------------- */
+
+/* A naive twin of the grammar (src/text/tx_json.h's), by recursive descent over the text's
+ * bytes: each part gives J_OK when whole, J_OUT when the text ends inside it (a beginning
+ * of it) and J_BAD at a byte that cannot be there. */
+typedef struct {
+    const unsigned char *s;
+    size_t n, i;
+} json_text;
+
+enum { J_BAD = -1, J_OUT = 0, J_OK = 1 };
+
+static int j_peek(const json_text *t) { return t->i < t->n ? t->s[t->i] : -1; }
+
+/* Between two parts: nothing, one space, or a newline and at most 20 spaces or tabs. */
+static int j_space(json_text *t)
+{
+    int c = j_peek(t);
+    if (c == ' ') {
+        t->i++;
+    } else if (c == '\n') {
+        t->i++;
+        for (int k = 0; (c = j_peek(t)) == ' ' || c == '\t'; k++, t->i++)
+            if (k == 20)
+                return J_BAD;
+    }
+    c = j_peek(t);
+    if (c == -1)
+        return J_OUT;
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' ? J_BAD : J_OK;
+}
+
+static int j_word(json_text *t, const char *w)
+{
+    for (; *w; w++, t->i++)
+        if (j_peek(t) != *w)
+            return j_peek(t) == -1 ? J_OUT : J_BAD;
+    return J_OK;
+}
+
+/* One digit or more. */
+static int j_digits(json_text *t)
+{
+    int c = j_peek(t);
+    if (c == -1)
+        return J_OUT;
+    if (c < '0' || c > '9')
+        return J_BAD;
+    while ((c = j_peek(t)) >= '0' && c <= '9')
+        t->i++;
+    return c == -1 ? J_OUT : J_OK;
+}
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int j_number(json_text *t)
+{
+    int r;
+    if (j_peek(t) == '-')
+        t->i++;
+    if (j_peek(t) == '0')
+        t->i++;
+    else if ((r = j_digits(t)) != J_OK)
+        return r;
+    if (j_peek(t) == '.') {
+        t->i++;
+        if ((r = j_digits(t)) != J_OK)
+            return r;
+    }
+    if (j_peek(t) == 'e' || j_peek(t) == 'E') {
+        t->i++;
+        if (j_peek(t) == '+' || j_peek(t) == '-')
+            t->i++;
+        if ((r = j_digits(t)) != J_OK)
+            return r;
+    }
+    return j_peek(t) == -1 ? J_OUT : J_OK; /* at the end more digits may come */
+}
+
+/* A string: no control byte, JSON's escapes, UTF-8 as RFC 3629 (no overlong form, no
+ * surrogate, nothing past U+10FFFF). */
+static int j_string(json_text *t)
+{
+    int c = j_peek(t);
+    if (c != '"')
+        return c == -1 ? J_OUT : J_BAD;
+    for (t->i++; (c = j_peek(t)) != '"';) {
+        if (c == -1)
+            return J_OUT;
+        t->i++;
+        if (c < 0x20)
+            return J_BAD;
+        if (c == '\\') {
+            c = j_peek(t);
+            t->i++;
+            if (c == 'u') {
+                for (int k = 0; k < 4; k++, t->i++)
+                    if (!isxdigit(c = j_peek(t)))
+                        return c == -1 ? J_OUT : J_BAD;
+            } else if (c == -1) {
+                return J_OUT;
+            } else if (!c || !strchr("\"\\/bfnrt", c)) {
+                return J_BAD;
+            }
+        } else if (c >= 0x80) { /* the lead byte: how many follow, the first one's range */
+            int more, lo = 0x80, hi = 0xBF;
+            if (c >= 0xC2 && c <= 0xDF)
+                more = 1;
+            else if (c >= 0xE0 && c <= 0xEF)
+                more = 2, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
+            else if (c >= 0xF0 && c <= 0xF4)
+                more = 3, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
+            else
+                return J_BAD;
+            for (; more > 0; more--, t->i++, lo = 0x80, hi = 0xBF)
+                if ((c = j_peek(t)) < lo || c > hi)
+                    return c == -1 ? J_OUT : J_BAD;
+        }
+    }
+    t->i++;
+    return J_OK;
+}
+
+static int j_container(json_text *t, int depth);
+
+static int j_value(json_text *t, int depth)
+{
+    const int c = j_peek(t);
+    switch (c) {
+    case -1: return J_OUT;
+    case '{':
+    case '[': return j_container(t, depth + 1);
+    case '"': return j_string(t);
+    case 't': return j_word(t, "true");
+    case 'f': return j_word(t, "false");
+    case 'n': return j_word(t, "null");
+    default: return c == '-' || (c >= '0' && c <= '9') ? j_number(t) : J_BAD;
+    }
+}
+
+/* The object or array that opens at t->i, the depth-th open at once (at most 64). */
+static int j_container(json_text *t, int depth)
+{
+    const int object = j_peek(t) == '{', close = object ? '}' : ']';
+    int r;
+    if (depth > 64)
+        return J_BAD;
+    t->i++;
+    if ((r = j_space(t)) != J_OK)
+        return r;
+    if (j_peek(t) == close) {
+        t->i++;
+        return J_OK;
+    }
+    for (;;) {
+        if (object) {
+            if ((r = j_string(t)) != J_OK || (r = j_space(t)) != J_OK)
+                return r;
+            if (j_peek(t) != ':')
+                return J_BAD;
+            t->i++;
+            if ((r = j_space(t)) != J_OK)
+                return r;
+        }
+        if ((r = j_value(t, depth)) != J_OK || (r = j_space(t)) != J_OK)
+            return r;
+        const int c = j_peek(t);
+        t->i++;
+        if (c == close)
+            return J_OK;
+        if (c != ',' || (r = j_space(t)) != J_OK)
+            return c != ',' ? J_BAD : r;
+    }
+}
+
+/* 1 when text is a JSON object or its beginning, '{' first (*whole: the whole object, and
+ * nothing after it), 0 when not. */
+static int begins_json_object(const char *text, int *whole)
+{
+    json_text t = {(const unsigned char *)text, strlen(text), 0};
+    const int r = j_peek(&t) == '{' ? j_container(&t, 1) : J_BAD;
+    *whole = r == J_OK && t.i == t.n;
+    return r == J_OUT || *whole;
+}
+
+/* The twin on texts of its own, each side of the grammar's edges. */
+static void test_json_twin_knows_the_grammar(void **state)
+{
+    (void)state;
+    const char *in[] = {"{", "{}", "{ }", "{\n\t\t}", "{\"a\"",
+                        "{\"a\": [1, -0.5e+3, true, null, {\"b\": \"\\u00e9\xc3\xa9\"}]}",
+                        "{\"a\":-", "{\"a\":1.", "{\"a\":tr", "{\"\\u12", "{\"\xf0\x9f",
+                        "{\"a\":1e"};
+    const char *out[] = {"", " {}", "[]", "{}x", "{} ", "{  }", "{\r}", "{\"a\":01}", "{\"a\",",
+                         "{\"a\":1,}", "{\"\x01", "{\"\\x", "{\"\xc0\xaf", "{\"\xed\xa0",
+                         "{\"a\":tx", "{1:2}"};
+    int whole;
+    for (size_t k = 0; k < sizeof in / sizeof in[0]; k++)
+        if (!begins_json_object(in[k], &whole))
+            fail_msg("the twin refuses '%s'", in[k]);
+    for (size_t k = 0; k < sizeof out / sizeof out[0]; k++)
+        if (begins_json_object(out[k], &whole))
+            fail_msg("the twin takes '%s'", out[k]);
+    char indent[32] = "{\n"; /* a newline and 20 spaces, then a 21st */
+    memset(indent + 2, ' ', 20);
+    assert_true(begins_json_object(indent, &whole));
+    indent[22] = ' ';
+    assert_false(begins_json_object(indent, &whole));
+    char deep[200] = "{\"a\":";
+    memset(deep + 5, '[', 63);
+    assert_true(begins_json_object(deep, &whole)); /* 64 open */
+    deep[5 + 63] = '[';
+    assert_false(begins_json_object(deep, &whole));
+    assert_true(begins_json_object("{\"a\": {}}", &whole) && whole);
+    assert_true(begins_json_object("{\"a\": {}", &whole) && !whole);
+}
+
+/* A --grammar json answer (a run's JSON, or one of --prompts' completions): its text is the
+ * decode of its tokens and begins a JSON object; finish "grammar": the whole object (cJSON
+ * parses it, nothing after); "length": max_tokens tokens of an unfinished one. Returns the
+ * closed object's members, or -1 when it is unfinished. */
+static int check_json_answer(const cJSON *j, const pe_tokenizer *tk, int max_tokens)
+{
+    const char *text = item(j, "text")->valuestring;
+    const char *finish = item(j, "finish_reason")->valuestring;
+    size_t n;
+    int32_t *ids = ids_of(item(j, "tokens"), &n);
+    char *decoded = decode(tk, ids, n);
+    assert_string_equal(text, decoded);
+    free(decoded);
+    free(ids);
+    int whole, members = -1;
+    if (!begins_json_object(text, &whole))
+        fail_msg("not a JSON object's beginning (finish %s): '%s'", finish, text);
+    if (!strcmp(finish, "grammar")) {
+        const char *end;
+        cJSON *o = cJSON_ParseWithOpts(text, &end, 1);
+        if (!whole || !cJSON_IsObject(o))
+            fail_msg("finish \"grammar\" on no whole object: '%s'", text);
+        members = cJSON_GetArraySize(o);
+        cJSON_Delete(o);
+    } else {
+        assert_string_equal(finish, "length");
+        assert_int_equal(n, max_tokens);
+        assert_false(whole);
+        assert_null(cJSON_ParseWithOpts(text, NULL, 1));
+    }
+    return members;
+}
+
+/* One `generate --grammar json --json` run with these sampling flags: check_json_answer's. */
+static int json_run(const char *model, const pe_tokenizer *tk, const char *prompt,
+                    const char *temperature, const char *seed)
+{
+    tu_run r = RUN("generate", "--model", model, "--backend", "host", "--prompt", prompt,
+                   "--grammar", "json", "--max-tokens", "24", "--temperature", temperature,
+                   "--seed", seed, "--json");
+    expect_exit_0(&r);
+    cJSON *j = json_of(&r);
+    const int members = check_json_answer(j, tk, 24);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+    return members;
+}
+
+/* Sampled and greedy, on both tokenizers: every text begins a JSON object, each that ends
+ * "grammar" is one whole object. Llama at temperature 2 on "The cat sat" closes one with a
+ * member (seed 3; the others end in a string), greedy on "Hello world" closes "{}" at once;
+ * GPT-2 opens a string and stays in it. */
+static void test_grammar_json_keeps_the_text_a_json_object(void **state)
+{
+    (void)state;
+    int closed = 0, filled = 0, m;
+    const char *seeds[] = {"1", "2", "3", "4"};
+    for (int k = 0; k < 4; k++) {
+        m = json_run(g_llama, g_tk_llama, "The cat sat", "2", seeds[k]);
+        closed += m >= 0;
+        filled += m > 0;
+    }
+    m = json_run(g_llama, g_tk_llama, "Hello world", "0", "0");
+    closed += m >= 0;
+    filled += m > 0;
+    m = json_run(g_gpt2, g_tk_gpt2, "Hello world", "0", "0");
+    closed += m >= 0;
+    m = json_run(g_gpt2, g_tk_gpt2, "The cat sat", "1", "5");
+    closed += m >= 0;
+    assert_true(closed >= 2);
+    assert_true(filled >= 1);
+
+    /* streamed: the closed object, a newline, and the finish on stderr */
+    tu_run r = RUN("generate", "--model", g_llama, "--backend", "host", "--prompt", "The cat sat",
+                   "--grammar", "json", "--max-tokens", "24", "--temperature", "2", "--seed",
+                   "3");
+    expect_exit_0(&r);
+    int whole;
+    char *line = strdup(r.out);
+    assert_true(strlen(line) >= 2 && line[strlen(line) - 1] == '\n');
+    line[strlen(line) - 1] = '\0';
+    if (!begins_json_object(line, &whole) || !whole)
+        fail_msg("streamed: no whole object: '%s'", r.out);
+    assert_non_null(strstr(r.err, "(finish: grammar)"));
+    free(line);
+    tu_run_free(&r);
+
+    /* --prompts: one batch, each sequence with its own place in the grammar */
+    char path[800];
+    snprintf(path, sizeof path, "%s/json-prompts.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("The cat sat\nHello world\nOnce upon a time\n", f);
+    fclose(f);
+    r = RUN("generate", "--model", g_llama, "--backend", "host", "--prompts", path, "--grammar",
+            "json", "--max-tokens", "24", "--temperature", "2", "--seed", "3", "--json");
+    expect_exit_0(&r);
+    cJSON *j = json_of(&r);
+    const cJSON *c;
+    assert_int_equal(cJSON_GetArraySize(item(j, "completions")), 3);
+    cJSON_ArrayForEach(c, item(j, "completions"))
+        check_json_answer(c, g_tk_llama, 24);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+
+    /* bad input: exit 2, the message naming --grammar */
+    const char *const bad[][4] = {{"--prompt", "x", "--grammar", "yaml"},
+                                  {"--tokens", "1,2", "--grammar", "json"}};
+    for (int k = 0; k < 2; k++) {
+        r = RUN("generate", "--model", g_llama, "--backend", "host", bad[k][0], bad[k][1],
+                bad[k][2], bad[k][3]);
+        if (r.status != 2 || !strstr(r.err, "--grammar"))
+            print_run(&r);
+        assert_int_equal(r.status, 2);
+        assert_non_null(strstr(r.err, "--grammar"));
+        tu_run_free(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -488,6 +827,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stop_string_ends_the_text_before_it),
         cmocka_unit_test(test_prompts_file_runs_one_batch),
         cmocka_unit_test(test_perplexity_is_the_mean_nll_over_its_windows),
+        cmocka_unit_test(test_json_twin_knows_the_grammar),
+        cmocka_unit_test(test_grammar_json_keeps_the_text_a_json_object),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -269,8 +269,7 @@ static void check_pool(driver *d)
 static void run_on_device(driver *d, en_step *st)
 {
     const int B = d->cfg.block_tokens;
-    en_meta_layout L =
-        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    en_meta_layout L = en_meta_layout_of_step(st);
     const int32_t *meta = st->meta;
     const pe_k_sampling *samp = (const pe_k_sampling *)(const void *)(meta + L.sampling);
     for (int i = 0; i < st->nchunks; i++) {

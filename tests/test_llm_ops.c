@@ -1,6 +1,7 @@
 /* test_llm_ops.c: the host backend's decoder operations against independent expectations:
  * RMSNorm, RoPE, SwiGLU's product, the bf16 embedding table, kv_append, paged attention,
- * argmax, top-k with log-sum-exp, the sampling penalties, and sampling.
+ * argmax, top-k with log-sum-exp, the sampling penalties, structured output's masks, and
+ * sampling.
  *
  * References are the naive twins of src/kernels (pe_k_attend_naive, pe_k_sample_row,
  * pe_k_rope_head) or loops written here in double; hand-computed cases where easy. Inputs
@@ -866,6 +867,58 @@ static void test_penalize_changes_the_named_logits_by_hand(void **state)
     assert_non_null(strstr(ops->last_error(dev), "penalize"));
 }
 
+/* Structured output's masks by hand on 3 rows of a rank's 6 ids (40 .. 45), masks of 2 words
+ * (ids 0 .. 63; 40 .. 45 are bits 8 .. 13 of word 1): row 0 keeps mask 1's ids, row 1
+ * (row_mask -1) is left alone, row 2 keeps mask 0's; the others become -inf. Word 0 of
+ * mask 1 holds bits 8, 11, 13 (ids 8, 11, 13), so a mask read at the wrong word fails. Ids
+ * past the 2 words are never allowed, even where the next mask's bits would say so. */
+static void test_mask_sets_the_disallowed_logits_to_minus_inf_by_hand(void **state)
+{
+    be_device *dev = *state;
+    const float inf = INFINITY;
+    float x[18] = {1, 3, -1, 0, 4, 5, /* row 0 */ -2, 2, 6, 0.5f, 4, 7, /* row 1 */
+                   0.25f, -3, 8, 1.5f, -inf, 2};
+    const float before[18] = {1,     3,  -1, 0,    4,    5, -2, 2, 6, 0.5f, 4, 7,
+                              0.25f, -3, 8,  1.5f, -inf, 2};
+    const uint32_t bits[2 * 2] = {
+        /* mask 0: every id of word 0; ids 40, 42, 45 and 60 .. 63 of word 1 */
+        0xffffffffu, 1u << 8 | 1u << 10 | 1u << 13 | 0xf0000000u,
+        /* mask 1: ids 0, 1, 8, 11, 13 of word 0; ids 41, 42, 44 of word 1 */
+        1u << 0 | 1u << 1 | 1u << 8 | 1u << 11 | 1u << 13, 1u << 9 | 1u << 10 | 1u << 12,
+    };
+    const int32_t row_mask[3] = {1, -1, 0};
+    assert_int_equal(ops->mask(dev, x, 3, 6, 40, row_mask, bits, 2), PE_OK);
+    const float want[18] = {-inf,  3,    -1, -inf, 4,    -inf, /* row 0: ids 41, 42, 44 */
+                            -2,    2,    6,  0.5f, 4,    7,    /* row 1: left alone */
+                            0.25f, -inf, 8,  -inf, -inf, 2};   /* row 2: ids 40, 42, 45 */
+    int changed = 0, stayed = 0;
+    for (int i = 0; i < 18; i++) {
+        if (x[i] != want[i])
+            fail_msg("logit %d: %g, want %g (was %g)", i, (double)x[i], (double)want[i],
+                     (double)before[i]);
+        changed += x[i] != before[i];
+        stayed += x[i] == before[i];
+    }
+    assert_int_equal(changed, 5); /* 6 disallowed; row 2's id 44 was -inf already */
+    assert_int_equal(stayed, 13);
+    /* ids 60 .. 65 under mask 0: 60 .. 63 kept, 64 and 65 past the mask's 2 words (mask 1's
+     * word 0 after them allows bits 0 and 1) */
+    float past[6] = {1, 2, 3, 4, 5, 6};
+    assert_int_equal(ops->mask(dev, past, 1, 6, 60, row_mask + 2, bits, 2), PE_OK);
+    const float want_past[6] = {1, 2, 3, 4, -inf, -inf};
+    for (int i = 0; i < 6; i++)
+        if (past[i] != want_past[i])
+            fail_msg("id %d: %g, want %g", 60 + i, (double)past[i], (double)want_past[i]);
+    memcpy(x, before, sizeof x);
+    assert_int_equal(ops->mask(dev, x, 0, 6, 40, row_mask, bits, 2), PE_OK); /* no rows */
+    assert_memory_equal(x, before, sizeof x);
+    assert_int_equal(ops->mask(dev, x, 3, 0, 40, row_mask, bits, 2), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "mask"));
+    assert_int_equal(ops->mask(dev, NULL, 3, 6, 40, row_mask, bits, 2), PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "mask"));
+    assert_memory_equal(x, before, sizeof x);
+}
+
 static const float *sort_row; /* qsort has no context argument */
 
 /* Larger values first, equal values in index order. */
@@ -1227,6 +1280,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_mask_sets_the_disallowed_logits_to_minus_inf_by_hand,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_topk_matches_a_sort_and_lse_a_double_sum, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sampling_rules, setup, teardown),

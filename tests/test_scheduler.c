@@ -5,8 +5,10 @@
  * are promised first come first served, never shared, taken as positions grow and all given
  * back; waits, refusals, max_seqs, cancels, failed steps, end_all and scoring behave as the
  * header says; a decode's drafts (cfg.spec_tokens) are the model's own lookup, each row
- * draws its own index's draw, and tokens are taken up to the first miss; and a seeded
- * random run keeps all of it.
+ * draws its own index's draw, and tokens are taken up to the first miss; a grammar's mask
+ * is on each of a sequence's rows, after the drafts before it, its drafts stop at the
+ * first it refuses, and the token that closes its text ends it; and a seeded random run
+ * keeps all of it.
  *
  * The test keeps its own model of every sequence (its tokens, what is cached, what it was
  * fed, the events it must get) and checks the scheduler against that model after every call,
@@ -381,8 +383,7 @@ static void check_step(harness *h)
     const en_sched_config *cfg = &h->cfg;
     const int B = cfg->block_tokens;
     assert_true(st->nchunks >= 1);
-    en_meta_layout L =
-        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    en_meta_layout L = en_meta_layout_of_step(st);
     assert_int_equal(st->meta_words, L.words);
     const int32_t *m = st->meta;
     const pe_k_sampling *samp = (const pe_k_sampling *)(const void *)(m + L.sampling);
@@ -938,7 +939,7 @@ static void test_meta_sections_follow_each_other_in_the_documented_order(void **
 {
     (void)state;
     /* 5 tokens, 2 chunks, 3 block-table entries, 2 logit rows */
-    en_meta_layout L = en_meta_layout_of(5, 2, 3, 2, 0);
+    en_meta_layout L = en_meta_layout_of(5, 2, 3, 2, 0, 0, 0);
     assert_int_equal(L.tokens, 0);
     assert_int_equal(L.positions, 5);
     assert_int_equal(L.slots, 10);
@@ -950,6 +951,15 @@ static void test_meta_sections_follow_each_other_in_the_documented_order(void **
     assert_int_equal(L.penalties, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 + 2 * 5);
     assert_int_equal(L.words, 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 + 2 * 5);
     assert_int_equal(sizeof(pe_k_sampling), 5 * sizeof(int32_t));
+    /* with 3 masks of 4 words and 2 penalty entries: a mask index a row, the masks, then
+     * the penalties (the one section whose size the build learns last) */
+    L = en_meta_layout_of(5, 2, 3, 2, 2, 3, 4);
+    const size_t after_sampling = 15 + 2 * PE_K_CHUNK_FIELDS + 3 + 2 + 2 + 2 * 5;
+    assert_int_equal(L.row_masks, after_sampling);
+    assert_int_equal(L.masks, after_sampling + 2);
+    assert_int_equal(L.penalties, after_sampling + 2 + 3 * 4);
+    assert_int_equal(L.words, after_sampling + 2 + 3 * 4 + 2 * 5);
+    assert_int_equal(sizeof(pe_k_penalty), 5 * sizeof(int32_t));
 }
 
 static void test_decodes_come_before_prefill_chunks_within_the_budgets(void **state)
@@ -1027,7 +1037,7 @@ static void test_long_prompt_is_prefilled_in_order_over_several_steps(void **sta
         assert_chunk(h, 0, 1, pos0[s], n[s], s == 2); /* a logit row only at the end */
         assert_int_equal(h->st->sample, s == 2);
         en_meta_layout L =
-            en_meta_layout_of(h->st->ntok, 1, h->st->nbt, h->st->nlogits, h->st->npen);
+            en_meta_layout_of(h->st->ntok, 1, h->st->nbt, h->st->nlogits, h->st->npen, 0, 0);
         for (int k = 0; k < n[s]; k++) {
             assert_int_equal(h->st->meta[L.positions + k], pos0[s] + k);
             seen[pos0[s] + k] = h->st->meta[L.tokens + k];
@@ -1056,7 +1066,7 @@ static void test_chunk_table_logit_rows_and_draws_describe_the_step(void **state
     h_add(h, 2, &y);
     assert_int_equal(h_build(h), 1);
     const en_step *st = h->st;
-    en_meta_layout L = en_meta_layout_of(8, 2, 3, 2, 0);
+    en_meta_layout L = en_meta_layout_of(8, 2, 3, 2, 0, 0, 0);
     assert_int_equal(st->ntok, 8);
     assert_int_equal(st->nbt, 3); /* 5 positions in 2 blocks of 4, 3 in 1 */
     assert_int_equal(st->nlogits, 2);
@@ -1087,7 +1097,7 @@ static void test_chunk_table_logit_rows_and_draws_describe_the_step(void **state
 
     /* the decodes: one row each, at positions 5 and 3, drawing the second number */
     assert_int_equal(h_build(h), 1);
-    L = en_meta_layout_of(2, 2, 3, 2, 0);
+    L = en_meta_layout_of(2, 2, 3, 2, 0, 0, 0);
     m = h->st->meta; /* it may have moved */
     static const int32_t decodes[2][PE_K_CHUNK_FIELDS] = {{0, 1, 5, 0}, {1, 1, 3, 2}};
     for (int i = 0; i < 2; i++)
@@ -1684,8 +1694,7 @@ static void build_chunk(en_sched *s, en_step *st, int pos0, int n, int logits)
  * blocks (the sequence's table as the test saw it). */
 static void expect_slots(const en_step *st, const int32_t *blocks, int B)
 {
-    const en_meta_layout L =
-        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    const en_meta_layout L = en_meta_layout_of_step(st);
     const en_chunk *c = &st->chunks[0];
     for (int k = 0; k < c->n; k++) {
         int p = c->pos0 + k;
@@ -1865,6 +1874,98 @@ static int32_t loop_with_a_miss(harness *h, const tseq *t, int index)
     return index == 13 ? 27 : default_token((int)(t - h->seqs), index);
 }
 
+/* ---- structured output: masks and drafts (grammar.h) ---- */
+
+/* The ids row `row` of st may sample, in ascending order, into ids; how many (-1: the step
+ * has no mask on that row). */
+static int row_allows(const en_step *st, int row, int32_t *ids, int most)
+{
+    const en_meta_layout L = en_meta_layout_of_step(st);
+    if (st->nmask == 0 || st->meta[L.row_masks + (size_t)row] < 0)
+        return -1;
+    const uint32_t *m = (const uint32_t *)(const void *)(st->meta + L.masks) +
+                        (size_t)st->meta[L.row_masks + (size_t)row] * (size_t)st->mask_words;
+    int n = 0;
+    for (int32_t id = 0; id < st->mask_words * 32; id++)
+        if (pe_k_mask_allows(m, st->mask_words, id) && n < most)
+            ids[n++] = id;
+    return n;
+}
+
+/* JSON mode over a hand vocabulary: 20 "{", 21 "\"a\"", 22 ":", 23 "1", 24 "}", 25 ",",
+ * the rest "x" (never outside a string). The prompt is 9 20 21 22 23 20 7 9 (prompt lookup's
+ * source). The prefill row may sample only "{"; given 20, the decode drafts 21 22 23 20
+ * (what followed the earlier 9 20) and keeps 21 22 23: "{" cannot follow the value 1. Its
+ * rows are masked after the drafts before each: {"a", "}"}, {":"}, {"{", "\"a\"", "1"}
+ * and {"1", "}", ","} (1 may grow into 11). The device samples 21 22 23 24: three drafts
+ * hit, and "}" closes the object: the sequence ends there with PE_FINISH_GRAMMAR. */
+static void test_a_grammar_masks_each_row_and_cuts_drafts_at_the_first_it_refuses(void **state)
+{
+    (void)state;
+    enum { NT = 40 };
+    const char *tok[NT];
+    size_t len[NT];
+    static const char *const named[] = {"{", "\"a\"", ":", "1", "}", ","};
+    for (int id = 0; id < NT; id++) {
+        tok[id] = id >= 20 && id < 26 ? named[id - 20] : "x";
+        len[id] = strlen(tok[id]);
+    }
+    pe_grammar *g = NULL;
+    assert_int_equal(tx_grammar_json_from_tokens(tok, len, NULL, NT, &g), PE_OK);
+    en_sched_config cfg = default_config();
+    cfg.vocab = NT;
+    cfg.spec_tokens = 4;
+    cfg.spec_ngram_min = 1;
+    cfg.spec_ngram_max = 2;
+    kept_log log = {0};
+    en_sched s;
+    assert_int_equal(en_sched_init(&s, &cfg, log_event, &log), PE_OK);
+    en_step *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    en_seq *q = kept_msg(1, 8, 10, 0, cfg.context);
+    static const int32_t prompt[8] = {9, 20, 21, 22, 23, 20, 7, 9};
+    memcpy(q->tokens, prompt, sizeof prompt);
+    q->grammar = g;
+    tx_grammar_start(g, &q->gstate);
+    en_sched_add(&s, q);
+
+    int32_t ids[NT];
+    assert_int_equal(en_sched_build(&s, st), 1); /* the prompt, its last row sampling */
+    assert_int_equal(st->nmask, 1);
+    assert_int_equal(st->mask_words, 2);
+    assert_int_equal(row_allows(st, 0, ids, NT), 1);
+    assert_int_equal(ids[0], 20);
+    st->out_tokens[0] = 20;
+    st->out_logit[0] = st->out_lse[0] = 0.0f;
+    en_sched_complete(&s, st);
+
+    assert_int_equal(en_sched_build(&s, st), 1); /* the decode of 20 with 3 drafts */
+    assert_int_equal(st->chunks[0].draft, 3);
+    assert_int_equal(st->nlogits, 4);
+    assert_int_equal(st->nmask, 4);
+    static const int32_t want[4][3] = {{21, 24}, {22}, {20, 21, 23}, {23, 24, 25}};
+    static const int nwant[4] = {2, 1, 3, 3};
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(row_allows(st, r, ids, NT), nwant[r]);
+        assert_memory_equal(ids, want[r], (size_t)nwant[r] * sizeof *ids);
+    }
+    static const int32_t sampled[4] = {21, 22, 23, 24};
+    for (int r = 0; r < 4; r++) {
+        st->out_tokens[r] = sampled[r];
+        st->out_logit[r] = st->out_lse[r] = 0.0f;
+    }
+    en_sched_complete(&s, st);
+    assert_int_equal(s.spec_drafted, 3);
+    assert_int_equal(s.spec_accepted, 3);
+    assert_int_equal(log.tokens, 5); /* { "a" : 1 } */
+    assert_int_equal(log.finals, 1);
+    assert_int_equal(log.last, PE_FINISH_GRAMMAR);
+    assert_int_equal(en_sched_sequences(&s), 0);
+    en_sched_free(&s);
+    en_step_free(st);
+    pe_grammar_free(g);
+}
+
 /* Sequence 1 generates the default tokens, a loop of period 10 (21 .. 29, 20, 21 ...): once
  * token 21 comes again (token 10), the tokens after its last time are drafted, four a step,
  * and a step whose drafts all hit gives five tokens. The harness checks each step's chunk
@@ -1945,8 +2046,7 @@ static void test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss(v
 enum { VOCAB_IDS = 1024 };
 static int row_penalties(const en_step *st, int row, float *sub_of, int *bans)
 {
-    const en_meta_layout L =
-        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    const en_meta_layout L = en_meta_layout_of_step(st);
     const pe_k_penalty *e = (const pe_k_penalty *)(const void *)(st->meta + L.penalties);
     memset(sub_of, 0, VOCAB_IDS * sizeof *sub_of);
     int n = 0;
@@ -2157,6 +2257,7 @@ int main(void)
         TEST(test_scoring_all_positions_gives_every_position_a_row_and_never_samples),
         TEST(test_scoring_the_last_position_gives_one_row_beside_sampling_ones),
         TEST(test_drafts_are_checked_in_one_step_and_taken_up_to_the_first_miss),
+        TEST(test_a_grammar_masks_each_row_and_cuts_drafts_at_the_first_it_refuses),
         TEST(test_each_row_of_a_decode_with_drafts_counts_the_drafts_before_it),
         TEST(test_random_runs_keep_every_invariant),
     };

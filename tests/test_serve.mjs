@@ -446,6 +446,165 @@ async function tokenizeAndStops(url) {
        'a stop token id past the vocabulary');
 }
 
+// A naive twin of JSON mode's grammar (src/text/tx_json.h), by recursive descent over the
+// text: 'whole' (one JSON object, nothing after it), 'begun' (the text ends inside one) or
+// 'bad'. Between parts: nothing, one space, or a newline and at most 20 spaces or tabs; at
+// most 64 objects and arrays open at once.
+function jsonObjectState(text) {
+    const OUT = Symbol('the text ends'), BAD = Symbol('not JSON');
+    let i = 0;
+    const peek = () => { if (i >= text.length) throw OUT; return text[i]; };
+    const expect = (ok) => { if (!ok) throw BAD; i++; };
+    const digit = (c) => c >= '0' && c <= '9';
+    const space = () => {
+        if (peek() === ' ') i++;
+        else if (peek() === '\n')
+            for (let k = 0, c = text[++i]; c === ' ' || c === '\t'; c = text[++i])
+                if (++k > 20) throw BAD;
+        if (' \t\n\r'.includes(peek())) throw BAD;
+    };
+    const digits = () => { expect(digit(peek())); while (digit(peek())) i++; };
+    const number = () => {
+        if (peek() === '-') i++;
+        if (peek() === '0') i++; else digits();
+        if (peek() === '.') { i++; digits(); }
+        if (peek() === 'e' || peek() === 'E') {
+            i++;
+            if (peek() === '+' || peek() === '-') i++;
+            digits();
+        }
+    };
+    const string = () => {
+        expect(peek() === '"');
+        for (let c; (c = peek()) !== '"'; i++) {
+            if (c < ' ') throw BAD;
+            if (c !== '\\') continue;
+            i++;
+            if (peek() === 'u')
+                for (let k = 0; k < 4; k++) { i++; if (!/[0-9a-fA-F]/.test(peek())) throw BAD; }
+            else if (!'"\\/bfnrt'.includes(peek())) throw BAD;
+        }
+        i++;
+    };
+    const word = (w) => { for (const c of w) expect(peek() === c); };
+    const value = (depth) => {
+        const c = peek();
+        if (c === '{' || c === '[') container(depth + 1);
+        else if (c === '"') string();
+        else if (c === 't' || c === 'f' || c === 'n')
+            word({ t: 'true', f: 'false', n: 'null' }[c]);
+        else if (c === '-' || digit(c)) number();
+        else throw BAD;
+    };
+    const container = (depth) => {
+        const close = peek() === '{' ? '}' : ']';
+        if (depth > 64) throw BAD;
+        i++;
+        space();
+        if (peek() === close) { i++; return; }
+        for (;;) {
+            if (close === '}') { string(); space(); expect(peek() === ':'); space(); }
+            value(depth);
+            space();
+            if (peek() === close) { i++; return; }
+            expect(peek() === ',');
+            space();
+        }
+    };
+    try {
+        if (peek() !== '{') throw BAD;
+        container(1);
+        return i === text.length ? 'whole' : 'bad';
+    } catch (e) {
+        if (e === OUT || e === BAD) return e === OUT ? 'begun' : 'bad';
+        throw e;
+    }
+}
+
+// JSON mode (response_format {"type": "json_object"}): completions and chats, greedy and
+// sampled, whole and streamed (the same answer): each text begins a JSON object; "stop" ends
+// it at the whole object (JSON.parse takes it), "length" at max_tokens inside one; n 2's
+// choices are each their seed's answer alone; {"type": "text"} is no field; json_schema, an
+// unknown type and a non-object are 400s naming response_format. A greedy chat whose string
+// loops is kept for the grid's drafts (below).
+let jsonLoop = null; // the greedy chat of jsonMode: { body, tokens }
+async function jsonMode(url) {
+    const rf = { type: 'json_object' };
+    for (const [text, state] of [['{', 'begun'], ['{ }', 'whole'], ['{"a":1e', 'begun'],
+                                 ['{"a": [1, -0.5e+3, true, null, "\\u00e9"]}', 'whole'],
+                                 [`{\n${' '.repeat(21)}}`, 'bad'], ['{} ', 'bad'],
+                                 ['{  }', 'bad'], ['[]', 'bad'], ['{"a":01}', 'bad'],
+                                 ['{"a":1,}', 'bad'], [`{"a":${'['.repeat(63)}`, 'begun'],
+                                 [`{"a":${'['.repeat(64)}`, 'bad']])
+        eq(jsonObjectState(text), state, `the twin on ${JSON.stringify(text)}`);
+    const checkText = (text, finish, n, what, max = 12) => {
+        const state = jsonObjectState(text);
+        check(text.startsWith('{'), `${what}: ${JSON.stringify(text)} starts with '{'`);
+        if (finish === 'stop') {
+            eq(state, 'whole', `${what}: "stop" on ${JSON.stringify(text)}`);
+            const o = JSON.parse(text);
+            check(o !== null && typeof o === 'object' && !Array.isArray(o), `${what}: an object`);
+            return 1;
+        }
+        eq([finish, state, n], ['length', 'begun', max], `${what}: ${JSON.stringify(text)}`);
+        let parsed = true;
+        try { JSON.parse(text); } catch { parsed = false; }
+        check(!parsed, `${what}: an unfinished object parses: ${JSON.stringify(text)}`);
+        return 0;
+    };
+    let closed = 0;
+    const runs = [['The quick brown fox', 0, 0], ['JSON:', 1, 1], ['JSON:', 1, 2],
+                  ['Hello world', 2, 1]];
+    for (const [prompt, temperature, seed] of runs) {
+        const body = { prompt, max_tokens: 12, temperature, seed, return_token_ids: true,
+                       response_format: rf };
+        const what = `json_object ${JSON.stringify(prompt)} at ${temperature}, seed ${seed}`;
+        const c = (await (await post(url, '/v1/completions', body)).json()).choices[0];
+        closed += checkText(c.text, c.finish_reason, c.token_ids.length, what);
+        const s = await readStream(await post(url, '/v1/completions', { ...body, stream: true }));
+        eq([s.ids, s.text, s.finish, s.done], [c.token_ids, c.text, c.finish_reason, true],
+           `${what}: streamed = whole`);
+    }
+    const messages = [{ role: 'user', content: 'Give me JSON' }];
+    for (const seed of [1, 2]) {
+        const body = { messages, max_tokens: 12, temperature: 1, seed, return_token_ids: true,
+                       response_format: rf };
+        const what = `a chat's json_object, seed ${seed}`;
+        const c = (await (await post(url, '/v1/chat/completions', body)).json()).choices[0];
+        closed += checkText(c.message.content, c.finish_reason, c.token_ids.length, what);
+        const s = await readStream(await post(url, '/v1/chat/completions',
+                                              { ...body, stream: true }));
+        eq([s.ids, s.text, s.finish, s.done], [c.token_ids, c.message.content, c.finish_reason,
+                                               true], `${what}: streamed = whole`);
+    }
+    check(closed >= 2, `json_object: ${closed} answers closed their object`);
+    // a greedy chat whose string loops: the grid below answers it with drafts, the same
+    const loopBody = { messages, max_tokens: 64, temperature: 0, return_token_ids: true,
+                       response_format: rf };
+    const loop = (await (await post(url, '/v1/chat/completions', loopBody)).json()).choices[0];
+    checkText(loop.message.content, loop.finish_reason, loop.token_ids.length,
+              'a chat\'s json_object, greedy', 64);
+    jsonLoop = { body: loopBody, tokens: loop.token_ids };
+    // n 2: each choice its own place in the grammar, choice k the seed + k alone
+    const ask = async (extra) => (await (await post(url, '/v1/completions', {
+        prompt: 'JSON:', max_tokens: 12, temperature: 1, seed: 1, return_token_ids: true,
+        ...extra })).json()).choices.map((c) => [c.token_ids, c.text, c.finish_reason]);
+    const [one, two] = [await ask({ response_format: rf }),
+                        await ask({ response_format: rf, seed: 2 })];
+    eq(await ask({ response_format: rf, n: 2 }), [...one, ...two], 'json_object n 2');
+    // {"type": "text"}: as no response_format
+    eq(await ask({ response_format: { type: 'text' } }), await ask({}),
+       'response_format text = none');
+    for (const [response_format, what] of [[{ type: 'json_schema', json_schema: { name: 'x',
+        schema: { type: 'object' } } }, 'json_schema'], [{ type: 'yaml' }, 'yaml'],
+        ['json', 'a string'], [{}, 'no type']]) {
+        const res = await post(url, '/v1/completions', { prompt: 'x', response_format });
+        const body = await res.text();
+        check(res.status === 400 && JSON.parse(body).error.message.includes('response_format'),
+              `response_format ${what}: ${res.status} ${body}`);
+    }
+}
+
 async function concurrentClients(url, clients = 64) {
     refs ??= prompts.map((p, i) => generateAlone(p, maxTokens(i)));
     const runs = Array.from({ length: clients }, (_, k) => {
@@ -633,7 +792,7 @@ try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
         ['several choices', choices], ['tokenize, stop ids', tokenizeAndStops],
-        ['echo', echo],
+        ['echo', echo], ['json mode', jsonMode],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],
@@ -670,6 +829,13 @@ try {
         m.pengine_spec_accepted_tokens_total - m0.pengine_spec_accepted_tokens_total],
        [alone.spec_draft_tokens, alone.spec_accepted_tokens],
        'its drafts and accepted ones, as generate counts them');
+    // JSON mode with drafts: each stops at the first the grammar refuses, and the looping
+    // chat of the json mode step is the same answer
+    const loop = await (await post(grid.url, '/v1/chat/completions', jsonLoop.body)).json();
+    const m2 = await waitIdle(grid.url);
+    eq(loop.choices[0].token_ids, jsonLoop.tokens, 'json_object with drafts = without');
+    check(m2.pengine_spec_accepted_tokens_total > m.pengine_spec_accepted_tokens_total,
+          'json_object: drafts accepted');
     await stopServer(grid, 'SIGINT');
     console.log(`ok: 16 concurrent clients on --dp 2 --pp 2 --spec-tokens 4, SIGINT; a long ` +
                 `answer: ${alone.spec_accepted_tokens} of ${alone.spec_draft_tokens} drafts ` +

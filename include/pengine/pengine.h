@@ -299,6 +299,9 @@ typedef struct pe_logit_bias {
     float bias;
 } pe_logit_bias;
 
+/* Structured output: a grammar the generated text follows (below, pe_grammar_json). */
+typedef struct pe_grammar pe_grammar;
+
 typedef struct pe_seq_params {
     const int32_t *prompt;  /* token ids (copied by pe_seq_submit) */
     size_t prompt_len;      /* >= 1, and < the context */
@@ -314,6 +317,9 @@ typedef struct pe_seq_params {
     const pe_logit_bias *logit_bias; /* added to those tokens' logits before the penalties
                              * (copied); may be NULL */
     size_t nlogit_bias;     /* <= PE_MAX_LOGIT_BIAS, each token at most once */
+    const pe_grammar *grammar; /* the text it generates follows this grammar (structured
+                             * output; not copied: it must outlive the sequence); NULL =
+                             * none */
     int keep;               /* 1: after its final event the sequence keeps its tokens and KV
                              * cache, for pe_seq_append, until pe_seq_release */
     void *user;             /* handed back in every event */
@@ -329,7 +335,9 @@ typedef enum pe_finish {
     PE_FINISH_STOP,      /* token is one of the stop tokens */
     PE_FINISH_LENGTH,    /* max_tokens were generated, or the context is full */
     PE_FINISH_CANCELLED, /* pe_seq_cancel (no token) */
-    PE_FINISH_ERROR      /* status says why (no token) */
+    PE_FINISH_ERROR,     /* status says why (no token) */
+    PE_FINISH_GRAMMAR    /* token completes the text of the sequence's grammar (it is part of
+                          * the text, unlike a stop token's) */
 } pe_finish;
 
 typedef struct pe_token_event {
@@ -432,6 +440,25 @@ pe_status pe_tokenizer_token_bytes(const pe_tokenizer *t, int32_t id, char **byt
 size_t pe_tokenizer_vocab_size(const pe_tokenizer *t);
 /* The id of a token's string (as in the vocabulary, e.g. "<|endoftext|>"), or -1. */
 int32_t pe_tokenizer_token_id(const pe_tokenizer *t, const char *token);
+
+/* ---- structured output -------------------------------------------------------------- */
+
+/* A grammar the generated text must follow (pe_seq_params.grammar), compiled for one
+ * tokenizer's vocabulary: at each step only the tokens that keep the text inside the
+ * grammar may be sampled (the others' logits are -inf, after the penalties), and the
+ * sequence ends (PE_FINISH_GRAMMAR) with the token that completes the text. Special
+ * tokens (eos, chat markers) are never allowed. Where no token of the vocabulary continues
+ * the text, the sequence ends with PE_EINVAL. Read-only once made: one grammar serves any
+ * number of sequences and engines at once. (pe_grammar is declared above
+ * pe_seq_params.) */
+
+/* JSON mode (OpenAI's response_format {"type": "json_object"}): the text is one JSON
+ * object, '{' first, complete at the '}' that closes it; strings valid UTF-8; between its
+ * parts nothing, one space, or a newline and at most 20 spaces or tabs; at most 64 objects
+ * and arrays open at once (docs/api.md, "Structured output"). The grammar copies what it
+ * needs of t (each token's bytes): t may be freed after. */
+pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out);
+void pe_grammar_free(pe_grammar *g);
 
 /* Streaming decode: text of a growing list of ids, released in whole characters only. */
 typedef struct pe_detokenizer pe_detokenizer;

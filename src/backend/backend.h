@@ -205,6 +205,12 @@ typedef struct be_ops {
      * (row, id) is named at most once. */
     pe_status (*penalize)(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
                           const pe_k_penalty *p, size_t count);
+    /* Structured output's masks on logits x(rows, n), which hold vocabulary ids id0 .. id0
+     * + n - 1 (sample.h's pe_k_mask_rows): row r keeps the ids allowed by mask row_mask[r]
+     * of bits (masks of `words` words each), the others become -inf; row_mask[r] < 0
+     * leaves it alone. */
+    pe_status (*mask)(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                      const int32_t *row_mask, const uint32_t *bits, size_t words);
 
     /* ---- communicators (ncclCommInitAll-like) ----
      * One call makes n ranks, rank r on devs[r]; out[r] is rank r's handle. Any thread. */

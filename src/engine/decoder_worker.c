@@ -157,8 +157,7 @@ static pe_status download_candidates(en_worker *w, en_step *st, const md_shard *
 {
     const be_ops *ops = w->e->ops;
     const size_t R = (size_t)st->nlogits, n = (size_t)sh->tp * R * (2 * (size_t)K + 1);
-    const en_meta_layout L =
-        en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+    const en_meta_layout L = en_meta_layout_of_step(st);
     float *cands = malloc(n * sizeof *cands);
     if (!cands)
         return PE_ENOMEM;
@@ -247,8 +246,7 @@ static md_gather gather_of(const en_step *st, const md_config *cfg, const md_sha
     if (st->targeted) /* a given token's logit may be on any rank */
         return MD_GATHER_ROWS;
     if (st->sample) {
-        const en_meta_layout L =
-            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+        const en_meta_layout L = en_meta_layout_of_step(st);
         const pe_k_sampling *smp = (const pe_k_sampling *)(const void *)(st->meta + L.sampling);
         for (int i = 0; i < st->nlogits; i++) {
             if (!(smp[i].temperature > 0.0f))
@@ -286,8 +284,7 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             pe_fail(err, s, "worker %d: no device memory for a %d-token step: %s", w->rank,
                     st->ntok, ops->last_error(w->dev));
     } else {
-        const en_meta_layout L =
-            en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen);
+        const en_meta_layout L = en_meta_layout_of_step(st);
         const int32_t *m = w->meta_dev;
         md_step ms = {
             .rows = (size_t)st->ntok,
@@ -304,6 +301,9 @@ pe_status en_decoder_step(en_worker *w, en_step *st, pe_err *err)
             .targets = st->targeted ? m + L.targets : NULL, /* rows whole (gather_of) */
             .penalties = (const pe_k_penalty *)(const void *)(m + L.penalties),
             .npen = (size_t)st->npen,
+            .row_masks = st->nmask ? m + L.row_masks : NULL,
+            .masks = (const uint32_t *)(const void *)(m + L.masks),
+            .mask_words = (size_t)st->mask_words,
             .topk = st->topk,
             .gather = gather,
             .candidates = K,

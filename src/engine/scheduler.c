@@ -7,7 +7,8 @@
 #include "engine/speculate.h"
 #include "kernels/attention.h"
 
-en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen)
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen,
+                                 int nmask, int mask_words)
 {
     en_meta_layout L;
     L.tokens = 0;
@@ -18,9 +19,17 @@ en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, in
     L.logit_rows = L.block_tables + (size_t)nbt;
     L.targets = L.logit_rows + (size_t)nlogits;
     L.sampling = L.targets + (size_t)nlogits;
-    L.penalties = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
+    L.row_masks = L.sampling + (size_t)nlogits * (sizeof(pe_k_sampling) / sizeof(int32_t));
+    L.masks = L.row_masks + (nmask > 0 ? (size_t)nlogits : 0);
+    L.penalties = L.masks + (size_t)nmask * (size_t)mask_words;
     L.words = L.penalties + (size_t)npen * (sizeof(pe_k_penalty) / sizeof(int32_t));
     return L;
+}
+
+en_meta_layout en_meta_layout_of_step(const en_step *st)
+{
+    return en_meta_layout_of(st->ntok, st->nchunks, st->nbt, st->nlogits, st->npen, st->nmask,
+                             st->mask_words);
 }
 
 void en_step_free(en_step *st)
@@ -46,8 +55,25 @@ void en_seq_free(en_seq *seq)
     free(seq->tokens);
     free(seq->blocks);
     free(seq->bias);
+    free(seq->last_mask);
     en_counts_free(&seq->counts);
     free(seq);
+}
+
+/* seq's mask after state g into mask (words words): the last one made when g is its state
+ * again (inside a string most steps are), else made and kept. */
+static void grammar_mask(en_seq *seq, const tx_grammar_state *g, uint32_t *mask, int words,
+                         int vocab)
+{
+    const size_t bytes = (size_t)words * sizeof *mask;
+    if (seq->last_made && !memcmp(&seq->last_state, g, sizeof *g)) {
+        memcpy(mask, seq->last_mask, bytes);
+        return;
+    }
+    (void)tx_grammar_mask(seq->grammar, g, mask, (size_t)vocab);
+    memcpy(seq->last_mask, mask, bytes);
+    seq->last_state = *g;
+    seq->last_made = 1;
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
@@ -315,6 +341,9 @@ pe_status en_sched_append(en_sched *s, en_seq *more)
     memcpy(seq->stop, more->stop, sizeof seq->stop);
     seq->nstop = more->nstop;
     seq->ignore_eos = more->ignore_eos;
+    seq->grammar = more->grammar;
+    seq->gstate = more->gstate;
+    seq->last_made = 0; /* (the last generation's grammar's) */
     seq->keep = more->keep;
     seq->user = more->user;
     seq->cancelled = 0;
@@ -651,8 +680,18 @@ static int draft_tokens(const en_sched *s, en_seq *seq, int most)
                         s->cfg.context - 1 - seq->ntok, seq->cap - seq->ntok};
     for (size_t i = 0; i < sizeof left / sizeof left[0]; i++)
         most = left[i] < most ? left[i] : most;
-    return en_ngram_draft(seq->tokens, seq->ntok, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max,
-                          most, seq->tokens + seq->ntok);
+    int n = en_ngram_draft(seq->tokens, seq->ntok, s->cfg.spec_ngram_min,
+                           s->cfg.spec_ngram_max, most, seq->tokens + seq->ntok);
+    if (seq->grammar) { /* up to the first draft the grammar refuses or that completes it
+                         * (the row before samples that one: nothing follows it) */
+        tx_grammar_state g = seq->gstate;
+        int k = 0;
+        while (k < n && tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + k]) == 0 &&
+               !tx_grammar_done(&g))
+            k++;
+        n = k;
+    }
+    return n;
 }
 
 /* PE_KV_PREEMPT: blocks for seq's drafts at positions from.., taken only while some are
@@ -741,9 +780,9 @@ static void take_blocks(en_sched *s, en_seq *seq, int positions)
 }
 
 int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int npen,
-                    int topk)
+                    int nmask, int mask_words, int topk)
 {
-    en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits, npen);
+    en_meta_layout L = en_meta_layout_of(ntok, nchunks, nbt, nlogits, npen, nmask, mask_words);
     if (L.words > st->meta_cap) {
         int32_t *m = realloc(st->meta, L.words * sizeof *m);
         if (!m)
@@ -790,8 +829,8 @@ int en_sched_build(en_sched *s, en_step *st)
     }
     if (st->nchunks == 0)
         return 0;
-    int ntok = 0, nbt = 0, nlogits = 0, npen = 0, topk = 0;
-    const int B = s->cfg.block_tokens;
+    int ntok = 0, nbt = 0, nlogits = 0, npen = 0, nmask = 0, topk = 0;
+    const int B = s->cfg.block_tokens, words = (int)tx_mask_words((size_t)s->cfg.vocab);
     for (int i = 0; i < st->nchunks; i++) {
         en_chunk *c = &st->chunks[i];
         en_seq *seq = c->seq;
@@ -818,14 +857,24 @@ int en_sched_build(en_sched *s, en_step *st)
         }
         if (c->sample) /* (a later row bans no more than the first) */
             npen += (seq->nbias + banned_tokens(s, seq, seq->generated, NULL)) * (1 + c->draft);
+        if (c->sample && seq->grammar) {
+            nmask += 1 + c->draft;
+            if (!seq->last_mask)
+                seq->last_mask = malloc((size_t)words * sizeof(uint32_t));
+            if (!seq->last_mask)
+                return -1; /* (before any sequence is marked busy) */
+        }
     }
-    if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, topk) != 0)
+    if (en_step_reserve(st, ntok, st->nchunks, nbt, nlogits, npen, nmask, words, topk) != 0)
         return -1;
-    en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits, npen);
+    en_meta_layout L = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits, npen, nmask, words);
     int32_t *m = st->meta;
     pe_k_sampling *samp = (pe_k_sampling *)(void *)(m + L.sampling);
     pe_k_penalty *pen = (pe_k_penalty *)(void *)(m + L.penalties);
+    uint32_t *masks = (uint32_t *)(void *)(m + L.masks);
+    int32_t *row_masks = m + L.row_masks;
     npen = 0;
+    nmask = 0;
     int row = 0, bt = 0, lr = 0;
     st->max_keys = 0;
     st->sample = 0;
@@ -885,6 +934,16 @@ int en_sched_build(en_sched *s, en_step *st)
                 npen = first + en_ban_tokens(pen + first, npen - first, ban, nban, lr);
             }
             samp[lr] = sp;
+            if (L.masks > L.row_masks) /* the step has masks: every row says whether it has */
+                row_masks[lr] = c->sample && seq->grammar ? nmask : -1;
+            if (c->sample && seq->grammar) { /* row k: after drafts 1 .. k */
+                tx_grammar_state g = seq->gstate;
+                for (int d = 0; d < k; d++)
+                    (void)tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + d]);
+                grammar_mask(seq, &g, masks + (size_t)nmask * (size_t)words, words,
+                             s->cfg.vocab);
+                nmask++;
+            }
         }
         if (c->draft && en_penalties_on(&seq->sampling)) /* counted for its rows only */
             en_counts_forget(&seq->counts, seq->tokens, seq->ntok);
@@ -895,7 +954,9 @@ int en_sched_build(en_sched *s, en_step *st)
     st->nbt = nbt;
     st->nlogits = nlogits;
     st->npen = npen; /* entries that change a logit: the meta ends after them */
-    st->meta_words = en_meta_layout_of(ntok, st->nchunks, nbt, nlogits, npen).words;
+    st->nmask = nmask;
+    st->mask_words = words;
+    st->meta_words = en_meta_layout_of_step(st).words;
     st->topk = topk;
     st->status = PE_OK;
     return 1;
@@ -939,10 +1000,18 @@ static int take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
             ev.top_logprobs[j] = st->out_topv[(size_t)r * (size_t)st->topk + (size_t)j] - lse;
         }
     }
+    if (seq->grammar && tx_grammar_accept(seq->grammar, &seq->gstate, t) != 0) {
+        /* only where its mask allowed nothing: no token of the vocabulary continues the text */
+        pe_token_event stuck = event_of(seq, PE_FINISH_ERROR, PE_EINVAL);
+        finish(s, seq, &stuck);
+        return 1;
+    }
     if (is_eos(s, seq, t))
         ev.finish = PE_FINISH_EOS;
     else if (is_stop(seq, t))
         ev.finish = PE_FINISH_STOP;
+    else if (seq->grammar && tx_grammar_done(&seq->gstate))
+        ev.finish = PE_FINISH_GRAMMAR;
     else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context ||
              seq->ntok >= seq->cap)
         ev.finish = PE_FINISH_LENGTH;

@@ -41,6 +41,12 @@
  * (drafts stop short of max_tokens and the context) or, under PE_KV_PREEMPT, only from
  * blocks left above the watermark: a draft never preempts.
  *
+ * Grammars (pe_seq_params.grammar, text/grammar.h: structured output): every row that
+ * samples a grammar's sequence carries the mask of the ids that keep its text in the
+ * grammar (a draft's row: after the drafts before it), made from the sequence's state as
+ * the step is built; its drafts stop at the first one the grammar refuses, and the token
+ * that completes its text ends it (PE_FINISH_GRAMMAR).
+ *
  * Kept sequences (pe_seq_params.keep): after its final event such a sequence is parked
  * with its tokens and its blocks (its promise shrinks to the blocks it holds), until an
  * append (more tokens, then a new generation over the cached prefix: a chat's next turn)
@@ -58,6 +64,7 @@
 #include "engine/penalties.h"
 #include "kernels/sample.h"
 #include "pengine/pengine.h"
+#include "text/grammar.h"
 
 /* What travels through a replica's inbox: each message starts with its kind. */
 typedef enum en_msg_kind {
@@ -109,6 +116,13 @@ typedef struct en_seq {
     int32_t stop[PE_MAX_STOP];
     int nstop;
     int ignore_eos;
+    const pe_grammar *grammar; /* structured output: its tokens keep the text in this
+                          * grammar, and it ends when the text is complete; NULL: none */
+    tx_grammar_state gstate; /* its place in the grammar, after its generated tokens */
+    uint32_t *last_mask; /* (mask words) the last mask made for it, in state last_state
+                          * (when last_made): a long string's steps all have the same */
+    tx_grammar_state last_state;
+    int last_made;
     int keep;            /* parked after its final event, for an append */
     int tracked;         /* in the engine's table of kept sequences (it was kept once) */
     void *user;
@@ -159,6 +173,8 @@ typedef struct en_step {
     en_msg hdr;
     int ntok, nchunks, nlogits, nbt;
     int npen;             /* penalized logits (pe_k_penalty entries) */
+    int nmask;            /* grammar masks (structured output), mask_words words each */
+    int mask_words;
     int32_t max_keys;
     int topk;             /* largest logprobs of its rows (0: no top-k) */
     int sample;           /* any row samples */
@@ -166,7 +182,9 @@ typedef struct en_step {
     /* meta: tokens (ntok) | positions (ntok) | slots (ntok) | chunks (nchunks x
      * PE_K_CHUNK_FIELDS) | block tables (nbt) | logit rows (nlogits) | targets (nlogits:
      * row r's given token as r x vocab + id, md_step.targets) | sampling
-     * (nlogits x 5 words: pe_k_sampling) | penalties (npen x 5 words: pe_k_penalty) */
+     * (nlogits x 5 words: pe_k_sampling) | the mask of each logit row (nlogits: an index
+     * into masks, -1 none; only when nmask > 0) | masks (nmask x mask_words: bits of the
+     * vocabulary, sample.h's pe_k_mask_rows) | penalties (npen x 5 words: pe_k_penalty) */
     int32_t *meta;
     size_t meta_words, meta_cap;
     en_chunk *chunks;     /* (nchunks) */
@@ -191,15 +209,18 @@ typedef struct en_step {
 /* Offsets of the sections of en_step.meta, in int32 words. */
 typedef struct en_meta_layout {
     size_t tokens, positions, slots, chunks, block_tables, logit_rows, targets, sampling,
-        penalties, words;
+        penalties, row_masks, masks, words;
 } en_meta_layout;
-en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen);
+en_meta_layout en_meta_layout_of(int ntok, int nchunks, int nbt, int nlogits, int npen,
+                                 int nmask, int mask_words);
+/* The layout of a step built (its shape's fields). */
+en_meta_layout en_meta_layout_of_step(const en_step *st);
 
 void en_step_free(en_step *st);
 /* Room in st for a step of that shape (meta_words set; chunks not touched); -1 when out of
  * memory. */
 int en_step_reserve(en_step *st, int ntok, int nchunks, int nbt, int nlogits, int npen,
-                    int topk);
+                    int nmask, int mask_words, int topk);
 
 typedef struct en_sched_config {
     int block_tokens;     /* positions per KV block */

@@ -113,6 +113,10 @@ static pe_status check_params(const pe_engine *e, const pe_seq_params *p, const 
                 return pe_fail(err, PE_EINVAL, "%s: logit_bias names token %d twice (entries "
                                "%zu and %zu); give each token once", call, (int)b->token, j, i);
     }
+    if (p->grammar && p->grammar->vocab > e->dec.cfg.V)
+        return pe_fail(err, PE_EINVAL, "%s: the grammar's vocabulary (%d ids) is larger than "
+                       "the model's (%d): make the grammar from the model's own tokenizer",
+                       call, (int)p->grammar->vocab, e->dec.cfg.V);
     if (p->nstop > PE_MAX_STOP || (p->nstop && !p->stop))
         return pe_fail(err, PE_EINVAL, "%s: %zu stop tokens; give at most %d, "
                        "and a non-NULL list", call, p->nstop, PE_MAX_STOP);
@@ -222,6 +226,9 @@ static en_seq *seq_from_params(pe_engine *e, const pe_seq_params *p, int held)
     if (p->nstop)
         memcpy(q->stop, p->stop, p->nstop * sizeof *p->stop);
     q->ignore_eos = p->ignore_eos;
+    q->grammar = p->grammar;
+    if (q->grammar)
+        tx_grammar_start(q->grammar, &q->gstate);
     q->keep = q->tracked = p->keep != 0;
     q->user = p->user;
     return q;

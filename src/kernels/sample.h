@@ -1,6 +1,7 @@
 /* sample.h: choosing the next token from a row of logits: greedy, temperature, top-k,
  * min-p, top-p; the top-k list and log-sum-exp behind logprobs; the random draws; and the logit
- * bias with the repetition, frequency and presence penalties, applied to the logits before.
+ * bias with the repetition, frequency and presence penalties, then structured output's
+ * masks, applied to the logits before.
  *
  * The rule (both backends implement exactly this; the CUDA grids in parallel, the host
  * with the sequential functions below):
@@ -223,6 +224,32 @@ PE_KFN void pe_k_penalize_rows(float *x, int32_t rows, int32_t n, int32_t id0,
             float *v = x + (size_t)p[i].row * (size_t)n + (size_t)c;
             *v = pe_k_penalize(*v, p[i].add, p[i].rep, p[i].sub);
         }
+    }
+}
+
+/* ---- grammar masks ------------------------------------------------------------------------- */
+
+/* Bit id of a mask over a vocabulary (bit id % 32 of word id / 32, `words` words): 1 when
+ * the token may be sampled. Ids past the mask are not. */
+PE_KFN int pe_k_mask_allows(const uint32_t *bits, int32_t words, int32_t id)
+{
+    return id >= 0 && (id >> 5) < words && ((bits[id >> 5] >> (id & 31)) & 1u);
+}
+
+/* Structured output's masks on logits x(rows, n) that hold vocabulary ids id0 .. id0 + n - 1
+ * (a TP rank's rows): row r with row_mask[r] >= 0 keeps the logits of the ids its mask
+ * (bits + row_mask[r] x words) allows, and the others become -inf; a row with
+ * row_mask[r] < 0 is left alone. After the penalties, before any pick. */
+PE_KFN void pe_k_mask_rows(float *x, int32_t rows, int32_t n, int32_t id0,
+                           const int32_t *row_mask, const uint32_t *bits, int32_t words)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        if (row_mask[r] < 0)
+            continue;
+        const uint32_t *m = bits + (size_t)row_mask[r] * (size_t)words;
+        for (int32_t c = 0; c < n; c++)
+            if (!pe_k_mask_allows(m, words, id0 + c))
+                x[(size_t)r * (size_t)n + (size_t)c] = -INFINITY;
     }
 }
 

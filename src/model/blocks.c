@@ -167,14 +167,19 @@ void blk_silu_mul(md_ctx *c, float *out, const float *gu)
     check(c, c->ops->silu_mul(c->dev, out, gu, rows_of(c), (size_t)c->sh.I), "silu_mul");
 }
 
-/* The sampling penalties on logits (R, n), which hold vocabulary ids id0 .. id0 + n - 1:
- * before the top-k and the picks, so that logprobs are of the distribution sampled. */
-static void penalize(md_ctx *c, size_t R, size_t n, int id0)
+/* The sampling penalties, then the grammar masks, on logits (R, n), which hold vocabulary
+ * ids id0 .. id0 + n - 1: before the top-k and the picks, so that logprobs are of the
+ * distribution sampled. */
+static void penalize_and_mask(md_ctx *c, size_t R, size_t n, int id0)
 {
     const md_step *s = c->step;
     if (!c->st && s->npen > 0)
         check(c, c->ops->penalize(c->dev, c->a->logits, R, n, id0, s->penalties, s->npen),
               "the sampling penalties");
+    if (!c->st && s->row_masks)
+        check(c, c->ops->mask(c->dev, c->a->logits, R, n, id0, s->row_masks, s->masks,
+                              s->mask_words),
+              "the grammar masks");
 }
 
 /* The sampled tokens, the given tokens' logits and the top-k of logits (R, n). */
@@ -357,7 +362,7 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
           "gathering the logit rows");
     if (!c->tp) {
         linear_rows(c, a->logits, a->hl, R, head, 1, BE_ACT_NONE); /* logits (R, V) */
-        penalize(c, R, head->out, 0);
+        penalize_and_mask(c, R, head->out, 0);
         pick_tokens(c, a->logits, R, head->out);
         return;
     }
@@ -370,7 +375,7 @@ void blk_logits(md_ctx *c, const float *h, const md_linear *head)
         mine.w = (char *)head->w + (size_t)c->sh.V0 * head->in *
                                             (c->dtype == PE_DTYPE_BF16 ? 2u : 4u);
     linear_rows(c, a->logits, a->hl, R, &mine, 1, BE_ACT_NONE);
-    penalize(c, R, mine.out, c->sh.V0); /* this rank's ids: before any gather */
+    penalize_and_mask(c, R, mine.out, c->sh.V0); /* this rank's ids: before any gather */
     if (!c->st)
         gather_logits(c, R);
 }

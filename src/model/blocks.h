@@ -52,6 +52,11 @@ typedef struct md_step {
                                      * NULL: none. Rows whole: the full (R, V) logits */
     const pe_k_penalty *penalties;  /* device (npen): logits changed before any pick */
     size_t npen;
+    const int32_t *row_masks;       /* device (R): row r's grammar mask (an index into masks;
+                                     * -1: none), applied after the penalties; NULL: no row
+                                     * has one */
+    const uint32_t *masks;          /* device (masks, mask_words): bits of the vocabulary */
+    size_t mask_words;
     int topk;                       /* > 0: the top-k of each logit row and its lse */
     md_gather gather;               /* TP: what of the logit rows is gathered */
     int candidates;                 /* K under MD_GATHER_CANDIDATES (>= topk) */

@@ -138,6 +138,8 @@ pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,
                     const pe_k_sampling *params, int32_t *tokens, float *logit);
 pe_status cb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
                       const pe_k_penalty *p, size_t count);
+pe_status cb_mask(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                  const int32_t *row_mask, const uint32_t *bits, size_t words);
 
 pe_status cb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);
 #if defined(PE_HAVE_MPI)

@@ -104,6 +104,9 @@ cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t
 /* sample.h's pe_k_penalize_rows: a thread per entry (entries name each (row, id) once). */
 cudaError_t cb_launch_penalize(cudaStream_t s, float *x, size_t rows, size_t n, int32_t id0,
                                const pe_k_penalty *p, size_t count);
+/* sample.h's pe_k_mask_rows: a thread per logit. */
+cudaError_t cb_launch_mask(cudaStream_t s, float *x, size_t rows, size_t n, int32_t id0,
+                           const int32_t *row_mask, const uint32_t *bits, size_t words);
 
 /* out(count) = in[0] + in[1] + ... + in[nin-1], added in that order for every element, so
  * every caller gets the same bits. out may be one of the inputs. nin <= CB_PEER_MAX_RANKS. */

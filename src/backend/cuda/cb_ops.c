@@ -37,6 +37,7 @@ static const be_ops cuda_ops = {
     .topk = cb_topk,
     .sample = cb_sample,
     .penalize = cb_penalize,
+    .mask = cb_mask,
     .comm_create = cb_comm_create,
 #if defined(PE_HAVE_MPI)
     .comm_create_procs = cb_comm_create_procs,

@@ -458,6 +458,19 @@ __global__ void penalize_entries(float *x, int32_t rows, int32_t n, int32_t id0,
     }
 }
 
+/* sample.h's pe_k_mask_rows, a thread per logit. */
+__global__ void mask_logits(float *x, int32_t rows, int32_t n, int32_t id0,
+                            const int32_t *row_mask, const uint32_t *bits, int32_t words)
+{
+    const size_t total = (size_t)rows * (size_t)n;
+    for (size_t i = cb::thread_index(); i < total; i += cb::grid_stride()) {
+        const int32_t r = (int32_t)(i / (size_t)n), c = (int32_t)(i % (size_t)n);
+        if (row_mask[r] >= 0 &&
+            !pe_k_mask_allows(bits + (size_t)row_mask[r] * (size_t)words, words, id0 + c))
+            x[i] = -INFINITY;
+    }
+}
+
 int row_threads(size_t n) { return n >= 4096 ? 1024 : 256; }
 
 } /* namespace */
@@ -486,6 +499,16 @@ extern "C" cudaError_t cb_launch_penalize(cudaStream_t s, float *x, size_t rows,
         return cudaSuccess;
     return cb::launch(penalize_entries, cb::grid_for(count, cb::kThreads), cb::kThreads, s, x,
                       (int32_t)rows, (int32_t)n, id0, p, count);
+}
+
+extern "C" cudaError_t cb_launch_mask(cudaStream_t s, float *x, size_t rows, size_t n,
+                                      int32_t id0, const int32_t *row_mask,
+                                      const uint32_t *bits, size_t words)
+{
+    if (rows == 0 || n == 0)
+        return cudaSuccess;
+    return cb::launch(mask_logits, cb::grid_for(rows * n, cb::kThreads), cb::kThreads, s, x,
+                      (int32_t)rows, (int32_t)n, id0, row_mask, bits, (int32_t)words);
 }
 
 extern "C" cudaError_t cb_launch_sample(cudaStream_t s, const float *x, size_t rows, size_t n,

@@ -1,5 +1,5 @@
-/* cb_sample_ops.c: argmax, topk, sample and penalize on the CUDA backend: argument checks, the
- * launch on the device's stream, launch errors as pe_status. The grids (one block per
+/* cb_sample_ops.c: argmax, topk, sample, penalize and mask on the CUDA backend: argument
+ * checks, the launch on the device's stream, launch errors as pe_status. The grids (one block per
  * row) are in cb_sample.cu. No rows is PE_OK before any check, as on the host. */
 #include <stdint.h>
 
@@ -63,6 +63,25 @@ pe_status cb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t i
         return s;
     return cb_check_launch(dev, cb_launch_penalize(dev->stream, x, rows, n, id0, p, count),
                            "penalize kernel launch");
+}
+
+pe_status cb_mask(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                  const int32_t *row_mask, const uint32_t *bits, size_t words)
+{
+    if (rows == 0)
+        return PE_OK;
+    pe_status s = check_rows(dev, "mask", rows, n, INT32_MAX);
+    if (s == PE_OK && (rows > INT32_MAX || words > INT32_MAX))
+        s = pe_fail(&dev->err, PE_EINVAL, "mask: %zu rows of %zu-word masks; at most %d each",
+                    rows, words, INT32_MAX);
+    if (s == PE_OK && (!x || !row_mask || (words && !bits)))
+        s = pe_fail(&dev->err, PE_EINVAL, "mask: the logits, the rows' masks and the bits must "
+                    "not be NULL");
+    if (s != PE_OK)
+        return s;
+    return cb_check_launch(dev, cb_launch_mask(dev->stream, x, rows, n, id0, row_mask, bits,
+                                               words),
+                           "mask kernel launch");
 }
 
 pe_status cb_sample(be_device *dev, const float *x, size_t rows, size_t n,

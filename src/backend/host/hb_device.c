@@ -308,6 +308,7 @@ static const be_ops hb_ops = {
     .topk = hb_topk,
     .sample = hb_sample,
     .penalize = hb_penalize,
+    .mask = hb_mask,
     .comm_create = hb_comm_create,
 #if defined(PE_HAVE_MPI)
     .comm_create_procs = hb_net_create_procs,

@@ -165,6 +165,8 @@ pe_status hb_sample(be_device *dev, const float *x, size_t rows, size_t n,
                     const pe_k_sampling *params, int32_t *tokens, float *logit);
 pe_status hb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
                       const pe_k_penalty *p, size_t count);
+pe_status hb_mask(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                  const int32_t *row_mask, const uint32_t *bits, size_t words);
 
 /* ---- communicators (hb_comm.c, hb_coll.c, hb_p2p.c; over processes: hb_net.h) ---- */
 pe_status hb_comm_create(be_device *const *devs, int n, be_comm **out, pe_err *err);

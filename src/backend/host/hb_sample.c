@@ -1,6 +1,6 @@
 /* hb_sample.c: choosing tokens from logits on a host device: argmax, the top-k list with
  * log-sum-exp, and sampling by sample.h's rule (pe_k_sample_row per row, with per-thread
- * scratch), rows split over the device's threads; and the penalties before them. */
+ * scratch), rows split over the device's threads; and the penalties and masks before them. */
 #include <stdint.h>
 
 #include "backend/host/hb_internal.h"
@@ -106,6 +106,24 @@ pe_status hb_penalize(be_device *dev, float *x, size_t rows, size_t n, int32_t i
                        "at most %d each", dev->id, rows, count, INT32_MAX);
     /* a few entries a row that samples: one thread */
     pe_k_penalize_rows(x, (int32_t)rows, (int32_t)n, id0, p, (int32_t)count);
+    return PE_OK;
+}
+
+pe_status hb_mask(be_device *dev, float *x, size_t rows, size_t n, int32_t id0,
+                  const int32_t *row_mask, const uint32_t *bits, size_t words)
+{
+    if (rows == 0)
+        return PE_OK;
+    pe_status s = check_logits(dev, x, rows, n, "mask");
+    if (s != PE_OK)
+        return s;
+    HB_NEED(dev, row_mask, rows, "mask");
+    HB_NEED(dev, bits, words, "mask");
+    if (rows > INT32_MAX || words > INT32_MAX)
+        return hb_fail(dev, PE_EINVAL, "mask on host device %d: %zu rows of %zu-word masks; "
+                       "at most %d each", dev->id, rows, words, INT32_MAX);
+    /* a pass over the masked rows: one thread */
+    pe_k_mask_rows(x, (int32_t)rows, (int32_t)n, id0, row_mask, bits, (int32_t)words);
     return PE_OK;
 }
 

@@ -19,8 +19,8 @@
 typedef struct step_head {
     uint64_t id, number;
     int32_t rank;
-    int32_t ntok, nchunks, nlogits, nbt, npen, max_keys, topk, sample, targeted, group, prefill,
-        nscored;
+    int32_t ntok, nchunks, nlogits, nbt, npen, nmask, mask_words, max_keys, topk, sample,
+        targeted, group, prefill, nscored;
 } step_head;
 
 typedef struct result_head {
@@ -138,7 +138,8 @@ pe_status ctl_send_step(pe_engine *e, const en_worker *w, const en_step *st)
     step_head h = {
         .id = (uint64_t)(uintptr_t)st, .number = st->number, .rank = w->rank,
         .ntok = st->ntok, .nchunks = st->nchunks, .nlogits = st->nlogits, .nbt = st->nbt,
-        .npen = st->npen, .max_keys = st->max_keys, .topk = st->topk, .sample = st->sample,
+        .npen = st->npen, .nmask = st->nmask, .mask_words = st->mask_words,
+        .max_keys = st->max_keys, .topk = st->topk, .sample = st->sample,
         .targeted = st->targeted,
         .group = st->group, .prefill = st->prefill, .nscored = nscored,
     };
@@ -198,14 +199,14 @@ void ctl_take_step(pe_engine *e, const void *body, size_t n)
     remote_step *rs = calloc(1, sizeof *rs);
     pe_status s = rs ? PE_OK : PE_ENOMEM;
     if (s == PE_OK && en_step_reserve(&rs->st, h.ntok, h.nchunks, h.nbt, h.nlogits, h.npen,
-                                     h.topk))
+                                     h.nmask, h.mask_words, h.topk))
         s = PE_ENOMEM;
     if (s == PE_OK) {
         en_step *st = &rs->st;
         rs->id = h.id;
         st->hdr.kind = EN_MSG_STEP;
         st->ntok = h.ntok, st->nchunks = h.nchunks, st->nlogits = h.nlogits, st->nbt = h.nbt;
-        st->npen = h.npen;
+        st->npen = h.npen, st->nmask = h.nmask, st->mask_words = h.mask_words;
         st->max_keys = h.max_keys, st->topk = h.topk, st->sample = h.sample;
         st->targeted = h.targeted;
         st->number = h.number, st->group = h.group, st->prefill = h.prefill;

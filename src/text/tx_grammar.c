@@ -1,0 +1,237 @@
+/* tx_grammar.c: grammars over a tokenizer's vocabulary (grammar.h): the bytes each token
+ * adds to a text, and the masks of the tokens that may come next. */
+#include "text/grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "text/tx_decode.h"
+
+/* ---- building ----------------------------------------------------------------------------- */
+
+static size_t token_len(const pe_grammar *g, int32_t id) { return g->off[id + 1] - g->off[id]; }
+
+/* Byte order of two tokens' bytes (a prefix first). */
+static int by_bytes(const void *a, const void *b, void *ctx)
+{
+    const pe_grammar *g = ctx;
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const size_t nx = token_len(g, x), ny = token_len(g, y);
+    int c = memcmp(g->bytes + g->off[x], g->bytes + g->off[y], nx < ny ? nx : ny);
+    return c ? c : (nx > ny) - (nx < ny);
+}
+
+/* g->order and g->lcp: the allowed tokens sorted by their bytes. */
+static int sort_tokens(pe_grammar *g)
+{
+    g->order = malloc((size_t)g->vocab * sizeof *g->order);
+    g->lcp = malloc((size_t)g->vocab * sizeof *g->lcp);
+    if (!g->order || !g->lcp)
+        return -1;
+    g->norder = 0;
+    for (int32_t id = 0; id < g->vocab; id++)
+        if (g->allowed[id])
+            g->order[g->norder++] = id;
+    qsort_r(g->order, (size_t)g->norder, sizeof *g->order, by_bytes, g);
+    for (int32_t i = 0; i < g->norder; i++) {
+        uint32_t k = 0;
+        if (i > 0) {
+            const int32_t x = g->order[i - 1], y = g->order[i];
+            const size_t n = token_len(g, x) < token_len(g, y) ? token_len(g, x)
+                                                                : token_len(g, y);
+            while (k < n && g->bytes[g->off[x] + k] == g->bytes[g->off[y] + k])
+                k++;
+        }
+        g->lcp[i] = k;
+    }
+    return 0;
+}
+
+pe_status tx_grammar_json_from_tokens(const char *const *tokens, const size_t *len,
+                                      const uint8_t *special, size_t vocab, pe_grammar **out)
+{
+    *out = NULL;
+    if (vocab == 0 || vocab > INT32_MAX) {
+        pe_set_last_error("a grammar needs a vocabulary of 1 to 2^31 - 1 tokens");
+        return PE_EINVAL;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < vocab; i++)
+        total += tokens[i] ? len[i] : 0;
+    pe_grammar *g = calloc(1, sizeof *g);
+    if (g) {
+        g->bytes = malloc(total ? total : 1);
+        g->off = malloc((vocab + 1) * sizeof *g->off);
+        g->allowed = malloc(vocab);
+    }
+    if (!g || !g->bytes || !g->off || !g->allowed || total > UINT32_MAX) {
+        pe_grammar_free(g);
+        pe_set_last_error("out of memory making a grammar's table of token bytes");
+        return PE_ENOMEM;
+    }
+    g->vocab = (int32_t)vocab;
+    size_t at = 0;
+    for (size_t i = 0; i < vocab; i++) {
+        g->off[i] = (uint32_t)at;
+        const size_t n = tokens[i] ? len[i] : 0;
+        g->allowed[i] = n > 0 && n <= TX_GRAMMAR_MAX_TOKEN_BYTES && !(special && special[i]);
+        if (n)
+            memcpy(g->bytes + at, tokens[i], n);
+        at += n;
+    }
+    g->off[vocab] = (uint32_t)at;
+    if (sort_tokens(g) != 0) {
+        pe_grammar_free(g);
+        pe_set_last_error("out of memory making a grammar's table of token bytes");
+        return PE_ENOMEM;
+    }
+    *out = g;
+    return PE_OK;
+}
+
+/* A plain token whose text alone is its text after others: the one a token's bytes are
+ * measured after (decode([a, id]) = decode([a]) + what id adds). -1 when none. */
+static int32_t anchor_token(const pe_tokenizer *t, tx_buf *buf)
+{
+    for (size_t id = 0; id < t->vocab_size; id++) {
+        int held;
+        pe_err err = {{0}};
+        const int32_t ids[1] = {(int32_t)id};
+        if (!t->tokens[id] || t->is_special[id] ||
+            tx_decode(t, ids, 1, 0, TX_BYTES_RAW, buf, &held, &err) != PE_OK)
+            continue;
+        if (buf->n > 0 && buf->p[0] != ' ' && (unsigned char)buf->p[0] < 0x80)
+            return (int32_t)id;
+    }
+    return -1;
+}
+
+pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out)
+{
+    if (out)
+        *out = NULL;
+    if (!t || !out) {
+        pe_set_last_error("pe_grammar_json: the tokenizer and out must not be NULL");
+        return PE_EINVAL;
+    }
+    const size_t V = t->vocab_size;
+    char **bytes = calloc(V ? V : 1, sizeof *bytes);
+    size_t *len = calloc(V ? V : 1, sizeof *len);
+    tx_buf alone = {0}, both = {0};
+    pe_status s = bytes && len ? PE_OK : PE_ENOMEM;
+    const int32_t a = s == PE_OK ? anchor_token(t, &alone) : -1;
+    if (s == PE_OK && a < 0) {
+        pe_set_last_error("pe_grammar_json: the tokenizer has no plain token to measure the "
+                          "others' bytes after");
+        s = PE_EINVAL;
+    }
+    size_t base = alone.n;
+    for (size_t id = 0; s == PE_OK && id < V; id++) {
+        int held;
+        pe_err err = {{0}};
+        const int32_t ids[2] = {a, (int32_t)id};
+        if (!t->tokens[id] || t->is_special[id])
+            continue; /* never allowed */
+        const pe_status d = tx_decode(t, ids, 2, 0, TX_BYTES_RAW, &both, &held, &err);
+        if (d != PE_OK) {
+            s = d == PE_ENOMEM ? PE_ENOMEM : PE_OK; /* (PE_EINVAL: no text, never allowed) */
+            continue;
+        }
+        if (both.n <= base || memcmp(both.p, alone.p, base) != 0)
+            continue; /* adds nothing, or changes the text before it: never allowed */
+        if (!(bytes[id] = malloc(both.n - base)))
+            s = PE_ENOMEM;
+        else
+            memcpy(bytes[id], both.p + base, len[id] = both.n - base);
+    }
+    if (s == PE_OK)
+        s = tx_grammar_json_from_tokens((const char *const *)bytes, len, t->is_special, V, out);
+    else if (s == PE_ENOMEM)
+        pe_set_last_error("pe_grammar_json: out of memory reading the tokens' bytes");
+    for (size_t id = 0; bytes && id < V; id++)
+        free(bytes[id]);
+    free(bytes);
+    free(len);
+    tx_buf_free(&alone);
+    tx_buf_free(&both);
+    return s;
+}
+
+void pe_grammar_free(pe_grammar *g)
+{
+    if (!g)
+        return;
+    free(g->bytes);
+    free(g->off);
+    free(g->allowed);
+    free(g->order);
+    free(g->lcp);
+    free(g);
+}
+
+/* ---- a sequence's state ------------------------------------------------------------------- */
+
+void tx_grammar_start(const pe_grammar *g, tx_grammar_state *st)
+{
+    (void)g;
+    tx_json_start(&st->json);
+}
+
+int tx_grammar_done(const tx_grammar_state *st) { return tx_json_done(&st->json); }
+
+/* Whether token id's bytes all fit after st (not past the text's end). */
+static int fits(const pe_grammar *g, const tx_json *j, int32_t id)
+{
+    tx_json next = *j;
+    return g->allowed[id] &&
+           tx_json_bytes(&next, g->bytes + g->off[id], g->off[id + 1] - g->off[id]) == 0;
+}
+
+int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t id)
+{
+    return id >= 0 && id < g->vocab && fits(g, &st->json, id);
+}
+
+int tx_grammar_accept(const pe_grammar *g, tx_grammar_state *st, int32_t id)
+{
+    if (!tx_grammar_allows(g, st, id))
+        return -1;
+    return tx_json_bytes(&st->json, g->bytes + g->off[id], g->off[id + 1] - g->off[id]);
+}
+
+int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *mask,
+                    size_t nbits)
+{
+    memset(mask, 0, tx_mask_words(nbits) * sizeof *mask);
+    /* In byte order, token i shares lcp[i] bytes with token i - 1: the states after those
+     * bytes are at[0 .. lcp[i]], fed for token i - 1, and when one of them failed, token i
+     * fails too. So each prefix is fed once. */
+    tx_json at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
+    at[0] = st->json;
+    size_t failed = SIZE_MAX; /* token i - 1's byte at[failed - 1] did not fit; MAX: none */
+    int count = 0;
+    for (int32_t i = 0; i < g->norder; i++) {
+        const int32_t id = g->order[i];
+        const size_t n = token_len(g, id), shared = g->lcp[i];
+        const uint8_t *b = g->bytes + g->off[id];
+        if (failed <= shared)
+            continue; /* its prefix fails: failed stays */
+        int ok = 1;
+        for (size_t k = shared; k < n; k++) {
+            at[k + 1] = at[k];
+            if (tx_json_byte(&at[k + 1], b[k]) != 0) {
+                ok = 0;
+                failed = k + 1;
+                break;
+            }
+        }
+        if (ok)
+            failed = SIZE_MAX;
+        if (ok && (size_t)id < nbits) {
+            mask[id >> 5] |= 1u << (id & 31);
+            count++;
+        }
+    }
+    return count;
+}
