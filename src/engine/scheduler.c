@@ -898,6 +898,7 @@ int en_sched_build(en_sched *s, en_step *st)
         }
         if (c->pos0 + c->n > st->max_keys)
             st->max_keys = c->pos0 + c->n;
+        tx_grammar_state g = seq->gstate; /* a grammar's: after the drafts before row k */
         for (int k = 0; k < c->nlogits; k++, lr++) {
             int r = row - c->nlogits + k; /* the chunk's last nlogits rows */
             int p = c->pos0 + c->n - c->nlogits + k;
@@ -937,12 +938,11 @@ int en_sched_build(en_sched *s, en_step *st)
             if (L.masks > L.row_masks) /* the step has masks: every row says whether it has */
                 row_masks[lr] = c->sample && seq->grammar ? nmask : -1;
             if (c->sample && seq->grammar) { /* row k: after drafts 1 .. k */
-                tx_grammar_state g = seq->gstate;
-                for (int d = 0; d < k; d++)
-                    (void)tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + d]);
                 grammar_mask(seq, &g, masks + (size_t)nmask * (size_t)words, words,
                              s->cfg.vocab);
                 nmask++;
+                if (k < c->draft) /* (draft_tokens took each) */
+                    (void)tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + k]);
             }
         }
         if (c->draft && en_penalties_on(&seq->sampling)) /* counted for its rows only */

@@ -195,8 +195,8 @@ int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t i
 
 int tx_grammar_accept(const pe_grammar *g, tx_grammar_state *st, int32_t id)
 {
-    if (!tx_grammar_allows(g, st, id))
-        return -1;
+    if (id < 0 || id >= g->vocab || !g->allowed[id])
+        return -1; /* (tx_json_bytes leaves the state as it was when a byte does not fit) */
     return tx_json_bytes(&st->json, g->bytes + g->off[id], g->off[id + 1] - g->off[id]);
 }
 
