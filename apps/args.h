@@ -111,6 +111,10 @@ int cli_parse_double(const char *flag, const char *s, double lo, double hi, doub
                      char *msg, size_t msg_len);
 
 /* Prints "pengine: error: <msg>" as one line on stderr (newlines become spaces). */
+/* The whole of a file, NUL-terminated (malloc'ed; *len bytes, len may be NULL); NULL with
+ * errno set when it cannot be read (apps/file_read.c). */
+char *cli_read_file(const char *path, size_t *len);
+
 void cli_error(const char *msg);
 void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "args.h"
+
 static const cli_chat_template templates[] = {
     {"chatml", "<|im_end|>", "<|im_start|>system\n", "<|im_end|>\n", "<|im_start|>user\n",
      "<|im_end|>\n<|im_start|>assistant\n", "\n", 0},
@@ -36,37 +38,6 @@ const cli_chat_template *cli_chat_template_named(const char *name)
 }
 
 const char *cli_chat_template_names(void) { return "chatml, llama3, llama2"; }
-
-/* The file's bytes, NUL-terminated (malloc'ed); NULL when it cannot be read. */
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    char chunk[65536];
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (n + got + 1 > cap) {
-            cap = 2 * (n + got + 1);
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = b;
-        }
-        memcpy(buf + n, chunk, got);
-        n += got;
-    }
-    fclose(f);
-    if (!buf)
-        buf = calloc(1, 1);
-    else
-        buf[n] = '\0';
-    return buf;
-}
 
 /* The template text of a chat_template field: a string, or a list of {name, template}
  * (the one named "default", else the first). */
@@ -93,7 +64,7 @@ const cli_chat_template *cli_chat_template_detect(const char *dir, char *msg, si
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    char *json = read_file(path);
+    char *json = cli_read_file(path, NULL);
     if (!json) {
         snprintf(msg, len, "no chat template: %s cannot be read; name one with "
                  "--chat-template (%s)", path, cli_chat_template_names());

@@ -107,6 +107,12 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
             snprintf(msg, len, "--grammar %s is not a grammar pengine knows; give --grammar json "
                      "(the text is one JSON object)", v);
         g->grammar = v;
+    } else if (!strcmp(f, "--json-schema")) {
+        g->schema = v;
+        bad = 0;
+    } else if (!strcmp(f, "--json-schema-file")) {
+        g->schema_file = v;
+        bad = 0;
     } else if (!strcmp(f, "--stop-ids")) {
         bad = cli_parse_token_ids(f, v, g->stop_ids, PE_MAX_STOP, &g->nstop_ids, msg, len);
     } else { /* the device flags, as the main command parses them */
@@ -131,9 +137,14 @@ static int check(const gen_opts *g)
     if (g->nids > 0 && g->nstops > 0)
         return usage_error("--stop matches text, and a --tokens prompt generates ids; give "
                            "stop ids with --stop-ids LIST, or the prompt as text with --prompt");
-    if (g->nids > 0 && g->grammar)
-        return usage_error("--grammar needs each token's text, and a --tokens prompt runs on ids "
-                           "alone; give the prompt as text with --prompt");
+    const int grammars = !!g->grammar + !!g->schema + !!g->schema_file;
+    if (grammars > 1)
+        return usage_error("--grammar, --json-schema and --json-schema-file each give the "
+                           "grammar the text follows; give one of them");
+    if (g->nids > 0 && grammars)
+        return usage_error("a grammar (--grammar, --json-schema) needs each token's text, and a "
+                           "--tokens prompt runs on ids alone; give the prompt as text with "
+                           "--prompt");
     if (g->nids > 0 && g->tokenizer)
         return usage_error("--tokenizer turns text into ids, and --tokens gives ids; drop "
                            "--tokenizer, or give the prompt as text with --prompt");
@@ -156,7 +167,8 @@ static int parse(int argc, char **argv, gen_opts *g)
         "--model", "--tokens", "--prompt", "--prompts", "--tokenizer", "--max-tokens",
         "--min-tokens", CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp",
-        "--spec-tokens", "--spec-ngram", "--spec-max-seqs", "--grammar"};
+        "--spec-tokens", "--spec-ngram", "--spec-max-seqs", "--grammar", "--json-schema",
+        "--json-schema-file"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
                                   sizeof with_value / sizeof with_value[0], switches,

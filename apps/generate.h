@@ -33,7 +33,10 @@ typedef struct gen_opts {
     int nstops;
     int ignore_eos;
     const char *grammar;      /* --grammar json: the text follows it (structured output) */
-    pe_grammar *compiled;     /* ... made from the tokenizer (generate_text.c) */
+    const char *schema;       /* --json-schema TEXT: ... or a JSON schema */
+    const char *schema_file;  /* --json-schema-file FILE: ... the schema in a file */
+    pe_grammar *json_mode;    /* JSON mode over the tokenizer (the schema's base) */
+    pe_grammar *compiled;     /* the grammar the text follows (generate_text.c) */
     int json;
 } gen_opts;
 

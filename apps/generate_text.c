@@ -396,13 +396,38 @@ static int prepare_prompts(const gen_opts *g, text_prompts *p, pe_tokenizer **tk
     return rc;
 }
 
-/* --grammar json: the grammar over tk's tokens. Returns the exit code. */
+/* --grammar json, --json-schema, --json-schema-file: the grammar over tk's tokens. Returns
+ * the exit code. */
 static int make_grammar(gen_opts *g, const pe_tokenizer *tk)
 {
-    if (!g->grammar || pe_grammar_json(tk, &g->compiled) == PE_OK)
+    const char *flag = g->grammar        ? "--grammar"
+                       : g->schema       ? "--json-schema"
+                       : g->schema_file  ? "--json-schema-file"
+                                         : NULL;
+    if (!flag)
         return CLI_OK;
-    cli_errorf("--grammar %s: %s", g->grammar, pe_last_error());
-    return CLI_RUNTIME;
+    if (pe_grammar_json(tk, &g->json_mode) != PE_OK) {
+        cli_errorf("%s: %s", flag, pe_last_error());
+        return CLI_RUNTIME;
+    }
+    if (g->grammar) {
+        g->compiled = g->json_mode;
+        g->json_mode = NULL;
+        return CLI_OK;
+    }
+    char *text = g->schema_file ? cli_read_file(g->schema_file, NULL) : NULL;
+    if (g->schema_file && !text) {
+        cli_errorf("cannot read --json-schema-file %s (%s); give a file holding a JSON schema",
+                   g->schema_file, strerror(errno));
+        return CLI_USAGE;
+    }
+    const pe_status s = pe_grammar_json_schema(g->json_mode, text ? text : g->schema,
+                                               &g->compiled);
+    free(text);
+    if (s == PE_OK)
+        return CLI_OK;
+    cli_errorf("%s: %s; docs/api.md lists what a schema may say", flag, pe_last_error());
+    return CLI_USAGE;
 }
 
 int gen_run_text(gen_opts *g)
@@ -424,7 +449,8 @@ int gen_run_text(gen_opts *g)
         rc = run(g, e, tk, &p);
     pe_engine_destroy(e);
     pe_grammar_free(g->compiled);
-    g->compiled = NULL;
+    pe_grammar_free(g->json_mode); /* (after the schema's grammar, which shares its table) */
+    g->compiled = g->json_mode = NULL;
     pe_tokenizer_free(tk);
     prompts_free(&p);
     return rc;

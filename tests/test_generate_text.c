@@ -801,6 +801,87 @@ static void test_grammar_json_keeps_the_text_a_json_object(void **state)
     }
 }
 
+/* --json-schema and --json-schema-file, on a schema whose every text is short (an enum, a
+ * boolean, an array of at most 2 enum items; whitespace runs are bounded), so each run must
+ * close its object (finish "grammar") within max_tokens: each text is the decode of its
+ * tokens, and has exactly the schema's properties, in its order, with allowed values (checked
+ * here by hand with cJSON). Bad input exits 2 naming the flag or the keyword. */
+static void test_json_schema_keeps_the_text_in_the_schema(void **state)
+{
+    (void)state;
+    const char *schema =
+        "{\"type\": \"object\", \"required\": [\"color\", \"ok\"], \"properties\": {"
+        "\"color\": {\"enum\": [\"red\", \"green\", \"blue\"]}, \"ok\": {\"type\": "
+        "\"boolean\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [1, 2, 3]}, "
+        "\"maxItems\": 2}}}";
+    char path[800];
+    snprintf(path, sizeof path, "%s/schema.json", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(schema, f);
+    fclose(f);
+    const char *seeds[] = {"1", "2", "3", "4"};
+    for (int k = 0; k < 4; k++) {
+        tu_run r = k % 2 ? RUN("generate", "--model", g_llama, "--backend", "host", "--prompt",
+                               "Pick:", "--json-schema", schema, "--max-tokens", "120",
+                               "--temperature", "1.5", "--seed", seeds[k], "--json")
+                         : RUN("generate", "--model", g_gpt2, "--backend", "host", "--prompt",
+                               "Pick:", "--json-schema-file", path, "--max-tokens", "120",
+                               "--temperature", k ? "1.5" : "0", "--seed", seeds[k], "--json");
+        expect_exit_0(&r);
+        cJSON *j = json_of(&r);
+        const char *text = item(j, "text")->valuestring;
+        size_t n;
+        int32_t *ids = ids_of(item(j, "tokens"), &n);
+        char *decoded = decode(k % 2 ? g_tk_llama : g_tk_gpt2, ids, n);
+        assert_string_equal(text, decoded);
+        assert_string_equal(item(j, "finish_reason")->valuestring, "grammar");
+        cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o) || cJSON_GetArraySize(o) < 2)
+            fail_msg("not an object with color and ok: '%s'", text);
+        const cJSON *color = o->child, *ok = color->next, *tags = ok->next;
+        assert_string_equal(color->string, "color");
+        assert_true(!strcmp(color->valuestring, "red") || !strcmp(color->valuestring, "green") ||
+                    !strcmp(color->valuestring, "blue"));
+        assert_string_equal(ok->string, "ok");
+        assert_true(cJSON_IsBool(ok));
+        if (tags) {
+            assert_string_equal(tags->string, "tags");
+            assert_null(tags->next);
+            assert_true(cJSON_IsArray(tags) && cJSON_GetArraySize(tags) <= 2);
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tags)
+                assert_true(cJSON_IsNumber(t) && (t->valueint >= 1 && t->valueint <= 3) &&
+                            t->valuedouble == t->valueint);
+        }
+        cJSON_Delete(o);
+        free(decoded);
+        free(ids);
+        cJSON_Delete(j);
+        tu_run_free(&r);
+    }
+    /* bad input: exit 2, the message naming the flag or the keyword */
+    const char *const bad[][7] = { /* flags (NULL-ended), then what the message names */
+        {"--prompt", "x", "--json-schema",
+         "{\"type\": \"object\", \"properties\": {\"a\": {\"minimum\": 1}}}", NULL, NULL,
+         "minimum"},
+        {"--prompt", "x", "--json-schema", "{\"type\": \"string\"}", NULL, NULL, "root"},
+        {"--prompt", "x", "--json-schema", "{", NULL, NULL, "not valid JSON"},
+        {"--prompt", "x", "--json-schema-file", "/nonexistent/schema.json", NULL, NULL,
+         "--json-schema-file"},
+        {"--prompt", "x", "--json-schema", "{}", "--grammar", "json", "--json-schema"},
+        {"--tokens", "1,2", "--json-schema", "{}", NULL, NULL, "--json-schema"}};
+    for (int k = 0; k < 6; k++) {
+        tu_run r = RUN("generate", "--model", g_llama, "--backend", "host", bad[k][0], bad[k][1],
+                       bad[k][2], bad[k][3], bad[k][4], bad[k][5]);
+        if (r.status != 2 || !strstr(r.err, bad[k][6]))
+            print_run(&r);
+        assert_int_equal(r.status, 2);
+        assert_non_null(strstr(r.err, bad[k][6]));
+        tu_run_free(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -829,6 +910,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_perplexity_is_the_mean_nll_over_its_windows),
         cmocka_unit_test(test_json_twin_knows_the_grammar),
         cmocka_unit_test(test_grammar_json_keeps_the_text_a_json_object),
+        cmocka_unit_test(test_json_schema_keeps_the_text_in_the_schema),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

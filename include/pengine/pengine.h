@@ -458,6 +458,15 @@ int32_t pe_tokenizer_token_id(const pe_tokenizer *t, const char *token);
  * and arrays open at once (docs/api.md, "Structured output"). The grammar copies what it
  * needs of t (each token's bytes): t may be freed after. */
 pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out);
+/* JSON that follows a JSON schema (OpenAI's response_format {"type": "json_schema"}):
+ * schema is the schema's text (NUL-terminated); the root must be an object. The grammar is
+ * for base's vocabulary (base: one from pe_grammar_json or from this function), and shares
+ * base's table of token bytes, so it costs the schema's compile only: base must outlive
+ * it. docs/api.md lists what a schema may say: properties come in the order listed, and a
+ * keyword that constrains values in a way pengine does not enforce (pattern, minimum, ...)
+ * is PE_EINVAL, naming it and where it is, rather than ignored. */
+pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
+                                 pe_grammar **out);
 void pe_grammar_free(pe_grammar *g);
 
 /* Streaming decode: text of a growing list of ids, released in whole characters only. */

@@ -687,7 +687,7 @@ static int draft_tokens(const en_sched *s, en_seq *seq, int most)
         tx_grammar_state g = seq->gstate;
         int k = 0;
         while (k < n && tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + k]) == 0 &&
-               !tx_grammar_done(&g))
+               !tx_grammar_done(seq->grammar, &g))
             k++;
         n = k;
     }
@@ -1010,7 +1010,7 @@ static int take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
         ev.finish = PE_FINISH_EOS;
     else if (is_stop(seq, t))
         ev.finish = PE_FINISH_STOP;
-    else if (seq->grammar && tx_grammar_done(&seq->gstate))
+    else if (seq->grammar && tx_grammar_done(seq->grammar, &seq->gstate))
         ev.finish = PE_FINISH_GRAMMAR;
     else if (seq->generated >= seq->max_tokens || seq->ntok >= s->cfg.context ||
              seq->ntok >= seq->cap)

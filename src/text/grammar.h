@@ -1,7 +1,9 @@
 /* grammar.h: structured output for the engine: a grammar (pengine.h's pe_grammar) holds
  * the bytes every token of a vocabulary adds to a text, and a sequence's state in it says
  * which of those tokens may come next (a mask over the vocabulary) and takes the tokens
- * sampled. JSON mode (tx_json.h) is the one grammar so far.
+ * sampled. Two languages: JSON mode (tx_json.h), and JSON that follows a JSON schema
+ * (tx_schema.h), whose grammar shares its table of token bytes with the grammar it was made
+ * from.
  *
  * A token's bytes are those it adds after other tokens (a sentencepiece token's leading
  * space included), as generated text holds it; special tokens, empty ones and ones longer
@@ -14,6 +16,7 @@
 
 #include "pengine/pengine.h"
 #include "text/tx_json.h"
+#include "text/tx_schema.h"
 
 #define TX_GRAMMAR_MAX_TOKEN_BYTES 256
 
@@ -27,12 +30,12 @@ struct pe_grammar {
     int32_t *order;    /* (norder) ids */
     uint32_t *lcp;     /* (norder) bytes token order[i] shares with order[i - 1] */
     int32_t norder;
+    tx_schema *schema;          /* NULL: JSON mode */
+    const pe_grammar *table_of; /* the grammar whose table this one shares (NULL: its own) */
 };
 
-/* A sequence's place in its grammar. */
-typedef struct tx_grammar_state {
-    tx_json json;
-} tx_grammar_state;
+/* A sequence's place in its grammar: JSON mode's machine is the state's value alone. */
+typedef tx_schema_state tx_grammar_state;
 
 /* Words of a mask over nbits ids: bit id % 32 of word id / 32. */
 static inline size_t tx_mask_words(size_t nbits) { return (nbits + 31) / 32; }
@@ -47,7 +50,7 @@ int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t i
 /* Takes token id: 0, or -1 when the grammar does not allow it (st unchanged). */
 int tx_grammar_accept(const pe_grammar *g, tx_grammar_state *st, int32_t id);
 /* 1 when the text is complete: the sequence ends there. */
-int tx_grammar_done(const tx_grammar_state *st);
+int tx_grammar_done(const pe_grammar *g, const tx_grammar_state *st);
 
 /* A grammar over a table of token bytes (tokens[id], len[id]; NULL or special: never
  * allowed): what pe_grammar_json builds from a tokenizer. */

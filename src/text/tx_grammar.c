@@ -158,15 +158,45 @@ pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out)
     return s;
 }
 
+pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
+                                 pe_grammar **out)
+{
+    if (out)
+        *out = NULL;
+    if (!base || !schema || !out) {
+        pe_set_last_error("pe_grammar_json_schema: base, schema and out must not be NULL");
+        return PE_EINVAL;
+    }
+    tx_schema *compiled;
+    const pe_status s = tx_schema_compile(schema, strlen(schema), &compiled);
+    if (s != PE_OK)
+        return s;
+    pe_grammar *g = malloc(sizeof *g);
+    if (!g) {
+        tx_schema_free(compiled);
+        pe_set_last_error("out of memory making a JSON schema's grammar");
+        return PE_ENOMEM;
+    }
+    const pe_grammar *table = base->table_of ? base->table_of : base;
+    *g = (pe_grammar){.vocab = table->vocab, .bytes = table->bytes, .off = table->off,
+                      .allowed = table->allowed, .order = table->order, .lcp = table->lcp,
+                      .norder = table->norder, .schema = compiled, .table_of = table};
+    *out = g;
+    return PE_OK;
+}
+
 void pe_grammar_free(pe_grammar *g)
 {
     if (!g)
         return;
-    free(g->bytes);
-    free(g->off);
-    free(g->allowed);
-    free(g->order);
-    free(g->lcp);
+    if (!g->table_of) {
+        free(g->bytes);
+        free(g->off);
+        free(g->allowed);
+        free(g->order);
+        free(g->lcp);
+    }
+    tx_schema_free(g->schema);
     free(g);
 }
 
@@ -174,42 +204,71 @@ void pe_grammar_free(pe_grammar *g)
 
 void tx_grammar_start(const pe_grammar *g, tx_grammar_state *st)
 {
-    (void)g;
-    tx_json_start(&st->json);
+    if (g->schema) {
+        tx_schema_start(g->schema, st);
+    } else {
+        memset(st, 0, sizeof *st);
+        tx_json_start(&st->value);
+    }
 }
 
-int tx_grammar_done(const tx_grammar_state *st) { return tx_json_done(&st->json); }
-
-/* Whether token id's bytes all fit after st (not past the text's end). */
-static int fits(const pe_grammar *g, const tx_json *j, int32_t id)
+int tx_grammar_done(const pe_grammar *g, const tx_grammar_state *st)
 {
-    tx_json next = *j;
-    return g->allowed[id] &&
-           tx_json_bytes(&next, g->bytes + g->off[id], g->off[id + 1] - g->off[id]) == 0;
+    return g->schema ? tx_schema_done(st) : tx_json_done(&st->value);
+}
+
+/* Feeds token id's bytes: 0, or -1 when one does not fit (st unchanged). */
+static int feed(const pe_grammar *g, tx_grammar_state *st, int32_t id)
+{
+    const uint8_t *b = g->bytes + g->off[id];
+    const size_t n = g->off[id + 1] - g->off[id];
+    return g->schema ? tx_schema_bytes(g->schema, st, b, n) : tx_json_bytes(&st->value, b, n);
 }
 
 int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t id)
 {
-    return id >= 0 && id < g->vocab && fits(g, &st->json, id);
+    if (id < 0 || id >= g->vocab || !g->allowed[id])
+        return 0;
+    tx_grammar_state next = *st;
+    return feed(g, &next, id) == 0;
 }
 
 int tx_grammar_accept(const pe_grammar *g, tx_grammar_state *st, int32_t id)
 {
     if (id < 0 || id >= g->vocab || !g->allowed[id])
-        return -1; /* (tx_json_bytes leaves the state as it was when a byte does not fit) */
-    return tx_json_bytes(&st->json, g->bytes + g->off[id], g->off[id + 1] - g->off[id]);
+        return -1;
+    return feed(g, st, id); /* (the state stays as it was when a byte does not fit) */
 }
 
-int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *mask,
-                    size_t nbits)
+/* A mask's walk feeds byte b to the state at level k of its array of states (one a byte of
+ * the token being tried), into level k + 1: 0, or -1 when b does not fit. */
+typedef int (*level_feed)(const pe_grammar *g, void *levels, size_t k, uint8_t b);
+
+static int json_feed(const pe_grammar *g, void *levels, size_t k, uint8_t b)
+{
+    (void)g;
+    tx_json *at = levels;
+    at[k + 1] = at[k];
+    return tx_json_byte(&at[k + 1], b);
+}
+
+static int schema_feed(const pe_grammar *g, void *levels, size_t k, uint8_t b)
+{
+    tx_schema_state *at = levels;
+    tx_schema_copy(&at[k + 1], &at[k]);
+    return tx_schema_step(g->schema, &at[k + 1], b);
+}
+
+/* The mask from the state at level 0 of levels (each machine its own array of states, so
+ * JSON mode's stay 16 bytes apart). */
+static int walk(const pe_grammar *g, void *levels, level_feed feed_byte, uint32_t *mask,
+                size_t nbits)
 {
     memset(mask, 0, tx_mask_words(nbits) * sizeof *mask);
     /* In byte order, token i shares lcp[i] bytes with token i - 1: the states after those
-     * bytes are at[0 .. lcp[i]], fed for token i - 1, and when one of them failed, token i
-     * fails too. So each prefix is fed once. */
-    tx_json at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
-    at[0] = st->json;
-    size_t failed = SIZE_MAX; /* token i - 1's byte at[failed - 1] did not fit; MAX: none */
+     * bytes are levels 0 .. lcp[i], fed for token i - 1, and when one of them failed, token
+     * i fails too. So each prefix is fed once. */
+    size_t failed = SIZE_MAX; /* token i - 1's byte at level failed - 1 did not fit; MAX: none */
     int count = 0;
     for (int32_t i = 0; i < g->norder; i++) {
         const int32_t id = g->order[i];
@@ -219,8 +278,7 @@ int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *m
             continue; /* its prefix fails: failed stays */
         int ok = 1;
         for (size_t k = shared; k < n; k++) {
-            at[k + 1] = at[k];
-            if (tx_json_byte(&at[k + 1], b[k]) != 0) {
+            if (feed_byte(g, levels, k, b[k]) != 0) {
                 ok = 0;
                 failed = k + 1;
                 break;
@@ -234,4 +292,17 @@ int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *m
         }
     }
     return count;
+}
+
+int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *mask,
+                    size_t nbits)
+{
+    if (g->schema) {
+        tx_schema_state at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
+        tx_schema_copy(&at[0], st);
+        return walk(g, at, schema_feed, mask, nbits);
+    }
+    tx_json at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
+    at[0] = st->value;
+    return walk(g, at, json_feed, mask, nbits);
 }

@@ -35,7 +35,20 @@ void tx_json_start(tx_json *j)
     j->state = J_START;
 }
 
+void tx_json_start_value(tx_json *j)
+{
+    memset(j, 0, sizeof *j);
+    j->state = J_VALUE;
+}
+
 int tx_json_done(const tx_json *j) { return j->state == J_DONE; }
+
+int tx_json_ended(const tx_json *j)
+{
+    const int s = j->state;
+    return s == J_DONE || (j->depth == 0 && (s == J_ZERO || s == J_INT || s == J_FRAC ||
+                                             s == J_EXP));
+}
 
 static int top_is_object(const tx_json *j) { return (int)((j->stack >> (j->depth - 1)) & 1u); }
 
@@ -68,20 +81,18 @@ static int close_container(tx_json *j, int object)
 }
 
 /* Whitespace in a gap: "", " ", or "\n" and at most TX_JSON_MAX_INDENT spaces or tabs. */
-static int whitespace(tx_json *j, uint8_t b)
+int tx_json_gap_byte(uint8_t *ws, uint8_t b)
 {
-    if (j->ws == 0 && (b == ' ' || b == '\n')) {
-        j->ws = b == ' ' ? 1 : 2;
+    if (*ws == 0 && (b == ' ' || b == '\n')) {
+        *ws = b == ' ' ? 1 : 2;
         return 0;
     }
-    if (j->ws >= 2 && (b == ' ' || b == '\t') && j->ws - 2 < TX_JSON_MAX_INDENT) {
-        j->ws++;
+    if (*ws >= 2 && (b == ' ' || b == '\t') && *ws - 2 < TX_JSON_MAX_INDENT) {
+        ++*ws;
         return 0;
     }
     return -1;
 }
-
-static int is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 static int is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 static int is_hex(uint8_t b)
 {
@@ -176,8 +187,8 @@ static int step(tx_json *j, uint8_t b)
 {
     for (;;) {
         int gap_state = j->state <= J_AFTER && j->state != J_START;
-        if (gap_state && is_ws(b))
-            return whitespace(j, b);
+        if (gap_state && tx_json_is_ws(b))
+            return tx_json_gap_byte(&j->ws, b);
         switch (j->state) {
         case J_START: return b == '{' ? open_container(j, 1) : -1;
         case J_OBJ_OPEN:

@@ -38,12 +38,26 @@ _Static_assert(sizeof(tx_json) == sizeof(uint64_t) + 8, "tx_json has padding");
 
 /* The state before the first byte. */
 void tx_json_start(tx_json *j);
+/* The state before a value of any kind (a JSON schema's scalar or free value): the first
+ * byte must start one; nothing may follow it (tx_json_ended says where it may end). */
+void tx_json_start_value(tx_json *j);
 /* Feeds byte b: 0 when the bytes so far still begin a JSON object (j advanced), -1 when
  * not (j unchanged). */
 int tx_json_byte(tx_json *j, uint8_t b);
 /* Feeds n bytes: 0, or -1 at the first that does not fit (j unchanged). */
 int tx_json_bytes(tx_json *j, const uint8_t *s, size_t n);
+/* A byte of whitespace in a gap, by the rule above: ws counts what the gap holds so far (0
+ * nothing, 1 a space, 2 + k a newline and k spaces or tabs). 0 with ws advanced when b may
+ * come next, -1 when not. */
+int tx_json_gap_byte(uint8_t *ws, uint8_t b);
+static inline int tx_json_is_ws(uint8_t b)
+{
+    return b == ' ' || b == '\n' || b == '\t' || b == '\r';
+}
 /* 1 when the object is complete (nothing more may follow). */
 int tx_json_done(const tx_json *j);
+/* 1 when the bytes so far are a whole value: tx_json_done, or, from tx_json_start_value,
+ * a number that more digits could still go on. */
+int tx_json_ended(const tx_json *j);
 
 #endif

@@ -7,7 +7,8 @@
  * request has 1 to SERVE_MAX_CHOICES choices (a chat one prompt), prompts of ids in the
  * vocabulary that, with max_tokens >= 1, fit the context, at most PE_MAX_STOP stop ids, and
  * an echo only on a completion (a prompt's kept text only with it; no logprobs yet, which
- * the engine computes later). Exits 77 (a skip) when TOKENIZER is unset or missing. */
+ * the engine computes later). The server has JSON mode's grammar, so that response_format's
+ * schemas are compiled too. Exits 77 (a skip) when TOKENIZER is unset or missing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     g_srv.m.vocab = (int)pe_tokenizer_vocab_size(g_srv.tk);
     g_srv.chat_end_id = pe_tokenizer_token_id(g_srv.tk, "<|im_end|>");
+    if (pe_grammar_json(g_srv.tk, &g_srv.json_grammar) != PE_OK) { /* response_format */
+        fprintf(stderr, "fuzz_serve: JSON mode's grammar: %s\n", pe_last_error());
+        abort();
+    }
     return 0;
 }
 

@@ -1,0 +1,86 @@
+/* tx_schema.h: JSON schema's machine over bytes: which byte strings begin a JSON object
+ * that a JSON schema accepts, fed one byte at a time, so that the tokens that may come next
+ * can be tried from a copy of the state (as tx_json.h does for JSON mode).
+ *
+ * A schema is compiled into nodes (tx_schema_compile.c); a state is a stack of the
+ * objects and arrays of the schema open (a node each), and the value being read: a key or
+ * an enum's value matched against its literals, or a scalar or a value the schema leaves
+ * free read by JSON mode's rules (tx_json, started at a value).
+ *
+ * What a schema may say (docs/api.md, "Structured output"):
+ *   - type: object, array, string, number, integer, boolean, null, or a list of them;
+ *   - object: properties, required, additionalProperties false or absent (only the
+ *     properties listed may come, in the order listed; optional ones may be left out);
+ *     with no properties, additionalProperties a schema makes a map (any keys, each value
+ *     following it), and otherwise the object is any object;
+ *   - array: items, minItems, maxItems;
+ *   - enum, const: values written as JSON writes them without whitespace;
+ *   - anyOf, oneOf: alternatives whose values start with different characters (their
+ *     types, or their enums' first characters differ), so the first byte chooses one;
+ *     allOf of one schema;
+ *   - $ref to "#", "#/$defs/NAME" or "#/definitions/NAME", recursion included;
+ *   - true and {} accept any value; title, description, default, examples, format and
+ *     other annotations are ignored (format is an annotation in JSON schema 2020-12);
+ *   - any keyword that constrains values otherwise (pattern, minLength, minimum, ...) is
+ *     refused, naming it, rather than left unenforced.
+ * The root must be an object. Whitespace follows JSON mode's rule; at most
+ * TX_SCHEMA_MAX_DEPTH of the schema's objects and arrays are open at once. */
+#ifndef PE_TEXT_TX_SCHEMA_H
+#define PE_TEXT_TX_SCHEMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pengine/pengine.h"
+#include "text/tx_json.h"
+
+#define TX_SCHEMA_MAX_DEPTH 32
+#define TX_SCHEMA_MAX_NODES 65535
+
+typedef struct tx_schema tx_schema; /* a compiled schema (read-only once made) */
+
+typedef struct tx_schema_frame {
+    uint16_t node; /* the object or array */
+    uint16_t n;    /* object: properties before n are done or left out; array: items begun */
+} tx_schema_frame;
+
+typedef struct tx_schema_state {
+    tx_json value;   /* the scalar or free value being read (phase S_JSON) */
+    uint16_t node;   /* the value's node (an enum, or the scalar's type) */
+    uint16_t cand;   /* a literal being matched: the first candidate the bytes fit */
+    uint16_t off;    /* ... and how many of its bytes have come */
+    uint8_t phase;   /* where in the grammar (tx_schema.c's S_*) */
+    uint8_t ws;      /* whitespace in this gap, as tx_json's */
+    uint8_t depth;   /* frames open */
+    uint8_t pad[7];  /* (zero: states compare with memcmp) */
+    tx_schema_frame frame[TX_SCHEMA_MAX_DEPTH]; /* (frames past depth are zero) */
+} tx_schema_state;
+_Static_assert(sizeof(tx_schema_state) ==
+                   sizeof(tx_json) + 16 + TX_SCHEMA_MAX_DEPTH * sizeof(tx_schema_frame),
+               "tx_schema_state has padding");
+
+/* Compiles a schema (JSON text, len bytes). PE_EINVAL names what is wrong or not
+ * supported, and where (a JSON pointer into the schema). */
+pe_status tx_schema_compile(const char *text, size_t len, tx_schema **out);
+void tx_schema_free(tx_schema *s);
+
+/* The state before the first byte. */
+void tx_schema_start(const tx_schema *s, tx_schema_state *st);
+/* Feeds byte b: 0 when the bytes so far still begin a text the schema accepts (st
+ * advanced), -1 when not (st is then left in no particular state: feed a copy). */
+int tx_schema_step(const tx_schema *s, tx_schema_state *st, uint8_t b);
+/* Feeds n bytes: 0, or -1 at the first that does not fit (st unchanged). */
+int tx_schema_bytes(const tx_schema *s, tx_schema_state *st, const uint8_t *b, size_t n);
+/* 1 when the text is complete (the root object closed: nothing more may follow). */
+int tx_schema_done(const tx_schema_state *st);
+/* Copies a state's used part (frames past src->depth are left as they were in dst): a
+ * mask's walk copies a state for every byte it feeds. */
+static inline void tx_schema_copy(tx_schema_state *dst, const tx_schema_state *src)
+{
+    memcpy(dst, src, offsetof(tx_schema_state, frame)); /* (a constant size: inlined) */
+    for (uint8_t d = 0; d < src->depth; d++)
+        dst->frame[d] = src->frame[d];
+}
+
+#endif

