@@ -69,6 +69,23 @@ static int add_stop(gen_opts *g, const char *v, char *msg, size_t len)
     return 0;
 }
 
+/* --choice: one more text the generated text may be. Returns the exit code, msg set. */
+static int add_choice(gen_opts *g, const char *v, char *msg, size_t len)
+{
+    if ((g->nchoices & (g->nchoices - 1)) == 0) { /* 0, 1, 2, 4, ...: full, double it */
+        const char **c = realloc(g->choices, (g->nchoices ? 2 * (size_t)g->nchoices : 1) *
+                                             sizeof *c);
+        if (!c) {
+            snprintf(msg, len, "out of memory for %d --choice texts; give fewer",
+                     g->nchoices + 1);
+            return CLI_RUNTIME;
+        }
+        g->choices = c;
+    }
+    g->choices[g->nchoices++] = v;
+    return CLI_OK;
+}
+
 /* Applies one flag with its value. Returns the exit code, msg set on a failure. */
 static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t len)
 {
@@ -113,6 +130,11 @@ static int apply_flag(void *ctx, const char *f, const char *v, char *msg, size_t
     } else if (!strcmp(f, "--json-schema-file")) {
         g->schema_file = v;
         bad = 0;
+    } else if (!strcmp(f, "--regex")) {
+        g->regex = v;
+        bad = 0;
+    } else if (!strcmp(f, "--choice")) {
+        return add_choice(g, v, msg, len);
     } else if (!strcmp(f, "--stop-ids")) {
         bad = cli_parse_token_ids(f, v, g->stop_ids, PE_MAX_STOP, &g->nstop_ids, msg, len);
     } else { /* the device flags, as the main command parses them */
@@ -137,14 +159,19 @@ static int check(const gen_opts *g)
     if (g->nids > 0 && g->nstops > 0)
         return usage_error("--stop matches text, and a --tokens prompt generates ids; give "
                            "stop ids with --stop-ids LIST, or the prompt as text with --prompt");
-    const int grammars = !!g->grammar + !!g->schema + !!g->schema_file;
+    const int grammars = !!g->grammar + !!g->schema + !!g->schema_file + !!g->regex +
+                         (g->nchoices > 0);
     if (grammars > 1)
-        return usage_error("--grammar, --json-schema and --json-schema-file each give the "
-                           "grammar the text follows; give one of them");
-    if (g->nids > 0 && grammars)
-        return usage_error("a grammar (--grammar, --json-schema) needs each token's text, and a "
-                           "--tokens prompt runs on ids alone; give the prompt as text with "
-                           "--prompt");
+        return usage_error("--grammar, --json-schema, --json-schema-file, --regex and --choice "
+                           "each give the grammar the text follows; give one of them (--choice "
+                           "once per text)");
+    if (g->nids > 0 && grammars) {
+        char msg[CLI_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s makes a grammar, which needs each token's text, and a "
+                 "--tokens prompt runs on ids alone; give the prompt as text with --prompt",
+                 gen_grammar_flag(g));
+        return usage_error(msg);
+    }
     if (g->nids > 0 && g->tokenizer)
         return usage_error("--tokenizer turns text into ids, and --tokens gives ids; drop "
                            "--tokenizer, or give the prompt as text with --prompt");
@@ -168,7 +195,7 @@ static int parse(int argc, char **argv, gen_opts *g)
         "--min-tokens", CLI_SAMPLING_FLAGS, "--logprobs", "--stop", "--stop-ids",
         "--gpus", "--backend", "--dtype", "--threads", "--kv-tokens", "--dp", "--pp", "--tp",
         "--spec-tokens", "--spec-ngram", "--spec-max-seqs", "--grammar", "--json-schema",
-        "--json-schema-file"};
+        "--json-schema-file", "--regex", "--choice"};
     const cli_switch switches[] = {{"--json", &g->json}, {"--ignore-eos", &g->ignore_eos}};
     int rc = cli_parse_subcommand(argc, argv, "generate", with_value,
                                   sizeof with_value / sizeof with_value[0], switches,
@@ -177,6 +204,16 @@ static int parse(int argc, char **argv, gen_opts *g)
 }
 
 /* ---- shared by the ids and the text runs ------------------------------------------------ */
+
+const char *gen_grammar_flag(const gen_opts *g)
+{
+    return g->grammar       ? "--grammar"
+           : g->schema      ? "--json-schema"
+           : g->schema_file ? "--json-schema-file"
+           : g->regex       ? "--regex"
+           : g->nchoices    ? "--choice"
+                            : NULL;
+}
 
 int gen_open(gen_opts *g, pe_engine **e)
 {
@@ -319,5 +356,6 @@ int cli_generate(int argc, char **argv)
     if (rc == CLI_OK)
         rc = g.nids > 0 ? run_ids(&g) : gen_run_text(&g);
     free(g.ids);
+    free(g.choices);
     return rc < 0 ? CLI_OK : rc;
 }

@@ -35,7 +35,11 @@ typedef struct gen_opts {
     const char *grammar;      /* --grammar json: the text follows it (structured output) */
     const char *schema;       /* --json-schema TEXT: ... or a JSON schema */
     const char *schema_file;  /* --json-schema-file FILE: ... the schema in a file */
-    pe_grammar *json_mode;    /* JSON mode over the tokenizer (the schema's base) */
+    const char *regex;        /* --regex PATTERN: ... text that is one whole match */
+    const char **choices;     /* --choice TEXT, once per text: ... exactly one of them
+                               * (malloc'ed; the texts are argv's) */
+    int nchoices;
+    pe_grammar *json_mode;    /* JSON mode over the tokenizer (the base of the others) */
     pe_grammar *compiled;     /* the grammar the text follows (generate_text.c) */
     int json;
 } gen_opts;
@@ -60,6 +64,9 @@ int gen_load_tokenizer(const char *tokenizer, const char *model_dir, const char 
                        pe_tokenizer **tk);
 /* The model's vocabulary holds every id of tk (else printed, CLI_USAGE). */
 int gen_check_vocab(const pe_model_info *m, const pe_tokenizer *tk);
+
+/* The flag that gives g's grammar (--grammar, --json-schema, ...), or NULL: none. */
+const char *gen_grammar_flag(const gen_opts *g);
 
 /* Runs --prompt or --prompts (generate_text.c). Returns the exit code. */
 int gen_run_text(gen_opts *g);

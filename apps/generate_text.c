@@ -396,14 +396,22 @@ static int prepare_prompts(const gen_opts *g, text_prompts *p, pe_tokenizer **tk
     return rc;
 }
 
-/* --grammar json, --json-schema, --json-schema-file: the grammar over tk's tokens. Returns
- * the exit code. */
+/* --json-schema(-file), --regex or --choice: their grammar over g->json_mode's table into
+ * g->compiled; text: the schema (NULL: --json-schema's own). */
+static pe_status derive_grammar(gen_opts *g, const char *text)
+{
+    if (g->regex)
+        return pe_grammar_regex(g->json_mode, g->regex, &g->compiled);
+    if (g->nchoices)
+        return pe_grammar_choice(g->json_mode, g->choices, (size_t)g->nchoices, &g->compiled);
+    return pe_grammar_json_schema(g->json_mode, text ? text : g->schema, &g->compiled);
+}
+
+/* The grammar of --grammar json, --json-schema, --json-schema-file, --regex or --choice over
+ * tk's tokens: JSON mode, or one derived from it. Returns the exit code. */
 static int make_grammar(gen_opts *g, const pe_tokenizer *tk)
 {
-    const char *flag = g->grammar        ? "--grammar"
-                       : g->schema       ? "--json-schema"
-                       : g->schema_file  ? "--json-schema-file"
-                                         : NULL;
+    const char *flag = gen_grammar_flag(g);
     if (!flag)
         return CLI_OK;
     if (pe_grammar_json(tk, &g->json_mode) != PE_OK) {
@@ -421,13 +429,14 @@ static int make_grammar(gen_opts *g, const pe_tokenizer *tk)
                    g->schema_file, strerror(errno));
         return CLI_USAGE;
     }
-    const pe_status s = pe_grammar_json_schema(g->json_mode, text ? text : g->schema,
-                                               &g->compiled);
+    const pe_status s = derive_grammar(g, text);
     free(text);
     if (s == PE_OK)
         return CLI_OK;
-    cli_errorf("%s: %s; docs/api.md lists what a schema may say", flag, pe_last_error());
-    return CLI_USAGE;
+    /* (the library's messages on patterns say the fix; on schemas, what is not enforced) */
+    cli_errorf("%s: %s%s", flag, pe_last_error(), g->regex || g->nchoices ? ""
+               : "; docs/api.md lists what a schema may say");
+    return s == PE_ENOMEM ? CLI_RUNTIME : CLI_USAGE;
 }
 
 int gen_run_text(gen_opts *g)
@@ -449,7 +458,7 @@ int gen_run_text(gen_opts *g)
         rc = run(g, e, tk, &p);
     pe_engine_destroy(e);
     pe_grammar_free(g->compiled);
-    pe_grammar_free(g->json_mode); /* (after the schema's grammar, which shares its table) */
+    pe_grammar_free(g->json_mode); /* (after the derived grammar, which shares its table) */
     g->compiled = g->json_mode = NULL;
     pe_tokenizer_free(tk);
     prompts_free(&p);

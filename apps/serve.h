@@ -172,8 +172,10 @@ typedef struct serve_job {
     int32_t stop_ids[PE_MAX_STOP]; /* stop tokens: the chat's end of turn, one-token stops */
     size_t nstop_ids;
     int json_object;           /* "response_format": {"type": "json_object"}: JSON mode */
-    pe_grammar *schema;        /* ... {"type": "json_schema"}: its grammar (over json_grammar's
-                                * table; serve_seq_start takes it from the job) */
+    pe_grammar *grammar;       /* a schema's (response_format json_schema, guided_json), a
+                                * regex's or choices' (guided_regex, guided_choice, or
+                                * structured_outputs'), over json_grammar's table;
+                                * serve_seq_start takes it from the job */
 } serve_job;
 
 /* Parses and checks body (len bytes) for the route (chat or not) into j. Returns 0, or the
@@ -231,7 +233,7 @@ int serve_pump_start(serve_server *s);
 /* Waits until no sequence is outstanding, then stops and joins the pump. */
 void serve_pump_stop(serve_server *s);
 
-/* Submits j's sequences, one per choice (j->nprompts x j->n), taking j->schema (the request
+/* Submits j's sequences, one per choice (j->nprompts x j->n), taking j->grammar (the request
  * frees it once its sequences have ended). Returns 0 with *out, or the HTTP status (400 for
  * parameters the engine refuses, 503 when it cannot take more, 500) with msg set; then none
  * of them runs on. */

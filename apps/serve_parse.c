@@ -1,7 +1,8 @@
 /* serve_parse.c: the JSON body of a completion request, checked and turned into a serve_job:
  * the prompt's ids (a chat's messages rendered with the chat template first), max_tokens,
- * the sampling and the stops. Fields the server does not know are ignored, as OpenAI's
- * clients send many; a known field of the wrong type or out of range is a 400 that names it.
+ * the sampling, the stops and the grammar the text follows (structured output). Fields the
+ * server does not know are ignored, as OpenAI's clients send many; a known field of the
+ * wrong type or out of range is a 400 that names it.
  */
 #include "serve.h"
 
@@ -509,39 +510,38 @@ static unsigned parse_max_tokens(const serve_server *s, const cJSON *o, serve_jo
     return st;
 }
 
-/* "json_schema": {"name": ..., "schema": {...}, "strict": ...}: the schema's grammar. */
-static unsigned parse_json_schema(const serve_server *s, const cJSON *rf, serve_job *j,
-                                  char *msg, size_t msg_len)
+/* ---- structured output ------------------------------------------------------------------ */
+
+/* Most "guided_choice" texts. */
+#define SERVE_MAX_GUIDED_CHOICES 4096
+
+/* What a request constrains its text to: at most one field of response_format, guided_*
+ * and structured_outputs says it. */
+typedef enum { CON_NONE, CON_JSON_OBJECT, CON_SCHEMA, CON_REGEX, CON_CHOICE } con_kind;
+
+typedef struct constraint {
+    con_kind kind;
+    const char *field;  /* the field that says it, for messages */
+    const char *where;  /* ... and where its value is (a schema's: inside response_format) */
+    const cJSON *v;     /* the value: the schema, the pattern, the array of choices */
+} constraint;
+
+/* The constraint of field (at where, value v) into *c: a 400 when *c has one already. */
+static unsigned add_constraint(constraint *c, con_kind kind, const char *field,
+                               const char *where, const cJSON *v, char *msg, size_t msg_len)
 {
-    const cJSON *js = field(rf, "json_schema");
-    const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
-    if (!cJSON_IsObject(schema))
-        return BAD("'response_format' type 'json_schema' needs 'json_schema': {\"name\": ..., "
-                   "\"schema\": {...}}, the schema an object");
-    if (!s->json_grammar)
-        return BAD("'response_format' needs the model's tokenizer, and this server runs "
-                   "without one");
-    char *text = cJSON_PrintUnformatted(schema);
-    if (!text) {
-        snprintf(msg, msg_len, "out of memory for a request's schema");
-        return 500;
-    }
-    const pe_status st = pe_grammar_json_schema(s->json_grammar, text, &j->schema);
-    cJSON_free(text);
-    if (st == PE_OK)
-        return 0;
-    if (st == PE_ENOMEM) {
-        snprintf(msg, msg_len, "%s", pe_last_error());
-        return 500;
-    }
-    return BAD("'response_format.json_schema.schema': %s", pe_last_error());
+    if (c->kind != CON_NONE)
+        return BAD("'%s' and '%s' each constrain the text, and a request takes one; give one "
+                   "of them", c->field, field);
+    *c = (constraint){kind, field, where, v};
+    return 0;
 }
 
 /* "response_format" (OpenAI's): {"type": "text"} (the default), {"type": "json_object"}
- * (JSON mode: the text is one JSON object) or {"type": "json_schema", ...} (one the schema
- * accepts). */
-static unsigned parse_response_format(const serve_server *s, const cJSON *o, serve_job *j,
-                                      char *msg, size_t msg_len)
+ * (JSON mode: the text is one JSON object) or {"type": "json_schema", "json_schema":
+ * {"name": ..., "schema": {...}, "strict": ...}} (one the schema accepts). */
+static unsigned parse_response_format(const cJSON *o, constraint *c, char *msg,
+                                      size_t msg_len)
 {
     const cJSON *rf = field(o, "response_format");
     if (!rf)
@@ -552,14 +552,150 @@ static unsigned parse_response_format(const serve_server *s, const cJSON *o, ser
                    "\"json_object\"}, {\"type\": \"json_schema\", ...} or {\"type\": "
                    "\"text\"}");
     if (!strcmp(type->valuestring, "json_object"))
-        j->json_object = 1;
-    else if (!strcmp(type->valuestring, "json_schema"))
-        return parse_json_schema(s, rf, j, msg, msg_len);
-    else if (strcmp(type->valuestring, "text") != 0)
+        return add_constraint(c, CON_JSON_OBJECT, "response_format", "response_format", NULL,
+                              msg, msg_len);
+    if (!strcmp(type->valuestring, "json_schema")) {
+        const cJSON *js = field(rf, "json_schema");
+        const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
+        if (!cJSON_IsObject(schema))
+            return BAD("'response_format' type 'json_schema' needs 'json_schema': {\"name\": "
+                       "..., \"schema\": {...}}, the schema an object");
+        return add_constraint(c, CON_SCHEMA, "response_format",
+                              "response_format.json_schema.schema", schema, msg, msg_len);
+    }
+    if (strcmp(type->valuestring, "text") != 0)
         return BAD("'response_format' type '%.64s' is unknown; give 'json_object', "
                    "'json_schema' or 'text'",
                    type->valuestring);
     return 0;
+}
+
+/* vLLM's guided_json, guided_regex and guided_choice, and its newer structured_outputs
+ * {"json", "regex", "choice"}: their values are checked when compiled. */
+static unsigned parse_guided(const cJSON *o, constraint *c, char *msg, size_t msg_len)
+{
+    static const struct {
+        const char *guided, *key, *structured;
+        con_kind kind;
+    } fields[] = {{"guided_json", "json", "structured_outputs.json", CON_SCHEMA},
+                  {"guided_regex", "regex", "structured_outputs.regex", CON_REGEX},
+                  {"guided_choice", "choice", "structured_outputs.choice", CON_CHOICE}};
+    const cJSON *so = field(o, "structured_outputs");
+    if (so && !cJSON_IsObject(so))
+        return BAD("'structured_outputs' must be an object: {\"regex\": PATTERN}, {\"choice\": "
+                   "[TEXT, ...]} or {\"json\": SCHEMA}");
+    unsigned st = 0;
+    for (size_t k = 0; !st && k < sizeof fields / sizeof fields[0]; k++) {
+        const cJSON *v = field(o, fields[k].guided), *w = so ? field(so, fields[k].key) : NULL;
+        if (v)
+            st = add_constraint(c, fields[k].kind, fields[k].guided, fields[k].guided, v, msg,
+                                msg_len);
+        if (!st && w)
+            st = add_constraint(c, fields[k].kind, fields[k].structured, fields[k].structured,
+                                w, msg, msg_len);
+    }
+    return st;
+}
+
+/* The texts of c's array of choices (malloc'ed, *n of them; pointers into the array's
+ * strings). Returns 0, or the status with msg set. */
+static unsigned choice_texts(const constraint *c, const char ***out, size_t *n, char *msg,
+                             size_t msg_len)
+{
+    const int size = cJSON_IsArray(c->v) ? cJSON_GetArraySize(c->v) : 0;
+    if (size < 1 || size > SERVE_MAX_GUIDED_CHOICES)
+        return BAD("'%s' must be an array of 1 to %d strings, the texts the answer may be",
+                   c->field, SERVE_MAX_GUIDED_CHOICES);
+    if (!(*out = malloc((size_t)size * sizeof **out))) {
+        snprintf(msg, msg_len, "out of memory for a request's '%s'", c->field);
+        return 500;
+    }
+    *n = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, c->v) {
+        if (!cJSON_IsString(x))
+            return BAD("'%s' entries must be strings, the texts the answer may be", c->field);
+        (*out)[(*n)++] = x->valuestring;
+    }
+    return 0;
+}
+
+/* c's value checked for its kind: a pattern is a string; choices are an array of strings
+ * (into *texts, malloc'ed, *n of them); a schema is an object (printed into *schema, to
+ * cJSON_free) or a string holding one (guided_json may give it so). Returns 0, or the status
+ * with msg set. */
+static unsigned check_value(const constraint *c, const char ***texts, size_t *n,
+                            char **schema, char *msg, size_t msg_len)
+{
+    switch (c->kind) {
+    case CON_REGEX:
+        if (!cJSON_IsString(c->v))
+            return BAD("'%s' must be a string: a regular expression the whole text matches",
+                       c->field);
+        return 0;
+    case CON_CHOICE:
+        return choice_texts(c, texts, n, msg, msg_len);
+    default: /* CON_SCHEMA */
+        if (cJSON_IsString(c->v))
+            return 0;
+        if (!cJSON_IsObject(c->v))
+            return BAD("'%s' must be a JSON schema: an object, or a string holding one",
+                       c->field);
+        if (!(*schema = cJSON_PrintUnformatted(c->v))) {
+            snprintf(msg, msg_len, "out of memory for a request's schema");
+            return 500;
+        }
+        return 0;
+    }
+}
+
+/* c's grammar into j: JSON mode is the server's own (j->json_object); a schema's, a regex's
+ * or the choices' is compiled over its table (well under a millisecond for a small one).
+ * Returns 0, or the status with msg set: 400 for a value of the wrong type or one the
+ * library refuses (its message after where the value is), 500 when out of memory. */
+static unsigned compile_constraint(const serve_server *s, const constraint *c, serve_job *j,
+                                   char *msg, size_t msg_len)
+{
+    if (c->kind == CON_NONE)
+        return 0;
+    if (!s->json_grammar)
+        return BAD("'%s' needs the model's tokenizer, and this server runs without one",
+                   c->field);
+    if (c->kind == CON_JSON_OBJECT) {
+        j->json_object = 1;
+        return 0;
+    }
+    const char **texts = NULL;
+    size_t n = 0;
+    char *schema = NULL;
+    pe_status ps = PE_OK;
+    unsigned st = check_value(c, &texts, &n, &schema, msg, msg_len);
+    if (!st)
+        ps = c->kind == CON_REGEX  ? pe_grammar_regex(s->json_grammar, c->v->valuestring,
+                                                      &j->grammar)
+           : c->kind == CON_CHOICE ? pe_grammar_choice(s->json_grammar, texts, n, &j->grammar)
+           : pe_grammar_json_schema(s->json_grammar, schema ? schema : c->v->valuestring,
+                                    &j->grammar);
+    free(texts);
+    cJSON_free(schema);
+    if (st || ps == PE_OK)
+        return st;
+    if (ps == PE_ENOMEM) {
+        snprintf(msg, msg_len, "%s", pe_last_error());
+        return 500;
+    }
+    return BAD("'%s': %s", c->where, pe_last_error());
+}
+
+/* The one constraint on the text, if any (parse_response_format, parse_guided), compiled. */
+static unsigned parse_constraint(const serve_server *s, const cJSON *o, serve_job *j,
+                                 char *msg, size_t msg_len)
+{
+    constraint c = {CON_NONE, NULL, NULL, NULL};
+    unsigned st = parse_response_format(o, &c, msg, msg_len);
+    if (!st)
+        st = parse_guided(o, &c, msg, msg_len);
+    return st ? st : compile_constraint(s, &c, j, msg, msg_len);
 }
 
 static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j, char *msg,
@@ -585,7 +721,7 @@ static unsigned parse_fields(const serve_server *s, const cJSON *o, serve_job *j
         return st;
     if ((st = parse_sampling(o, j, msg, msg_len)) || (st = parse_logprobs(o, j, msg, msg_len)) ||
         (st = parse_stops(s, o, j, msg, msg_len)) ||
-        (st = parse_response_format(s, o, j, msg, msg_len)))
+        (st = parse_constraint(s, o, j, msg, msg_len)))
         return st;
     st = j->chat ? parse_messages(s, o, j, msg, msg_len) : parse_prompt(s, o, j, msg, msg_len);
     if (!st && j->nprompts * j->n > SERVE_MAX_CHOICES)
@@ -629,6 +765,6 @@ void serve_job_free(serve_job *j)
     serve_prompts_free(j->prompts, j->nprompts);
     for (int i = 0; i < j->nstops; i++)
         free(j->stops[i]);
-    pe_grammar_free(j->schema);
+    pe_grammar_free(j->grammar);
     memset(j, 0, sizeof *j);
 }

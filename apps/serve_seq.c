@@ -57,8 +57,8 @@ struct serve_seq {
     int client_fd;             /* the request's connection (-1: not watched) */
     int wake_fd;               /* watched: an eventfd the pump writes after each event */
     double t_checked;          /* watched: when the client was last looked at (ms) */
-    pe_grammar *schema;        /* the job's JSON schema grammar: freed with the request, once
-                                * its sequences have ended */
+    pe_grammar *grammar;       /* the job's own grammar (a schema's, a regex's, ...): freed
+                                * with the request, once its sequences have ended */
 };
 
 /* ---- the pump ---------------------------------------------------------------------------- */
@@ -226,7 +226,7 @@ static void seq_free(serve_seq *q)
     pthread_cond_destroy(&q->cv);
     free(q->q);
     free(q->ch);
-    pe_grammar_free(q->schema);
+    pe_grammar_free(q->grammar);
     free(q);
 }
 
@@ -252,7 +252,7 @@ static unsigned refused_status(pe_status st)
 /* Choice c's sequence: its prompt (c / n), and the job's seed + c % n. Counted in the
  * metrics and by the pump only once it is in the engine. Returns the engine's status. */
 static pe_status submit_choice(serve_server *s, const serve_job *j, serve_choice *c,
-                               const pe_grammar *schema)
+                               const pe_grammar *grammar)
 {
     const serve_prompt *pr = &j->prompts[c->index / j->n];
     pe_seq_params p;
@@ -268,7 +268,7 @@ static pe_status submit_choice(serve_server *s, const serve_job *j, serve_choice
     p.stop = j->nstop_ids ? j->stop_ids : NULL;
     p.nstop = j->nstop_ids;
     p.ignore_eos = j->ignore_eos;
-    p.grammar = schema ? schema : j->json_object ? s->json_grammar : NULL;
+    p.grammar = grammar ? grammar : j->json_object ? s->json_grammar : NULL;
     /* the engine gives the token's own log-probability with its top list: at least 1 */
     p.logprobs = j->logprobs < 0 ? 0 : j->logprobs > 0 ? j->logprobs : 1;
     p.user = c;
@@ -319,15 +319,15 @@ unsigned serve_seq_start(serve_server *s, serve_job *j, serve_seq **out, char *m
     }
     q->srv = s;
     q->nch = nch;
-    q->schema = j->schema; /* the request owns it from here */
-    j->schema = NULL;
+    q->grammar = j->grammar; /* the request owns it from here */
+    j->grammar = NULL;
     q->client_fd = q->wake_fd = -1;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     for (int c = 0; c < nch; c++)
         q->ch[c] = (serve_choice){.q = q, .index = c};
     for (int c = 0; c < nch; c++) {
-        pe_status st = submit_choice(s, j, &q->ch[c], q->schema);
+        pe_status st = submit_choice(s, j, &q->ch[c], q->grammar);
         if (st != PE_OK) { /* the choices already in end now: the request is refused */
             snprintf(msg, msg_len, "%s", pe_last_error());
             pthread_mutex_lock(&q->mu);

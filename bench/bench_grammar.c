@@ -9,9 +9,11 @@
  *    made the grammar's way (tx_grammar_mask: the tokens in byte order, each shared prefix
  *    fed once) and the plain way (every token's bytes fed from the state), and both must
  *    agree bit for bit; in JSON mode, then in a JSON schema the text follows (every
- *    property typed, an enum, a $ref; pe_grammar_json_schema over JSON mode's table).
- *    Figures: each grammar's build time (the schema's: its compile alone), each way's mean
- *    time a mask, and their ratio.
+ *    property typed, an enum, a $ref; pe_grammar_json_schema over JSON mode's table), then
+ *    in a regex it matches (braces nested three deep around anything else: almost every
+ *    token fits inside, the walk's dear end; pe_grammar_regex over the same table).
+ *    Figures: each grammar's build time (the schema's and the regex's: their compile
+ *    alone), each way's mean time a mask, and their ratio.
  * 2. Decoding in JSON mode against without, on the llama-110m shape (vocabulary 32000, so
  *    llama2's tokenizer is its own) in fp32, written (seeded) into a temporary folder unless
  *    --model is given; one host device. B sequences (1 and 8) of 32-token random prompts,
@@ -67,6 +69,9 @@ static const char *const json_schema =
     "\"boolean\"}, \"none\": {\"type\": [\"string\", \"null\"]}, \"nested\": {\"$ref\": "
     "\"#/$defs/nested\"}}, \"$defs\": {\"nested\": {\"type\": \"object\", \"properties\": {"
     "\"deep\": {\"type\": \"array\"}, \"text\": {\"enum\": [\"The quick brown fox\", \"x\"]}}}}}";
+
+/* A regex the JSON text matches: braces nested up to three deep, anything else between. */
+static const char *const json_regex = "\\{([^{}]|\\{([^{}]|\\{[^{}]*\\})*\\})*\\}";
 
 /* Both ways' mean ms a mask along the text's tokens ids[1 .. n) in grammar g; 0, or -1 with
  * the error printed. */
@@ -131,7 +136,7 @@ static void mask_row(cJSON *rows, const char *name, const char *grammar, int voc
 static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
 {
     pe_tokenizer *tk = NULL;
-    pe_grammar *g = NULL, *schema = NULL;
+    pe_grammar *g = NULL, *schema = NULL, *regex = NULL;
     int32_t *ids = NULL;
     int rc = -1;
     if (pe_tokenizer_load(path, &tk) != PE_OK) {
@@ -150,6 +155,12 @@ static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
         goto out;
     }
     const double schema_ms = bd_now_ms() - t0;
+    t0 = bd_now_ms();
+    if (pe_grammar_regex(g, json_regex, &regex) != PE_OK) {
+        fprintf(stderr, "error: the regex: %s\n", pe_last_error());
+        goto out;
+    }
+    const double regex_ms = bd_now_ms() - t0;
     /* the text's tokens after another one, as generated text has them */
     size_t n = 0;
     char *after = malloc(strlen(json_text) + 2);
@@ -172,9 +183,13 @@ static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
     if (walk_masks(schema, name, ids, n, reps, &grammar_ms, &plain_ms, &steps) != 0)
         goto out;
     mask_row(rows, name, "schema", g->vocab, schema_ms, grammar_ms, plain_ms, steps);
+    if (walk_masks(regex, name, ids, n, reps, &grammar_ms, &plain_ms, &steps) != 0)
+        goto out;
+    mask_row(rows, name, "regex", g->vocab, regex_ms, grammar_ms, plain_ms, steps);
     rc = 0;
 out:
     free(ids);
+    pe_grammar_free(regex);
     pe_grammar_free(schema);
     pe_grammar_free(g);
     pe_tokenizer_free(tk);
@@ -261,8 +276,9 @@ int main(int argc, char **argv)
     pe_tokenizer *tk = NULL;
     pe_grammar *g = NULL;
     pe_engine *e = NULL;
-    printf("bench_grammar: masks along a %zu-byte JSON text, in JSON mode and in a schema it "
-           "follows, the grammar's way and the plain way\n\n| tokenizer | grammar | ids | "
+    printf("bench_grammar: masks along a %zu-byte JSON text, in JSON mode, in a schema it "
+           "follows and in a regex it matches, the grammar's way and the plain way\n\n"
+           "| tokenizer | grammar | ids | "
            "build ms | ms a mask, grammar / plain | plain / grammar |\n"
            "| --- | --- | --- | --- | --- | --- |\n", strlen(json_text));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -6,7 +6,9 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config libhwloc-dev libopenblas-pthread-dev
           libcmocka-dev libcjson-dev libudev-dev valgrind libonig-dev libutf8proc-dev
-          libblis-pthread-dev tmux libmicrohttpd-dev chromium libopenmpi-dev openmpi-bin)
+          libblis-pthread-dev tmux libmicrohttpd-dev chromium libopenmpi-dev openmpi-bin
+          libpcre2-dev)
+# libpcre2-dev: test_pattern's oracle.
 # libopenmpi-dev, openmpi-bin: the grid across processes (PE_WITH_MPI; mpirun in the tests).
 # tmux: tests/test_chat.sh drives pengine chat in a terminal.
 # libmicrohttpd-dev: pengine serve's HTTP (apps/serve_http.c), linked into the command only.

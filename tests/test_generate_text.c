@@ -10,7 +10,10 @@
  *   - --prompts runs every non-empty line and prints each completion;
  *   - perplexity's mean negative log-likelihood over its windows, against pe_score's logits;
  *   - --grammar json: every text begins a JSON object (a naive twin of the grammar says), one
- *     that ends "grammar" is one whole object, one that ends "length" has --max-tokens tokens.
+ *     that ends "grammar" is one whole object, one that ends "length" has --max-tokens tokens;
+ *   - --json-schema: the object has the schema's properties and values;
+ *   - --choice: the text is one of the texts; --regex: it matches, or begins a match (checked
+ *     by hand), ending where the pattern lets it.
  * Greedy (the default) on random models, so a run's tokens are those of the run before
  * (sampled with a seed for JSON mode: the same again).
  *
@@ -882,6 +885,157 @@ static void test_json_schema_keeps_the_text_in_the_schema(void **state)
     }
 }
 
+/* ---- regular expressions and choices: --regex, --choice ------------------------------------ */
+
+/* One `generate --json` run on model with these flags (NULL-ended; the model, the host
+ * backend and --json come first): its text (malloc'ed), checked to be the library's decode
+ * of its tokens; its finish reason into finish, its token count into *ntok. */
+static char *constrained_run(const char *model, const pe_tokenizer *tk,
+                             const char *const *flags, char finish[16], size_t *ntok)
+{
+    const char *args[40] = {"generate", "--model", model, "--backend", "host", "--json"};
+    size_t n = 6;
+    for (size_t k = 0; flags[k]; k++) {
+        assert_true(n < 39);
+        args[n++] = flags[k];
+    }
+    args[n] = NULL;
+    tu_run r = run_args(args);
+    expect_exit_0(&r);
+    cJSON *j = json_of(&r);
+    int32_t *ids = ids_of(item(j, "tokens"), ntok);
+    char *text = decode(tk, ids, *ntok);
+    assert_string_equal(item(j, "text")->valuestring, text);
+    snprintf(finish, 16, "%s", item(j, "finish_reason")->valuestring);
+    free(ids);
+    cJSON_Delete(j);
+    tu_run_free(&r);
+    return text;
+}
+
+#define CONSTRAINED(model, tk, finish, ntok, ...) \
+    constrained_run(model, tk, (const char *const[]){__VA_ARGS__, NULL}, finish, ntok)
+
+/* Bad input to generate: exit 2, the message holding `names`. */
+static void expect_refused(const char *const *flags, const char *names)
+{
+    const char *args[16] = {"generate", "--model", g_llama, "--backend", "host"};
+    size_t n = 5;
+    for (size_t k = 0; flags[k]; k++)
+        args[n++] = flags[k];
+    args[n] = NULL;
+    tu_run r = run_args(args);
+    if (r.status != 2 || !strstr(r.err, names))
+        print_run(&r);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, names));
+    tu_run_free(&r);
+}
+
+#define REFUSED(names, ...) expect_refused((const char *const[]){__VA_ARGS__, NULL}, names)
+
+/* --choice yes --choice no --choice "not sure", greedy and sampled, on both tokenizers: each
+ * text is exactly one of them and ends "grammar" (none is a prefix of another, and 24 tokens
+ * spell any of them); the sampled runs do not all pick the same. Streamed: the text and a
+ * newline. */
+static void test_choice_gives_exactly_one_of_the_texts(void **state)
+{
+    (void)state;
+    const char *const choices[] = {"yes", "no", "not sure"};
+    const char *const runs[][2] = {{"0", "0"}, {"1", "1"}, {"1.5", "2"}, {"2", "3"}};
+    const char *models[] = {g_gpt2, g_llama};
+    const pe_tokenizer *tks[] = {g_tk_gpt2, g_tk_llama};
+    int seen[3] = {0};
+    for (int m = 0; m < 2; m++) {
+        for (int k = 0; k < 4; k++) {
+            char finish[16];
+            size_t n;
+            char *text = CONSTRAINED(models[m], tks[m], finish, &n, "--prompt", "Answer:",
+                                     "--choice", "yes", "--choice", "no", "--choice",
+                                     "not sure", "--max-tokens", "24", "--temperature",
+                                     runs[k][0], "--seed", runs[k][1]);
+            int which = -1;
+            for (int c = 0; c < 3; c++)
+                which = strcmp(text, choices[c]) ? which : c;
+            if (which < 0 || strcmp(finish, "grammar"))
+                fail_msg("model %d, temperature %s: '%s' (finish %s) is none of the choices",
+                         m, runs[k][0], text, finish);
+            seen[which] += k > 0;
+            free(text);
+        }
+    }
+    assert_true((seen[0] > 0) + (seen[1] > 0) + (seen[2] > 0) >= 2);
+    tu_run r = RUN("generate", "--model", g_llama, "--backend", "host", "--prompt", "Answer:",
+                   "--choice", "yes", "--choice", "no", "--max-tokens", "24");
+    expect_exit_0(&r);
+    if (strcmp(r.out, "yes\n") && strcmp(r.out, "no\n"))
+        fail_msg("streamed: '%s'", r.out);
+    assert_non_null(strstr(r.err, "(finish: grammar)"));
+    tu_run_free(&r);
+}
+
+/* ddd-dd: a match of [0-9]{3}-[0-9]{2}, checked by hand. */
+static int is_ddd_dd(const char *t)
+{
+    if (strlen(t) != 6 || t[3] != '-')
+        return 0;
+    for (int i = 0; i < 6; i++)
+        if (i != 3 && !isdigit((unsigned char)t[i]))
+            return 0;
+    return 1;
+}
+
+/* A beginning of a match of (ab)+: ab repeated, perhaps a last a. */
+static int begins_abab(const char *t)
+{
+    for (size_t i = 0; t[i]; i++)
+        if (t[i] != "ab"[i % 2])
+            return 0;
+    return 1;
+}
+
+/* --regex on both tokenizers, greedy and sampled. '[0-9]{3}-[0-9]{2}' has only texts of 6
+ * bytes, so each run ends "grammar" on one of them. '(ab)+' may always go on: with
+ * --max-tokens 8 each text begins a match, and ends "length" on 8 tokens, or "eos" on a
+ * whole match (the eos is allowed there and is no text). Bad input exits 2 naming the flag
+ * (a pattern the library refuses: its message, lookaround named). */
+static void test_regex_keeps_the_text_a_match(void **state)
+{
+    (void)state;
+    const char *const runs[][2] = {{"0", "0"}, {"1", "1"}, {"1.5", "2"}, {"2", "3"}};
+    const char *models[] = {g_gpt2, g_llama};
+    const pe_tokenizer *tks[] = {g_tk_gpt2, g_tk_llama};
+    for (int m = 0; m < 2; m++) {
+        for (int k = 0; k < 4; k++) {
+            char finish[16];
+            size_t n;
+            char *text = CONSTRAINED(models[m], tks[m], finish, &n, "--prompt", "Call",
+                                     "--regex", "[0-9]{3}-[0-9]{2}", "--max-tokens", "16",
+                                     "--temperature", runs[k][0], "--seed", runs[k][1]);
+            if (!is_ddd_dd(text) || strcmp(finish, "grammar"))
+                fail_msg("model %d, temperature %s: '%s' (finish %s) is no whole match", m,
+                         runs[k][0], text, finish);
+            free(text);
+            text = CONSTRAINED(models[m], tks[m], finish, &n, "--prompt", "Say", "--regex",
+                               "(ab)+", "--max-tokens", "8", "--temperature", runs[k][0],
+                               "--seed", runs[k][1]);
+            const int whole = begins_abab(text) && *text && strlen(text) % 2 == 0;
+            if (!begins_abab(text) || !(!strcmp(finish, "length") ? n == 8
+                                        : !strcmp(finish, "eos") && whole))
+                fail_msg("model %d, temperature %s: '%s' (finish %s, %zu tokens) does not "
+                         "begin (ab)+, or ends where it may not", m, runs[k][0], text, finish,
+                         n);
+            free(text);
+        }
+    }
+    REFUSED("--regex: ", "--prompt", "x", "--regex", "a(b");
+    REFUSED("lookaround", "--prompt", "x", "--regex", "(?=a)b");
+    REFUSED("--regex", "--prompt", "x", "--regex", "a", "--grammar", "json");
+    REFUSED("--choice", "--prompt", "x", "--choice", "a", "--json-schema", "{}");
+    REFUSED("--choice", "--tokens", "1,2", "--choice", "a", "--choice", "b");
+    REFUSED("--regex", "--tokens", "1,2", "--regex", "a+");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -911,6 +1065,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_json_twin_knows_the_grammar),
         cmocka_unit_test(test_grammar_json_keeps_the_text_a_json_object),
         cmocka_unit_test(test_json_schema_keeps_the_text_in_the_schema),
+        cmocka_unit_test(test_choice_gives_exactly_one_of_the_texts),
+        cmocka_unit_test(test_regex_keeps_the_text_a_match),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

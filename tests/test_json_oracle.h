@@ -10,7 +10,9 @@
  * And what else both tests use: the verdicts, byte strings, random numbers, random pieces of
  * JSON and mutants of a text, bytes as C-like text for reports, the walks' scan of a text and
  * check of a mask bit against the oracle, and the GPT-2 tokenizer of tests/tokenizer's npm
- * packages. Header-only (static), for those two tests. */
+ * packages. test_pattern (regexes against PCRE2) uses that last part too: byte strings,
+ * random numbers, bytes as text, and GPT-2, not the JSON oracle. Header-only (static), for
+ * those three tests. */
 #ifndef PE_TEST_JSON_ORACLE_H
 #define PE_TEST_JSON_ORACLE_H
 

@@ -605,15 +605,21 @@ async function jsonMode(url) {
 }
 
 // Structured outputs (response_format {"type": "json_schema"}) on a schema whose every text is
-// short (enums, a boolean, an array of at most 2 enum items; whitespace runs are bounded), so
-// every answer must close its object ("stop") well within max_tokens: each parses, and has
-// exactly the schema's properties, in its order, with allowed values, checked here by hand;
-// streamed = whole; a chat too. A schema pengine does not enforce (pattern), a root that is
-// not an object and a missing schema are 400s naming the problem.
+// short (enums, a boolean, a string of a fixed pattern, a string of 1 to 3 characters, an
+// array of at most 2 enum items; whitespace runs are bounded), so every answer must close its
+// object ("stop") well within max_tokens: each parses, and has exactly the schema's
+// properties, in its order, with allowed values, checked here by hand (a RegExp for the
+// pattern); streamed = whole; a chat too. A schema pengine does not enforce (minimum), a
+// pattern it refuses (lookaround), a root that is not an object and a missing schema are 400s
+// naming the problem.
 async function jsonSchema(url) {
-    const schema = { type: 'object', additionalProperties: false, required: ['color', 'ok'],
+    const schema = { type: 'object', additionalProperties: false,
+                     required: ['color', 'ok', 'code'],
                      properties: { color: { enum: ['red', 'green', 'blue'] },
-                                   ok: { type: 'boolean' }, note: { type: 'null' },
+                                   ok: { type: 'boolean' },
+                                   code: { type: 'string', pattern: '^[a-z]{2}[0-9]$' },
+                                   name: { type: 'string', minLength: 1, maxLength: 3 },
+                                   note: { type: 'null' },
                                    tags: { type: 'array', items: { enum: [1, 2, 3] },
                                            minItems: 1, maxItems: 2 } } };
     const rf = { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema } };
@@ -621,11 +627,14 @@ async function jsonSchema(url) {
         let o = null;
         try { o = JSON.parse(text); } catch { check(false, `${what}: ${JSON.stringify(text)}`); }
         const keys = Object.keys(o);
-        const order = ['color', 'ok', 'note', 'tags'];
-        check(keys[0] === 'color' && keys[1] === 'ok' &&
+        const order = ['color', 'ok', 'code', 'name', 'note', 'tags'];
+        check(keys[0] === 'color' && keys[1] === 'ok' && keys[2] === 'code' &&
               keys.every((k, i) => i === 0 || order.indexOf(k) > order.indexOf(keys[i - 1])),
-              `${what}: properties ${keys} (color, ok, then note and tags, in order)`);
+              `${what}: properties ${keys} (color, ok, code, then name, note and tags, in ` +
+              'order)');
         check(['red', 'green', 'blue'].includes(o.color) && typeof o.ok === 'boolean' &&
+              /^[a-z]{2}[0-9]$/.test(o.code) &&
+              (!('name' in o) || ([...o.name].length >= 1 && [...o.name].length <= 3)) &&
               (!('note' in o) || o.note === null) &&
               (!('tags' in o) || (Array.isArray(o.tags) && o.tags.length >= 1 &&
                                   o.tags.length <= 2 && o.tags.every((t) => [1, 2, 3]
@@ -649,13 +658,86 @@ async function jsonSchema(url) {
     follows(chat.message.content, 'a chat\'s json_schema');
     const bad = (s) => ({ type: 'json_schema', json_schema: { name: 'x', schema: s } });
     for (const [response_format, word] of [
-        [bad({ type: 'object', properties: { a: { type: 'string', pattern: '^x' } } }),
-         'pattern'], [bad({ type: 'string' }), 'root'],
+        [bad({ type: 'object', properties: { a: { type: 'string', pattern: '(?=x)' } } }),
+         'lookaround'], [bad({ type: 'object', properties: { a: { minimum: 1 } } }), 'minimum'],
+        [bad({ type: 'string' }), 'root'],
         [{ type: 'json_schema', json_schema: { name: 'x' } }, 'schema']]) {
         const res = await post(url, '/v1/completions', { prompt: 'x', response_format });
         const body = await res.text();
         check(res.status === 400 && JSON.parse(body).error.message.includes(word),
               `response_format json_schema without ${word}: ${res.status} ${body}`);
+    }
+}
+
+// Regular expressions and choices (vLLM's guided_regex and guided_choice, and the same in its
+// newer structured_outputs): each answer of ['yes', 'no', 'not sure'] is one of the texts and
+// ends "stop" (none is a prefix of another), at several temperatures, n 3 too; a bounded
+// pattern's answers match it whole (a RegExp says), "stop"; streamed = whole; a chat;
+// guided_json a schema as a string. At most one constraint a request (two are a 400 naming
+// both), and a value of the wrong type, an empty list of choices or a pattern pengine refuses
+// are 400s naming the field.
+async function guided(url) {
+    const choices = ['yes', 'no', 'not sure'];
+    const pattern = '[0-9]{3}-[0-9]{2}';
+    const re = new RegExp(`^(?:${pattern})$`);
+    const seen = new Set();
+    const completion = async (body) =>
+        (await (await post(url, '/v1/completions', body)).json()).choices;
+    // (seeds 1, 2, 5 and 9 draw their first token alike, u ~ 0.75: seeds apart from them)
+    for (const [temperature, seed] of [[0, 0], [1, 7], [1.5, 11], [2, 13]]) {
+        const what = `at ${temperature}, seed ${seed}`;
+        const body = { prompt: 'Answer:', max_tokens: 24, temperature, seed,
+                       return_token_ids: true };
+        for (const c of await completion({ ...body, guided_choice: choices, n: 3 })) {
+            check(choices.includes(c.text), `guided_choice ${what}: ${JSON.stringify(c.text)}`);
+            eq(c.finish_reason, 'stop', `guided_choice ${what}: finish`);
+            seen.add(c.text);
+        }
+        const [c] = await completion({ ...body, guided_regex: pattern });
+        check(re.test(c.text), `guided_regex ${what}: ${JSON.stringify(c.text)}`);
+        eq(c.finish_reason, 'stop', `guided_regex ${what}: finish`);
+        const s = await readStream(await post(url, '/v1/completions',
+                                              { ...body, guided_regex: pattern, stream: true }));
+        eq([s.ids, s.text, s.finish], [c.token_ids, c.text, c.finish_reason],
+           `guided_regex ${what}: streamed = whole`);
+        const [so] = await completion({ ...body, structured_outputs: { regex: pattern } });
+        eq([so.token_ids, so.text], [c.token_ids, c.text], `structured_outputs.regex ${what}`);
+    }
+    check(seen.size >= 2, `guided_choice: always ${[...seen]}`);
+    const chat = (await (await post(url, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'Yes or no?' }], max_tokens: 24, temperature: 1,
+        seed: 5, structured_outputs: { choice: choices } })).json()).choices[0];
+    check(choices.includes(chat.message.content) && chat.finish_reason === 'stop',
+          `a chat's structured_outputs.choice: ${JSON.stringify(chat)}`);
+    const schema = { type: 'object', required: ['ok'], additionalProperties: false,
+                     properties: { ok: { type: 'boolean' } } };
+    for (const guided_json of [schema, JSON.stringify(schema)]) {
+        const [j] = await completion({ prompt: 'Pick:', max_tokens: 48, temperature: 1,
+                                       seed: 1, guided_json });
+        eq(j.finish_reason, 'stop', `guided_json ${typeof guided_json}: finish`);
+        eq(typeof JSON.parse(j.text).ok, 'boolean', `guided_json ${typeof guided_json}`);
+    }
+    for (const [extra, words] of [
+        [{ guided_regex: 5 }, ['guided_regex', 'string']],
+        [{ guided_regex: 'a(b' }, ['guided_regex', 'never closed']],
+        [{ guided_regex: '(?=a)b' }, ['guided_regex', 'lookaround']],
+        [{ structured_outputs: { regex: '\\1' } }, ['structured_outputs.regex']],
+        [{ guided_choice: [] }, ['guided_choice', 'array of 1 to']],
+        [{ guided_choice: 'yes' }, ['guided_choice', 'array']],
+        [{ guided_choice: ['yes', 1] }, ['guided_choice', 'strings']],
+        [{ guided_json: 5 }, ['guided_json', 'schema']],
+        [{ guided_json: '{"type": "string"}' }, ['guided_json', 'root']],
+        [{ structured_outputs: 'x' }, ['structured_outputs', 'object']],
+        [{ guided_regex: 'a', response_format: { type: 'json_object' } },
+         ['response_format', 'guided_regex']],
+        [{ guided_choice: ['a'], structured_outputs: { choice: ['b'] } },
+         ['guided_choice', 'structured_outputs.choice']],
+        [{ structured_outputs: { regex: 'a', json: {} } },
+         ['structured_outputs.json', 'structured_outputs.regex']]]) {
+        const res = await post(url, '/v1/completions', { prompt: 'x', ...extra });
+        const body = await res.text();
+        check(res.status === 400 && words.every((w) => JSON.parse(body).error.message
+            .includes(w)), `${JSON.stringify(extra)}: ${res.status} ${body}`);
     }
 }
 
@@ -847,6 +929,7 @@ try {
         completionEqualsGenerate], ['chat', chat], ['logprobs', logprobs],
         ['several choices', choices], ['tokenize, stop ids', tokenizeAndStops],
         ['echo', echo], ['json mode', jsonMode], ['json schema', jsonSchema],
+        ['regex and choice', guided],
         [`${nclients} concurrent clients`,
         (url) => concurrentClients(url, nclients)],
         ['a client disconnects', disconnect], ['bad requests', badRequests],

@@ -56,7 +56,9 @@ try {
           'echo streamed: chunks and [DONE]');
     // a JSON schema (compiled per request, freed with it), whole and streamed; a bad one
     const response_format = { type: 'json_schema', json_schema: { name: 'x', schema: {
-        type: 'object', properties: { a: { enum: [1, 2] }, b: { type: 'string' } } } } };
+        type: 'object', properties: {
+            a: { enum: [1, 2] }, b: { type: 'string' },
+            c: { type: 'string', pattern: '^[a-z]+$', maxLength: 4 } } } } };
     const json = await (await post('/v1/completions', { prompt: 'Hello', max_tokens: 6,
                                                          response_format })).json();
     check(json.choices[0].text.startsWith('{'), `a JSON schema: ${JSON.stringify(json)}`);
@@ -64,9 +66,16 @@ try {
           'a JSON schema streamed: chunks and [DONE]');
     const bad = await post('/v1/completions', { prompt: 'Hello', response_format: {
         type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object',
-        properties: { a: { type: 'string', pattern: 'x' } } } } } });
-    check(bad.status === 400 && (await bad.text()).includes('pattern'),
-          `a schema with pattern: ${bad.status}`);
+        properties: { a: { type: 'string', pattern: '(?=x)' } } } } } });
+    check(bad.status === 400 && (await bad.text()).includes('lookaround'),
+          `a schema with a pattern pengine refuses: ${bad.status}`);
+    // choices (a grammar per request too, freed with it); a pattern refused
+    const picked = await (await post('/v1/completions', { prompt: 'Hello', max_tokens: 6,
+        guided_choice: ['yes', 'no'] })).json();
+    check(['yes', 'no'].includes(picked.choices[0].text), `choices: ${JSON.stringify(picked)}`);
+    const badRegex = await post('/v1/completions', { prompt: 'Hello', guided_regex: 'a(b' });
+    check(badRegex.status === 400 && (await badRegex.text()).includes('guided_regex'),
+          `a bad pattern: ${badRegex.status}`);
     // 4 at once on a pool of 8 blocks: some are preempted
     await Promise.all([0, 1, 2, 3].map((i) => stream({
         prompt: `Stream number ${i} goes on and on`, max_tokens: 24, temperature: 0 })));
@@ -85,8 +94,8 @@ try {
     }
     check(m.pengine_requests_running === 0 && m.pengine_kv_blocks_used === 0,
           `the server idle with no block held: ${JSON.stringify(m)}`);
-    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 2 + 2 + 6 + 6 + 4 * 24 + 100 +
-          100,
+    check(m.pengine_generation_tokens_total < 4 + 4 + 3 + 12 + 6 + 2 + 2 + 6 + 6 + 6 + 4 * 24 +
+          100 + 100,
           `the requests left were cancelled (${m.pengine_generation_tokens_total} tokens)`);
     console.log(`ok: ${m.pengine_generation_tokens_total} tokens, ` +
                 `${m.pengine_kv_preemptions_total} preemptions`);

@@ -18,7 +18,9 @@
  *
  * A JSON schema's grammar (pe_grammar_json_schema over the same table) likewise: greedy
  * against the reference (tx_grammar_allows in place of tx_json), and tp 2 and drafts against
- * one device, greedy and sampled.
+ * one device, greedy and sampled. And a regex's (pe_grammar_regex), with the model's eos
+ * allowed: where its text is a whole match that may go on, the reference takes eos among
+ * the candidates, and a sequence that samples it ends there with PE_FINISH_EOS.
  *
  * And: a grammar over more ids than the model has is refused at submit, naming both; a
  * vocabulary in which no token continues the text ends the sequence with PE_EINVAL.
@@ -44,7 +46,9 @@ static size_t lens[V];
 static uint8_t special[V];
 static pe_grammar *grammar;  /* JSON mode */
 static pe_grammar *schema;   /* a JSON schema over grammar's table (schema_text) */
+static pe_grammar *regex;    /* a regex over grammar's table (regex_text) */
 static const pe_grammar *active; /* the one the runs use */
+static int with_eos;         /* the runs' sequences may end at the model's eos (V - 1) */
 
 /* Properties in order, some optional, of every kind the table's tokens can write (a map
  * too). */
@@ -54,6 +58,10 @@ static const char *const schema_text =
     "\"value\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"maxItems\": 3},"
     "\"b\": {\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"object\", "
     "\"additionalProperties\": {\"type\": \"integer\"}}]}}}";
+
+/* Up to 4 values, the numbers unbounded: a whole match may go on after each digit. */
+static const char *const regex_text =
+    "(true|false|null|-?[0-9]+)(, ?(true|false|null|-?[0-9]+)){0,3}";
 
 /* The bias every sequence (and the reference) gives: closers and short values are pushed,
  * so that some objects close within the run. */
@@ -97,6 +105,8 @@ static int setup(void **state)
                      PE_OK);
     if (pe_grammar_json_schema(grammar, schema_text, &schema) != PE_OK)
         fail_msg("the test's schema: %s", pe_last_error());
+    if (pe_grammar_regex(grammar, regex_text, &regex) != PE_OK)
+        fail_msg("the test's regex: %s", pe_last_error());
     active = grammar;
     return 0;
 }
@@ -105,6 +115,7 @@ static int teardown(void **state)
 {
     (void)state;
     pe_grammar_free(schema);
+    pe_grammar_free(regex);
     pe_grammar_free(grammar);
     for (int id = 0; id < V; id++)
         free(bytes[id]);
@@ -150,6 +161,7 @@ static void run(pe_engine *e, how h, answers *out)
         pe_seq_params p;
         tg_params(&p, prompts[i], i, V - NSPECIAL, 17, ntokens());
         p.grammar = active;
+        p.ignore_eos = !with_eos;
         p.logit_bias = bias;
         p.nlogit_bias = sizeof bias / sizeof bias[0];
         if (h != GREEDY) {
@@ -176,9 +188,17 @@ static void run(pe_engine *e, how h, answers *out)
     }
 }
 
+/* 1 when eos may be sampled after state j (the reference's rule, from the machine's
+ * verdicts). */
+static int eos_allowed(const tx_grammar_state *j)
+{
+    return with_eos && tx_grammar_may_end(active, j);
+}
+
 /* Each sequence's tokens keep the text in the active grammar (the byte machine's own
  * verdict on the token's bytes), and it ends with PE_FINISH_GRAMMAR exactly where the
- * object closes (else at its token limit). Returns the objects closed. */
+ * text is complete, with PE_FINISH_EOS at an eos where it may end, or at its token limit.
+ * Returns the texts completed (by either). */
 static int expect_json(const answers *a, const char *what)
 {
     int closed = 0;
@@ -187,6 +207,11 @@ static int expect_json(const answers *a, const char *what)
         tx_grammar_start(active, &j);
         for (int k = 0; k < a->ntok[i]; k++) {
             const int32_t t = a->tok[i][k];
+            if (t == V - 1 && k == a->ntok[i] - 1 && a->finish[i] == PE_FINISH_EOS) {
+                if (!eos_allowed(&j))
+                    fail_msg("%s: sequence %d ended at eos where its text may not", what, i);
+                break;
+            }
             if (special[t] || tx_grammar_accept(active, &j, t) != 0)
                 fail_msg("%s: sequence %d token %d (%d, \"%s\") does not continue its JSON",
                          what, i, k, t, bytes[t]);
@@ -195,11 +220,11 @@ static int expect_json(const answers *a, const char *what)
                 fail_msg("%s: sequence %d: the object %s at token %d of %d, finish %d", what, i,
                          done ? "closed" : "is open", k, a->ntok[i], a->finish[i]);
         }
-        if (a->finish[i] != PE_FINISH_GRAMMAR &&
+        if (a->finish[i] != PE_FINISH_GRAMMAR && a->finish[i] != PE_FINISH_EOS &&
             (a->finish[i] != PE_FINISH_LENGTH || a->ntok[i] != ntokens()))
             fail_msg("%s: sequence %d ended with finish %d after %d tokens", what, i,
                      a->finish[i], a->ntok[i]);
-        closed += a->finish[i] == PE_FINISH_GRAMMAR;
+        closed += a->finish[i] != PE_FINISH_LENGTH;
     }
     return closed;
 }
@@ -235,7 +260,8 @@ static void reference(pe_engine *e, int i, const answers *got, int *agreed)
             logits[bias[b].token] += bias[b].bias;
         int best = -1, second = -1;
         for (int id = 0; id < V; id++) {
-            if (special[id] || !tx_grammar_allows(active, &j, id))
+            if (special[id] ? !(id == V - 1 && eos_allowed(&j))
+                            : !tx_grammar_allows(active, &j, id))
                 continue;
             if (best < 0 || logits[id] > logits[best])
                 second = best, best = id;
@@ -253,9 +279,11 @@ static void reference(pe_engine *e, int i, const answers *got, int *agreed)
                      "(\"%s\")", i, k, got->tok[i][k], bytes[got->tok[i][k]], best,
                      bytes[best]);
         }
+        ++*agreed;
+        if (best == V - 1) /* eos: the text ends */
+            break;
         (void)tx_grammar_accept(active, &j, best);
         tokens[n++] = best;
-        ++*agreed;
         if (tx_grammar_done(active, &j))
             break;
     }
@@ -330,17 +358,19 @@ static void every_grid_and_drafts_give_one_devices_json_answers(void **state)
     }
 }
 
-/* A grammar over more ids than the model has is refused at submit, naming both counts. */
-/* A JSON schema (over JSON mode's table): greedy answers are the reference's argmax over the
- * tokens the schema's machine allows; tp 2 and drafts give one device's, greedy and sampled. */
-static void a_json_schema_is_followed_on_one_device_tp_and_with_drafts(void **state)
+/* Grammar g: greedy answers are the reference's argmax over the tokens its machine allows;
+ * tp 2 and drafts give one device's, greedy and sampled. Counts one device's answers by
+ * how they ended into ends (by pe_finish). */
+static void follow_on_one_device_tp_and_with_drafts(const pe_grammar *g, const char *name,
+                                                    int ends[PE_FINISH_GRAMMAR + 1])
 {
-    (void)state;
-    active = schema;
+    active = g;
     static answers want[2], got;
+    char what[96];
     pe_engine *e = engine(1, 1, 1, one, 0);
     run(e, GREEDY, &want[0]);
-    const int closed = expect_json(&want[0], "schema, greedy");
+    snprintf(what, sizeof what, "%s, greedy", name);
+    const int closed = expect_json(&want[0], what);
     int checked = 0;
     for (int i = 0; i < nseq(); i++) {
         int agreed;
@@ -348,14 +378,18 @@ static void a_json_schema_is_followed_on_one_device_tp_and_with_drafts(void **st
         checked += agreed;
     }
     run(e, SAMPLED_TOP_K, &want[1]);
-    print_message("schema: greedy %d of %d objects closed (%d tokens checked against the "
-                  "reference), sampled %d\n", closed, nseq(), checked,
-                  expect_json(&want[1], "schema, sampled"));
+    snprintf(what, sizeof what, "%s, sampled", name);
+    print_message("%s: greedy %d of %d texts complete (%d tokens checked against the "
+                  "reference), sampled %d\n", name, closed, nseq(), checked,
+                  expect_json(&want[1], what));
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < nseq(); i++)
+            ends[want[h].finish[i]]++;
     pe_engine_destroy(e);
     for (int drafts = 0; drafts < 2; drafts++) {
         e = drafts ? engine(1, 1, 1, one, 4) : engine(1, 1, 2, two, 0);
         for (int h = 0; h < 2; h++) {
-            const char *what = drafts ? "schema with drafts" : "schema, tp=2";
+            snprintf(what, sizeof what, "%s%s", name, drafts ? " with drafts" : ", tp=2");
             run(e, h ? SAMPLED_TOP_K : GREEDY, &got);
             expect_json(&got, what);
             expect_same(&want[h], &got, what);
@@ -365,6 +399,28 @@ static void a_json_schema_is_followed_on_one_device_tp_and_with_drafts(void **st
     active = grammar;
 }
 
+static void a_json_schema_is_followed_on_one_device_tp_and_with_drafts(void **state)
+{
+    (void)state;
+    int ends[PE_FINISH_GRAMMAR + 1] = {0};
+    follow_on_one_device_tp_and_with_drafts(schema, "schema", ends);
+}
+
+/* A regex, eos allowed where its match may end: eos among the reference's candidates. */
+static void a_regex_is_followed_and_may_end_at_eos(void **state)
+{
+    (void)state;
+    with_eos = 1;
+    int ends[PE_FINISH_GRAMMAR + 1] = {0};
+    follow_on_one_device_tp_and_with_drafts(regex, "regex", ends);
+    with_eos = 0;
+    print_message("regex: %d ended at eos, %d at the last value, %d at the limit\n",
+                  ends[PE_FINISH_EOS], ends[PE_FINISH_GRAMMAR], ends[PE_FINISH_LENGTH]);
+    if (!tu_small()) /* both ends are exercised */
+        assert_true(ends[PE_FINISH_EOS] > 0 && ends[PE_FINISH_GRAMMAR] > 0);
+}
+
+/* A grammar over more ids than the model has is refused at submit, naming both counts. */
 static void a_grammar_over_a_larger_vocabulary_is_refused(void **state)
 {
     (void)state;
@@ -422,6 +478,7 @@ int main(void)
         cmocka_unit_test(greedy_json_mode_is_the_references_argmax_over_the_allowed_tokens),
         cmocka_unit_test(every_grid_and_drafts_give_one_devices_json_answers),
         cmocka_unit_test(a_json_schema_is_followed_on_one_device_tp_and_with_drafts),
+        cmocka_unit_test(a_regex_is_followed_and_may_end_at_eos),
         cmocka_unit_test(a_grammar_over_a_larger_vocabulary_is_refused),
         cmocka_unit_test(no_token_that_continues_the_text_ends_the_sequence_with_einval),
     };

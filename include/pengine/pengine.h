@@ -447,10 +447,10 @@ int32_t pe_tokenizer_token_id(const pe_tokenizer *t, const char *token);
  * tokenizer's vocabulary: at each step only the tokens that keep the text inside the
  * grammar may be sampled (the others' logits are -inf, after the penalties), and the
  * sequence ends (PE_FINISH_GRAMMAR) with the token that completes the text. Special
- * tokens (eos, chat markers) are never allowed. Where no token of the vocabulary continues
- * the text, the sequence ends with PE_EINVAL. Read-only once made: one grammar serves any
- * number of sequences and engines at once. (pe_grammar is declared above
- * pe_seq_params.) */
+ * tokens (eos, chat markers) are never allowed (but for a regex's eos where its text may
+ * end: pe_grammar_regex). Where no token of the vocabulary continues the text, the
+ * sequence ends with PE_EINVAL. Read-only once made: one grammar serves any number of
+ * sequences and engines at once. (pe_grammar is declared above pe_seq_params.) */
 
 /* JSON mode (OpenAI's response_format {"type": "json_object"}): the text is one JSON
  * object, '{' first, complete at the '}' that closes it; strings valid UTF-8; between its
@@ -462,11 +462,28 @@ pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out);
  * schema is the schema's text (NUL-terminated); the root must be an object. The grammar is
  * for base's vocabulary (base: one from pe_grammar_json or from this function), and shares
  * base's table of token bytes, so it costs the schema's compile only: base must outlive
- * it. docs/api.md lists what a schema may say: properties come in the order listed, and a
- * keyword that constrains values in a way pengine does not enforce (pattern, minimum, ...)
- * is PE_EINVAL, naming it and where it is, rather than ignored. */
+ * it. docs/api.md lists what a schema may say: properties come in the order listed,
+ * strings may have a pattern (pe_grammar_regex's syntax, searched for) and lengths, and a
+ * keyword that constrains values in a way pengine does not enforce (minimum, uniqueItems,
+ * ...) is PE_EINVAL, naming it and where it is, rather than ignored. */
 pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
                                  pe_grammar **out);
+/* Text that is one whole match of a regular expression (vLLM's guided_regex): pattern is
+ * NUL-terminated UTF-8, for base's vocabulary as above (base must outlive the grammar). The
+ * syntax is what Python's re, JavaScript and PCRE share (docs/api.md): literals, '.'
+ * (any character but a newline), classes [a-z0-9_] [^...], \d \w \s and their negations
+ * (ASCII), escapes \n \t \r \f \v \0 \xHH \uHHHH and escaped punctuation, groups ( ),
+ * (?: ), (?P<name> ), (?<name> ), alternation |, and * + ? {n} {n,} {n,m} (lazy forms match
+ * the same texts); ^ and $ only at its ends. Backreferences, lookaround, \b, inline flags
+ * and \p{...} are PE_EINVAL, naming them and where they are. The sequence ends
+ * (PE_FINISH_GRAMMAR) where its text matches and nothing may follow; where it matches and
+ * could go on, the model's eos tokens are allowed as well (PE_FINISH_EOS when sampled,
+ * unless ignore_eos). */
+pe_status pe_grammar_regex(const pe_grammar *base, const char *pattern, pe_grammar **out);
+/* Text that is exactly one of n >= 1 texts (vLLM's guided_choice; each NUL-terminated
+ * UTF-8), as pe_grammar_regex of the texts escaped and joined by '|'. */
+pe_status pe_grammar_choice(const pe_grammar *base, const char *const *choices, size_t n,
+                            pe_grammar **out);
 void pe_grammar_free(pe_grammar *g);
 
 /* Streaming decode: text of a growing list of ids, released in whole characters only. */

@@ -61,16 +61,21 @@ void en_seq_free(en_seq *seq)
 }
 
 /* seq's mask after state g into mask (words words): the last one made when g is its state
- * again (inside a string most steps are), else made and kept. */
-static void grammar_mask(en_seq *seq, const tx_grammar_state *g, uint32_t *mask, int words,
-                         int vocab)
+ * again (inside a string most steps are), else made and kept. Where the text may end there
+ * or go on (a regex's), the model's eos ids are allowed too, unless seq ignores them. */
+static void grammar_mask(const en_sched *s, en_seq *seq, const tx_grammar_state *g,
+                         uint32_t *mask, int words)
 {
     const size_t bytes = (size_t)words * sizeof *mask;
     if (seq->last_made && !memcmp(&seq->last_state, g, sizeof *g)) {
         memcpy(mask, seq->last_mask, bytes);
         return;
     }
-    (void)tx_grammar_mask(seq->grammar, g, mask, (size_t)vocab);
+    (void)tx_grammar_mask(seq->grammar, g, mask, (size_t)s->cfg.vocab);
+    for (int i = 0; !seq->ignore_eos && tx_grammar_may_end(seq->grammar, g) && i < s->cfg.neos;
+         i++)
+        if (s->cfg.eos[i] >= 0 && s->cfg.eos[i] < s->cfg.vocab)
+            mask[s->cfg.eos[i] >> 5] |= 1u << (s->cfg.eos[i] & 31);
     memcpy(seq->last_mask, mask, bytes);
     seq->last_state = *g;
     seq->last_made = 1;
@@ -938,8 +943,7 @@ int en_sched_build(en_sched *s, en_step *st)
             if (L.masks > L.row_masks) /* the step has masks: every row says whether it has */
                 row_masks[lr] = c->sample && seq->grammar ? nmask : -1;
             if (c->sample && seq->grammar) { /* row k: after drafts 1 .. k */
-                grammar_mask(seq, &g, masks + (size_t)nmask * (size_t)words, words,
-                             s->cfg.vocab);
+                grammar_mask(s, seq, &g, masks + (size_t)nmask * (size_t)words, words);
                 nmask++;
                 if (k < c->draft) /* (draft_tokens took each) */
                     (void)tx_grammar_accept(seq->grammar, &g, seq->tokens[seq->ntok + k]);
@@ -1000,7 +1004,9 @@ static int take_token(en_sched *s, en_seq *seq, const en_step *st, int r)
             ev.top_logprobs[j] = st->out_topv[(size_t)r * (size_t)st->topk + (size_t)j] - lse;
         }
     }
-    if (seq->grammar && tx_grammar_accept(seq->grammar, &seq->gstate, t) != 0) {
+    const int ends_text = seq->grammar && is_eos(s, seq, t) &&
+                          tx_grammar_may_end(seq->grammar, &seq->gstate);
+    if (seq->grammar && !ends_text && tx_grammar_accept(seq->grammar, &seq->gstate, t) != 0) {
         /* only where its mask allowed nothing: no token of the vocabulary continues the text */
         pe_token_event stuck = event_of(seq, PE_FINISH_ERROR, PE_EINVAL);
         finish(s, seq, &stuck);

@@ -45,7 +45,9 @@
  * samples a grammar's sequence carries the mask of the ids that keep its text in the
  * grammar (a draft's row: after the drafts before it), made from the sequence's state as
  * the step is built; its drafts stop at the first one the grammar refuses, and the token
- * that completes its text ends it (PE_FINISH_GRAMMAR).
+ * that completes its text ends it (PE_FINISH_GRAMMAR). Where the text is complete but may
+ * go on (a regex's match), the mask allows the model's eos ids too, and an eos sampled
+ * there ends it (PE_FINISH_EOS).
  *
  * Kept sequences (pe_seq_params.keep): after its final event such a sequence is parked
  * with its tokens and its blocks (its promise shrinks to the blocks it holds), until an

@@ -1,8 +1,9 @@
 /* grammar.h: structured output for the engine: a grammar (pengine.h's pe_grammar) holds
  * the bytes every token of a vocabulary adds to a text, and a sequence's state in it says
  * which of those tokens may come next (a mask over the vocabulary) and takes the tokens
- * sampled. Two languages: JSON mode (tx_json.h), and JSON that follows a JSON schema
- * (tx_schema.h), whose grammar shares its table of token bytes with the grammar it was made
+ * sampled. Three languages: JSON mode (tx_json.h), JSON that follows a JSON schema
+ * (tx_schema.h), and the whole matches of a regular expression (tx_pattern.h: regexes and
+ * choices). The last two share their table of token bytes with the grammar they were made
  * from.
  *
  * A token's bytes are those it adds after other tokens (a sentencepiece token's leading
@@ -16,6 +17,7 @@
 
 #include "pengine/pengine.h"
 #include "text/tx_json.h"
+#include "text/tx_pattern.h"
 #include "text/tx_schema.h"
 
 #define TX_GRAMMAR_MAX_TOKEN_BYTES 256
@@ -29,13 +31,22 @@ struct pe_grammar {
      * neighbours and a mask feeds each prefix once (a trie walked in order) */
     int32_t *order;    /* (norder) ids */
     uint32_t *lcp;     /* (norder) bytes token order[i] shares with order[i - 1] */
+    uint8_t *tail;     /* token order[i]'s bytes past those lcp[i], one token after the
+                        * other: all a mask's walk reads, in the order it reads them */
+    uint32_t *tail_off; /* (norder + 1) order[i]'s are tail[tail_off[i], tail_off[i + 1]) */
     int32_t norder;
-    tx_schema *schema;          /* NULL: JSON mode */
+    tx_schema *schema;          /* a JSON schema's, or */
+    tx_pattern *pattern;        /* a regex's; neither: JSON mode */
     const pe_grammar *table_of; /* the grammar whose table this one shares (NULL: its own) */
 };
 
-/* A sequence's place in its grammar: JSON mode's machine is the state's value alone. */
-typedef tx_schema_state tx_grammar_state;
+/* A sequence's place in its grammar (compared with memcmp: tx_grammar_start zeroes it all,
+ * and each machine writes only its own member). */
+typedef union tx_grammar_state {
+    tx_schema_state schema; /* a JSON schema's */
+    tx_json json;           /* JSON mode's */
+    int32_t pattern;        /* a regex's DFA state */
+} tx_grammar_state;
 
 /* Words of a mask over nbits ids: bit id % 32 of word id / 32. */
 static inline size_t tx_mask_words(size_t nbits) { return (nbits + 31) / 32; }
@@ -51,6 +62,9 @@ int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t i
 int tx_grammar_accept(const pe_grammar *g, tx_grammar_state *st, int32_t id);
 /* 1 when the text is complete: the sequence ends there. */
 int tx_grammar_done(const pe_grammar *g, const tx_grammar_state *st);
+/* 1 when the text is complete but may go on (a regex's match that a longer one extends):
+ * the model's eos tokens may come next too, and end the sequence. */
+int tx_grammar_may_end(const pe_grammar *g, const tx_grammar_state *st);
 
 /* A grammar over a table of token bytes (tokens[id], len[id]; NULL or special: never
  * allowed): what pe_grammar_json builds from a tokenizer. */

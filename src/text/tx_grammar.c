@@ -22,7 +22,7 @@ static int by_bytes(const void *a, const void *b, void *ctx)
     return c ? c : (nx > ny) - (nx < ny);
 }
 
-/* g->order and g->lcp: the allowed tokens sorted by their bytes. */
+/* g->order, g->lcp and g->tail: the allowed tokens sorted by their bytes. */
 static int sort_tokens(pe_grammar *g)
 {
     g->order = malloc((size_t)g->vocab * sizeof *g->order);
@@ -45,6 +45,22 @@ static int sort_tokens(pe_grammar *g)
         }
         g->lcp[i] = k;
     }
+    size_t total = 0; /* the tails, in order */
+    for (int32_t i = 0; i < g->norder; i++)
+        total += token_len(g, g->order[i]) - g->lcp[i];
+    g->tail = malloc(total ? total : 1);
+    g->tail_off = malloc(((size_t)g->norder + 1) * sizeof *g->tail_off);
+    if (!g->tail || !g->tail_off)
+        return -1;
+    uint32_t at = 0;
+    for (int32_t i = 0; i < g->norder; i++) {
+        const int32_t id = g->order[i];
+        const uint32_t n = (uint32_t)token_len(g, id) - g->lcp[i];
+        g->tail_off[i] = at;
+        memcpy(g->tail + at, g->bytes + g->off[id] + g->lcp[i], n);
+        at += n;
+    }
+    g->tail_off[g->norder] = at;
     return 0;
 }
 
@@ -158,6 +174,26 @@ pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out)
     return s;
 }
 
+/* A grammar over base's table of token bytes, for a compiled schema or pattern (taken). */
+static pe_status derived(const pe_grammar *base, tx_schema *schema, tx_pattern *pattern,
+                         pe_grammar **out)
+{
+    pe_grammar *g = malloc(sizeof *g);
+    if (!g) {
+        tx_schema_free(schema);
+        tx_pattern_free(pattern);
+        pe_set_last_error("out of memory making a grammar");
+        return PE_ENOMEM;
+    }
+    const pe_grammar *table = base->table_of ? base->table_of : base;
+    *g = *table; /* (its table's arrays, not owned) */
+    g->schema = schema;
+    g->pattern = pattern;
+    g->table_of = table;
+    *out = g;
+    return PE_OK;
+}
+
 pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
                                  pe_grammar **out)
 {
@@ -169,20 +205,40 @@ pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
     }
     tx_schema *compiled;
     const pe_status s = tx_schema_compile(schema, strlen(schema), &compiled);
-    if (s != PE_OK)
-        return s;
-    pe_grammar *g = malloc(sizeof *g);
-    if (!g) {
-        tx_schema_free(compiled);
-        pe_set_last_error("out of memory making a JSON schema's grammar");
-        return PE_ENOMEM;
+    return s != PE_OK ? s : derived(base, compiled, NULL, out);
+}
+
+pe_status pe_grammar_regex(const pe_grammar *base, const char *pattern, pe_grammar **out)
+{
+    if (out)
+        *out = NULL;
+    if (!base || !pattern || !out) {
+        pe_set_last_error("pe_grammar_regex: base, pattern and out must not be NULL");
+        return PE_EINVAL;
     }
-    const pe_grammar *table = base->table_of ? base->table_of : base;
-    *g = (pe_grammar){.vocab = table->vocab, .bytes = table->bytes, .off = table->off,
-                      .allowed = table->allowed, .order = table->order, .lcp = table->lcp,
-                      .norder = table->norder, .schema = compiled, .table_of = table};
-    *out = g;
-    return PE_OK;
+    tx_pattern *compiled;
+    const pe_status s = tx_pattern_compile(pattern, strlen(pattern), &compiled);
+    return s != PE_OK ? s : derived(base, NULL, compiled, out);
+}
+
+pe_status pe_grammar_choice(const pe_grammar *base, const char *const *choices, size_t n,
+                            pe_grammar **out)
+{
+    if (out)
+        *out = NULL;
+    if (!base || !choices || !out || n == 0) {
+        pe_set_last_error("pe_grammar_choice: base, choices and out must not be NULL, and "
+                          "there must be at least one choice");
+        return PE_EINVAL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!choices[i]) {
+            pe_set_last_error("pe_grammar_choice: a choice is NULL");
+            return PE_EINVAL;
+        }
+    tx_pattern *compiled;
+    const pe_status s = tx_pattern_choices(choices, n, &compiled);
+    return s != PE_OK ? s : derived(base, NULL, compiled, out);
 }
 
 void pe_grammar_free(pe_grammar *g)
@@ -195,8 +251,11 @@ void pe_grammar_free(pe_grammar *g)
         free(g->allowed);
         free(g->order);
         free(g->lcp);
+        free(g->tail);
+        free(g->tail_off);
     }
     tx_schema_free(g->schema);
+    tx_pattern_free(g->pattern);
     free(g);
 }
 
@@ -204,17 +263,26 @@ void pe_grammar_free(pe_grammar *g)
 
 void tx_grammar_start(const pe_grammar *g, tx_grammar_state *st)
 {
-    if (g->schema) {
-        tx_schema_start(g->schema, st);
-    } else {
-        memset(st, 0, sizeof *st);
-        tx_json_start(&st->value);
-    }
+    memset(st, 0, sizeof *st);
+    if (g->schema)
+        tx_schema_start(g->schema, &st->schema);
+    else if (g->pattern)
+        st->pattern = g->pattern->start;
+    else
+        tx_json_start(&st->json);
 }
 
 int tx_grammar_done(const pe_grammar *g, const tx_grammar_state *st)
 {
-    return g->schema ? tx_schema_done(st) : tx_json_done(&st->value);
+    return g->schema    ? tx_schema_done(&st->schema)
+           : g->pattern ? tx_pattern_done(g->pattern, st->pattern)
+                        : tx_json_done(&st->json);
+}
+
+int tx_grammar_may_end(const pe_grammar *g, const tx_grammar_state *st)
+{
+    return g->pattern && tx_pattern_accepts(g->pattern, st->pattern) &&
+           !tx_pattern_done(g->pattern, st->pattern);
 }
 
 /* Feeds token id's bytes: 0, or -1 when one does not fit (st unchanged). */
@@ -222,7 +290,17 @@ static int feed(const pe_grammar *g, tx_grammar_state *st, int32_t id)
 {
     const uint8_t *b = g->bytes + g->off[id];
     const size_t n = g->off[id + 1] - g->off[id];
-    return g->schema ? tx_schema_bytes(g->schema, st, b, n) : tx_json_bytes(&st->value, b, n);
+    if (g->schema)
+        return tx_schema_bytes(g->schema, &st->schema, b, n);
+    if (!g->pattern)
+        return tx_json_bytes(&st->json, b, n);
+    int32_t at = st->pattern;
+    for (size_t k = 0; k < n && at >= 0; k++)
+        at = tx_pattern_step(g->pattern, at, b[k]);
+    if (at < 0)
+        return -1;
+    st->pattern = at;
+    return 0;
 }
 
 int tx_grammar_allows(const pe_grammar *g, const tx_grammar_state *st, int32_t id)
@@ -259,10 +337,17 @@ static int schema_feed(const pe_grammar *g, void *levels, size_t k, uint8_t b)
     return tx_schema_step(g->schema, &at[k + 1], b);
 }
 
+static int pattern_feed(const pe_grammar *g, void *levels, size_t k, uint8_t b)
+{
+    int32_t *at = levels;
+    at[k + 1] = tx_pattern_step(g->pattern, at[k], b);
+    return at[k + 1] < 0 ? -1 : 0;
+}
+
 /* The mask from the state at level 0 of levels (each machine its own array of states, so
- * JSON mode's stay 16 bytes apart). */
-static int walk(const pe_grammar *g, void *levels, level_feed feed_byte, uint32_t *mask,
-                size_t nbits)
+ * JSON mode's stay 16 bytes apart). Inlined into each caller, so that its feed is too. */
+static inline __attribute__((always_inline)) int
+walk(const pe_grammar *g, void *levels, level_feed feed_byte, uint32_t *mask, size_t nbits)
 {
     memset(mask, 0, tx_mask_words(nbits) * sizeof *mask);
     /* In byte order, token i shares lcp[i] bytes with token i - 1: the states after those
@@ -272,13 +357,13 @@ static int walk(const pe_grammar *g, void *levels, level_feed feed_byte, uint32_
     int count = 0;
     for (int32_t i = 0; i < g->norder; i++) {
         const int32_t id = g->order[i];
-        const size_t n = token_len(g, id), shared = g->lcp[i];
-        const uint8_t *b = g->bytes + g->off[id];
+        const size_t shared = g->lcp[i], n = shared + g->tail_off[i + 1] - g->tail_off[i];
+        const uint8_t *tail = g->tail + g->tail_off[i]; /* its bytes from shared on */
         if (failed <= shared)
             continue; /* its prefix fails: failed stays */
         int ok = 1;
         for (size_t k = shared; k < n; k++) {
-            if (feed_byte(g, levels, k, b[k]) != 0) {
+            if (feed_byte(g, levels, k, tail[k - shared]) != 0) {
                 ok = 0;
                 failed = k + 1;
                 break;
@@ -299,10 +384,15 @@ int tx_grammar_mask(const pe_grammar *g, const tx_grammar_state *st, uint32_t *m
 {
     if (g->schema) {
         tx_schema_state at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
-        tx_schema_copy(&at[0], st);
+        tx_schema_copy(&at[0], &st->schema);
         return walk(g, at, schema_feed, mask, nbits);
     }
+    if (g->pattern) {
+        int32_t at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
+        at[0] = st->pattern;
+        return walk(g, at, pattern_feed, mask, nbits);
+    }
     tx_json at[TX_GRAMMAR_MAX_TOKEN_BYTES + 1];
-    at[0] = st->value;
+    at[0] = st->json;
     return walk(g, at, json_feed, mask, nbits);
 }

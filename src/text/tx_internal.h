@@ -49,17 +49,17 @@ typedef enum tx_norm_kind {
     TX_NORM_NFC, TX_NORM_NFD, TX_NORM_NFKC, TX_NORM_NFKD, TX_NORM_PREPEND, TX_NORM_REPLACE
 } tx_norm_kind;
 
-typedef struct tx_pattern { /* a Split or Replace pattern: a literal, or a regex */
+typedef struct tx_text_pattern { /* a Split or Replace pattern: a literal, or a regex */
     char *literal;   /* NULL for a regex */
     size_t literal_len;
     tx_regex *regex;
-} tx_pattern;
+} tx_text_pattern;
 
 typedef struct tx_norm {
     tx_norm_kind kind;
     char *text;       /* PREPEND: the prefix; REPLACE: the content */
     size_t text_len;
-    tx_pattern pattern; /* REPLACE */
+    tx_text_pattern pattern; /* REPLACE */
 } tx_norm;
 
 typedef enum tx_pretok_kind { TX_PRE_SPLIT, TX_PRE_BYTELEVEL, TX_PRE_METASPACE } tx_pretok_kind;
@@ -71,7 +71,7 @@ typedef enum tx_prepend { TX_PREPEND_ALWAYS, TX_PREPEND_FIRST, TX_PREPEND_NEVER 
 
 typedef struct tx_pretok {
     tx_pretok_kind kind;
-    tx_pattern pattern;          /* SPLIT (and BYTELEVEL with use_regex: GPT-2's regex) */
+    tx_text_pattern pattern;          /* SPLIT (and BYTELEVEL with use_regex: GPT-2's regex) */
     tx_split_behavior behavior;  /* SPLIT */
     int invert;                  /* SPLIT */
     int add_prefix_space;        /* BYTELEVEL */
@@ -89,7 +89,7 @@ typedef enum tx_dec_kind {
 
 typedef struct tx_dec {
     tx_dec_kind kind;
-    tx_pattern pattern;   /* REPLACE */
+    tx_text_pattern pattern;   /* REPLACE */
     char *content;        /* REPLACE: the replacement; STRIP: the character stripped */
     size_t content_len;
     int start, stop;      /* STRIP: how many to strip at each end */
@@ -137,6 +137,6 @@ uint32_t tx_byte_to_cp(uint8_t b);
 /* The inverse: a code point -> its byte, or -1 when outside the alphabet. */
 int tx_cp_to_byte(uint32_t cp);
 
-void tx_pattern_free(tx_pattern *p);
+void tx_text_pattern_free(tx_text_pattern *p);
 
 #endif

@@ -231,7 +231,7 @@ pe_status pe_tokenizer_load(const char *path, pe_tokenizer **out)
     return PE_OK;
 }
 
-void tx_pattern_free(tx_pattern *p)
+void tx_text_pattern_free(tx_text_pattern *p)
 {
     free(p->literal);
     tx_regex_free(p->regex);
@@ -259,13 +259,13 @@ void pe_tokenizer_free(pe_tokenizer *t)
     free(t->trie_norm.token);
     for (int i = 0; i < t->nnorm; i++) {
         free(t->norm[i].text);
-        tx_pattern_free(&t->norm[i].pattern);
+        tx_text_pattern_free(&t->norm[i].pattern);
     }
     for (int i = 0; i < t->npre; i++)
-        tx_pattern_free(&t->pre[i].pattern);
+        tx_text_pattern_free(&t->pre[i].pattern);
     for (int i = 0; i < t->ndec; i++) {
         free(t->dec[i].content);
-        tx_pattern_free(&t->dec[i].pattern);
+        tx_text_pattern_free(&t->dec[i].pattern);
     }
     tx_regex_free(t->whitespace);
     tx_regex_free(t->word_char);

@@ -41,7 +41,7 @@ pe_status tx_build_tries(pe_tokenizer *t, tx_ctx *c);
 pe_status tx_set_token(pe_tokenizer *t, const char *s, size_t len, int32_t id, tx_ctx *c);
 
 /* A JSON pattern object {"String": s} or {"Regex": r} (what names it). */
-pe_status tx_load_pattern(const cJSON *j, const char *what, tx_pattern *out, tx_ctx *c);
+pe_status tx_load_pattern(const cJSON *j, const char *what, tx_text_pattern *out, tx_ctx *c);
 /* GPT-2's split regex, compiled. */
 pe_status tx_gpt2_regex(tx_regex **out, pe_err *err);
 /* Helpers: a string member (NULL when absent or null), a boolean member with a default. */

@@ -47,7 +47,7 @@ static pe_status need_str(const cJSON *obj, const char *key, const char *what, c
     return PE_OK;
 }
 
-pe_status tx_load_pattern(const cJSON *j, const char *what, tx_pattern *out, tx_ctx *c)
+pe_status tx_load_pattern(const cJSON *j, const char *what, tx_text_pattern *out, tx_ctx *c)
 {
     memset(out, 0, sizeof *out);
     const char *lit = tx_json_str(j, "String"), *re = tx_json_str(j, "Regex");

@@ -47,7 +47,7 @@ static int unicode_form(const char *s, size_t n, utf8proc_option_t opt, tx_buf *
     return 0;
 }
 
-int tx_replace(const tx_pattern *p, const char *with, size_t with_len, const char *s,
+int tx_replace(const tx_text_pattern *p, const char *with, size_t with_len, const char *s,
                size_t n, tx_region *r, tx_buf *out)
 {
     size_t i = 0;

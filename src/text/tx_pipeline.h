@@ -36,7 +36,7 @@ int tx_added_split(const pe_tokenizer *t, const tx_trie *trie, const char *s, si
 /* out = the normalizers applied to s (out is cleared first). */
 int tx_normalize(const pe_tokenizer *t, const char *s, size_t n, tx_region *r, tx_buf *out);
 /* Appends s to out with every match of p replaced by with (Replace, normalizer and decoder). */
-int tx_replace(const tx_pattern *p, const char *with, size_t with_len, const char *s,
+int tx_replace(const tx_text_pattern *p, const char *with, size_t with_len, const char *s,
                size_t n, tx_region *r, tx_buf *out);
 
 /* ---- pre-tokenizers (tx_pretok.c) ----------------------------------------------------------- */

@@ -39,7 +39,7 @@ static int push_match(tx_segs *v, size_t a, size_t b, int is_match)
 
 /* Pieces of w: the matches of the pattern and the stretches between them (is_match 0/1). An
  * empty match still cuts the text there, as Hugging Face's find_matches does. */
-static int find_matches(const tx_pattern *pat, const char *w, size_t n, tx_region *r,
+static int find_matches(const tx_text_pattern *pat, const char *w, size_t n, tx_region *r,
                         tx_segs *out)
 {
     out->n = 0;
@@ -120,7 +120,7 @@ static void apply_behavior(tx_segs *m, tx_split_behavior b)
     m->n = k;
 }
 
-static int split_words(const tx_pattern *pat, tx_split_behavior behavior, int invert,
+static int split_words(const tx_text_pattern *pat, tx_split_behavior behavior, int invert,
                        const tx_words *in, tx_words *out, tx_region *r, tx_segs *m)
 {
     for (size_t i = 0; i < in->n; i++) {
@@ -201,7 +201,7 @@ static int metaspace(const tx_pretok *p, const tx_words *in, tx_words *out, tx_b
         rc = push_word(p->split ? &rewritten : out, dst, (size_t)(o - dst), w->origin);
     }
     if (rc == 0 && p->split) {
-        tx_pattern lit = {(char *)p->replacement, rl, NULL};
+        tx_text_pattern lit = {(char *)p->replacement, rl, NULL};
         rc = split_words(&lit, TX_SPLIT_MERGED_NEXT, 0, &rewritten, out, r, m);
     }
     free(rewritten.p);

@@ -1,8 +1,11 @@
 /* tx_schema.c: JSON schema's machine over bytes (tx_schema.h), on a compiled schema
  * (tx_schema_nodes.h). The schema's objects and arrays are frames on a stack; keys and enum
- * values are matched against their literals; scalars and values the schema leaves free are
- * read by JSON mode's own machine (tx_json), started at the value. */
+ * values are matched against their literals; a string with a pattern or lengths goes
+ * through their DFA, its escapes decoded; other scalars and values the schema leaves free
+ * are read by JSON mode's own machine (tx_json), started at the value. */
 #include <string.h>
+
+#include "text/tx_utf8.h"
 
 #include "text/tx_schema_nodes.h"
 
@@ -18,6 +21,7 @@ enum {
     S_ENUM_LIT, /* in an enum's value: cand, off of node's literals */
     S_MAP_KEY,  /* in a map's key: a string, read by st->value */
     S_JSON,     /* in a scalar or free value, read by st->value */
+    S_TEXT,     /* in a string with a pattern or lengths, read by st->text */
     S_DONE      /* the root object is closed */
 };
 
@@ -128,6 +132,87 @@ static int literal_whole(const ts_node *e, const tx_schema_state *st)
     return 0;
 }
 
+/* ---- strings with a pattern or lengths ----------------------------------------------------- */
+
+/* Feeds the n bytes of a character (decoded from the JSON text) to the string's DFA: 0, or
+ * -1 when they lead to no match. */
+static int text_feed(const tx_pattern *p, tx_schema_text *t, const uint8_t *b, size_t n)
+{
+    int32_t at = t->dfa;
+    for (size_t k = 0; k < n && at >= 0; k++)
+        at = tx_pattern_step(p, at, b[k]);
+    if (at < 0)
+        return -1;
+    t->dfa = at;
+    return 0;
+}
+
+static int hex_value(uint8_t b)
+{
+    return b >= '0' && b <= '9'   ? b - '0'
+           : b >= 'a' && b <= 'f' ? b - 'a' + 10
+           : b >= 'A' && b <= 'F' ? b - 'A' + 10
+                                  : -1;
+}
+
+/* JSON's two-character escapes and the bytes they stand for. */
+static const char escape_from[] = "\"\\/bfnrt", escape_to[] = "\"\\/\b\f\n\r\t";
+
+/* After a backslash: 1 when some escape may come (a two-character one, or \uXXXX of a
+ * character the DFA takes next). */
+static int escape_may_come(const tx_pattern *p, int32_t s)
+{
+    for (size_t k = 0; k < sizeof escape_to - 1; k++)
+        if (tx_pattern_step(p, s, (uint8_t)escape_to[k]) >= 0)
+            return 1;
+    return tx_pattern_any_char(p, s, 0, 0xFFFF);
+}
+
+/* Byte b of a string read by its DFA (the opening quote read). Escapes are decoded before
+ * the DFA sees them, and each prefix of one is taken only when a character it may still
+ * become goes on: after \u0 the characters U+0000..U+0FFF. Surrogates (\uD800..\uDFFF)
+ * are refused: a character past U+FFFF is written as itself. */
+static int text_byte(const tx_schema *s, tx_schema_state *st, uint8_t b)
+{
+    const tx_pattern *p = node_of(s, st->node)->text;
+    tx_schema_text *t = &st->text;
+    if (t->esc == 0) {
+        if (b == '"')
+            return tx_pattern_accepts(p, t->dfa) ? value_end(st) : -1;
+        if (b == '\\') {
+            t->esc = 1;
+            return escape_may_come(p, t->dfa) ? 0 : -1;
+        }
+        return b < 0x20 ? -1 : text_feed(p, t, &b, 1); /* (the DFA takes UTF-8 only) */
+    }
+    if (t->esc == 1) {
+        if (b == 'u') {
+            t->esc = 2, t->hex = 0;
+            return tx_pattern_any_char(p, t->dfa, 0, 0xFFFF) ? 0 : -1;
+        }
+        const char *e = b ? memchr(escape_from, b, sizeof escape_from - 1) : NULL;
+        if (!e)
+            return -1;
+        t->esc = 0;
+        const uint8_t d = (uint8_t)escape_to[e - escape_from];
+        return text_feed(p, t, &d, 1);
+    }
+    const int v = hex_value(b);
+    if (v < 0)
+        return -1;
+    t->hex = (uint16_t)(t->hex * 16 + v);
+    const int digits = ++t->esc - 2, left = 4 - digits; /* (esc 2 + digits read) */
+    const uint32_t lo = (uint32_t)t->hex << (4 * left), hi = lo + (1u << (4 * left)) - 1;
+    if (left > 0)
+        return tx_pattern_any_char(p, t->dfa, lo, hi) ? 0 : -1;
+    char u[4];
+    const size_t n = tx_utf8_encode(t->hex, u);
+    t->esc = 0, t->hex = 0;
+    if (lo >= 0xD800 && lo <= 0xDFFF)
+        return -1;
+    return text_feed(p, t, (const uint8_t *)u, n);
+}
+
 /* The first byte of a value of node id. */
 static int value_start(const tx_schema *s, tx_schema_state *st, int id, uint8_t b)
 {
@@ -144,7 +229,16 @@ static int value_start(const tx_schema *s, tx_schema_state *st, int id, uint8_t 
         st->cand = st->off = 0;
         st->phase = S_ENUM_LIT;
         return literal_byte(st, n->lit, n->nlit - 1, b) == 0 ? enum_end(s, st) : -1;
+    case TS_STRING:
+        if (!n->text)
+            goto json;
+        st->node = (uint16_t)id;
+        st->phase = S_TEXT;
+        memset(&st->text, 0, sizeof st->text);
+        st->text.dfa = n->text->start;
+        return b == '"' ? 0 : -1;
     default: /* a scalar, or a value the schema leaves free */
+    json:
         st->node = (uint16_t)id;
         st->phase = S_JSON;
         tx_json_start_value(&st->value);
@@ -254,6 +348,7 @@ int tx_schema_step(const tx_schema *s, tx_schema_state *st, uint8_t b)
             value_end(st); /* (a number ends at the first byte that is not its own) */
             continue;
         }
+        case S_TEXT: return text_byte(s, st, b);
         default: return -1; /* S_DONE */
         }
     }

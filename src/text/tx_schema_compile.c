@@ -10,6 +10,8 @@
 #include "text/tx_schema_nodes.h"
 
 #define TS_MAX_NESTING 64 /* schemas inside schemas, in the text */
+#define TS_MAX_LENGTH 4096 /* minLength, maxLength (the DFA counts every character) */
+#define TS_MAX_LENGTH_TEXT "4096"
 #define TS_PATH 256
 
 typedef struct ts_ref {
@@ -27,7 +29,7 @@ typedef struct ts_ctx {
 
 /* Keywords that constrain values in ways pengine does not enforce: refused, not ignored. */
 static const char *const refused[] = {
-    "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedProperties", "unevaluatedItems", "prefixItems", "additionalItems", "contains",
@@ -276,6 +278,37 @@ static int compile_array(ts_ctx *c, const cJSON *j, const char *path, int nestin
     return id;
 }
 
+/* A string's node: with a pattern or lengths, their DFA over its characters. */
+static int compile_string(ts_ctx *c, const cJSON *j, const char *path)
+{
+    const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(j, "minLength");
+    const cJSON *hi = cJSON_GetObjectItemCaseSensitive(j, "maxLength");
+    if (pattern && !cJSON_IsString(pattern))
+        return fail(path, "%s must be a string (a regular expression)", "'pattern'");
+    if ((lo && !is_count(lo)) || (hi && !is_count(hi)))
+        return fail(path, "%s must be whole numbers of 0 or more",
+                    "'minLength' and 'maxLength'");
+    if ((lo && lo->valuedouble > TS_MAX_LENGTH) || (hi && hi->valuedouble > TS_MAX_LENGTH))
+        return fail(path, "%s must be at most " TS_MAX_LENGTH_TEXT,
+                    "'minLength' and 'maxLength'");
+    if (lo && hi && lo->valuedouble > hi->valuedouble)
+        return fail(path, "%s: no string fits", "'minLength' is over 'maxLength'");
+    const int id = new_node(c, TS_STRING, path);
+    if (id < 0)
+        return -1;
+    set_first(&c->s->node[id], "\"");
+    if (!pattern && !lo && !hi)
+        return id;
+    tx_pattern *text;
+    if (tx_pattern_text(pattern ? pattern->valuestring : NULL, lo ? (int32_t)lo->valuedouble : 0,
+                        hi ? (int32_t)hi->valuedouble : -1, &text) != PE_OK)
+        return fail(path, pattern ? "'pattern': %s" : "'minLength', 'maxLength': %s",
+                    pe_last_error());
+    c->s->node[id].text = text;
+    return id;
+}
+
 /* A schema of one type, given by name. */
 static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char *path,
                         int nesting)
@@ -284,13 +317,15 @@ static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char 
         const char *name;
         int kind;
         const char *first;
-    } scalars[] = {{"string", TS_STRING, "\""}, {"number", TS_NUMBER, "-0123456789"},
+    } scalars[] = {{"number", TS_NUMBER, "-0123456789"},
                    {"integer", TS_INTEGER, "-0123456789"}, {"boolean", TS_BOOLEAN, "tf"},
                    {"null", TS_NULL, "n"}};
     if (!strcmp(type, "object"))
         return compile_object(c, j, path, nesting);
     if (!strcmp(type, "array"))
         return compile_array(c, j, path, nesting);
+    if (!strcmp(type, "string"))
+        return compile_string(c, j, path);
     for (size_t k = 0; k < sizeof scalars / sizeof *scalars; k++)
         if (!strcmp(type, scalars[k].name)) {
             const int id = new_node(c, scalars[k].kind, path);
@@ -424,6 +459,17 @@ static int compile_ref(ts_ctx *c, const char *ref, const char *path, int nesting
     return to < 0 || add_child(c, id, to, path) < 0 ? -1 : id;
 }
 
+/* 1 when type (a name or a list of them) names string. */
+static int names_string(const cJSON *type)
+{
+    if (cJSON_IsString(type))
+        return !strcmp(type->valuestring, "string");
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : NULL; t; t = t->next)
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "string"))
+            return 1;
+    return 0;
+}
+
 static int compile(ts_ctx *c, const cJSON *j, const char *path, int nesting)
 {
     if (nesting > TS_MAX_NESTING)
@@ -449,6 +495,11 @@ static int compile(ts_ctx *c, const cJSON *j, const char *path, int nesting)
         return fail(path, "%s", "give one of '$ref', 'type', 'enum' (or 'const'), 'anyOf', "
                                 "'oneOf' and 'allOf' in a schema: pengine does not combine "
                                 "them");
+    if ((has(j, "pattern") || has(j, "minLength") || has(j, "maxLength")) &&
+        (is_enum || !names_string(type)))
+        return fail(path, "%s constrain strings: give them beside \"type\": \"string\" (or a "
+                          "list of types holding it), not beside an enum, $ref or anyOf",
+                    "'pattern', 'minLength' and 'maxLength'");
     if (ref)
         return cJSON_IsString(ref) ? compile_ref(c, ref->valuestring, path, nesting)
                                    : fail(path, "%s must be a string", "'$ref'");
@@ -570,6 +621,7 @@ void tx_schema_free(tx_schema *s)
         free(n->child);
         free(n->next_required);
         free(n->where);
+        tx_pattern_free(n->text);
     }
     free(s->node);
     free(s);

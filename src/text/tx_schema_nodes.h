@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "text/tx_pattern.h"
 #include "text/tx_schema.h"
 
 typedef enum ts_kind {
@@ -41,6 +42,7 @@ typedef struct ts_node {
                               * i; nchild when none */
     uint16_t min_items, max_items;
     char *where;             /* anyOf: where it is in the schema (for errors) */
+    tx_pattern *text;        /* string: its characters' pattern and lengths (NULL: any) */
 } ts_node;
 
 struct tx_schema {
