@@ -247,8 +247,9 @@ static int on_text_event(void *ctx, int i, const pe_token_event *ev)
 static int text_run_init(text_run *r, const pe_tokenizer *tk, const gen_opts *g, int n)
 {
     memset(r, 0, sizeof *r);
-    r->texts = calloc((size_t)n, sizeof *r->texts);
-    r->ended = calloc((size_t)n, 1);
+    const size_t count = n > 0 ? (size_t)n : 1; /* n >= 1 from the caller */
+    r->texts = calloc(count, sizeof *r->texts);
+    r->ended = calloc(count, 1);
     pe_status s = r->texts && r->ended ? PE_OK : PE_ENOMEM;
     for (int i = 0; s == PE_OK && i < n; i++) {
         s = cli_text_init(&r->texts[i], tk, g->stops, g->nstops);

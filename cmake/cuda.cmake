@@ -24,8 +24,10 @@ set(CMAKE_MINIMUM_REQUIRED_VERSION ${pe_required_version})
 # libnccl.so.2.
 find_path(PE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME ${NCCL_ROOT}
   PATH_SUFFIXES include)
-find_library(PE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ${NCCL_ROOT}
-  PATH_SUFFIXES lib lib64)
+# NAMES_PER_DIR: the hints' folders first, whichever name they hold, so that a wheel's
+# libnccl.so.2 beside its nccl.h wins over an older libnccl.so in the system's folders.
+find_library(PE_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+  HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ${NCCL_ROOT} PATH_SUFFIXES lib lib64)
 if(NOT PE_NCCL_INCLUDE_DIR OR NOT PE_NCCL_LIBRARY)
   message(FATAL_ERROR "CUDA found but NCCL is missing (nccl.h / libnccl); set NCCL_HOME or -DPE_WITH_CUDA=OFF")
 endif()

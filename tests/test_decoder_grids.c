@@ -188,7 +188,7 @@ static void every_grid_gives_one_devices_answers(const char *dir, int vocab, con
     for (size_t g = 0; g < ngrids; g++) {
         if (tu_small() && (int)g != small)
             continue;
-        char what[96];
+        char what[640]; /* dir (up to 511 bytes) and the grid */
         snprintf(what, sizeof what, "%s dp=%d pp=%d tp=%d", dir, grids[g].dp, grids[g].pp,
                  grids[g].tp);
         e = grid_engine_with(dir, grids[g].dp, grids[g].pp, grids[g].tp, grids[g].devs,

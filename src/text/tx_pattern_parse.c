@@ -143,7 +143,7 @@ static int32_t set_node(pp *p, int negate)
     /* the ranges kept: each, or the gaps between them, less the surrogates */
     uint32_t from = 0;
     for (int32_t k = 0; k <= m; k++) {
-        uint32_t lo, hi;
+        uint32_t lo = 0, hi = 0;
         if (negate) {
             const uint32_t to = k < m ? p->set[k].lo : PT_MAX_CP + 1;
             lo = from, hi = to - 1;
@@ -305,7 +305,7 @@ static int32_t parse_class(pp *p)
             return set_node(p, negate);
         }
         const size_t item_at = p->i;
-        uint32_t lo, hi;
+        uint32_t lo = 0, hi = 0;
         const int k = class_item(p, &lo);
         if (k < 0)
             return -1;
@@ -475,7 +475,7 @@ static int32_t parse_atom(pp *p, int *none)
     const size_t at = p->i;
     const unsigned char c = p->s[p->i];
     *none = 0;
-    uint32_t cp;
+    uint32_t cp = 0;
     char letter = 0;
     switch (c) {
     case '(': {

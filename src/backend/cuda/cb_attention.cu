@@ -69,32 +69,27 @@ __device__ inline Chunk chunk_at(const int32_t *chunks, size_t c)
     return Chunk{f[PE_K_CHUNK_ROW0], f[PE_K_CHUNK_N], f[PE_K_CHUNK_POS0], f[PE_K_CHUNK_BT]};
 }
 
-/* The chunk that holds step row r (n = 0 when none does), found by warp 0 and shared with
- * the whole block through *sh. Every thread of the block calls it. */
-__device__ Chunk find_chunk(const int32_t *chunks, size_t nchunks, size_t r, Chunk *sh)
+/* The chunk that holds step row r (n = 0 when none does). Every warp scans the chunks
+ * itself, 32 at a time, so the answer needs no shared slot and no barrier. (A slot that
+ * warp 0 wrote and all read after a barrier shared its bytes with attn_combine's inv_l,
+ * written by thread 0 with no barrier after those reads: racecheck, on an H200.) Every
+ * thread of a warp calls it. */
+__device__ Chunk find_chunk(const int32_t *chunks, size_t nchunks, size_t r)
 {
-    if (threadIdx.x < 32) {
-        int lane = threadIdx.x;
-        Chunk found = Chunk{0, 0, 0, 0};
-        for (size_t base = 0; base < nchunks; base += 32) {
-            size_t c = base + (size_t)lane;
-            bool hit = false;
-            if (c < nchunks) {
-                Chunk k = chunk_at(chunks, c);
-                hit = k.row0 >= 0 && k.n > 0 && (size_t)k.row0 <= r &&
-                      r < (size_t)k.row0 + (size_t)k.n;
-            }
-            unsigned m = __ballot_sync(0xffffffffu, hit);
-            if (m) {
-                found = chunk_at(chunks, base + (size_t)(__ffs(m) - 1));
-                break;
-            }
+    const int lane = threadIdx.x & 31;
+    for (size_t base = 0; base < nchunks; base += 32) {
+        size_t c = base + (size_t)lane;
+        bool hit = false;
+        if (c < nchunks) {
+            Chunk k = chunk_at(chunks, c);
+            hit = k.row0 >= 0 && k.n > 0 && (size_t)k.row0 <= r &&
+                  r < (size_t)k.row0 + (size_t)k.n;
         }
-        if (lane == 0)
-            *sh = found;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (m)
+            return chunk_at(chunks, base + (size_t)(__ffs(m) - 1));
     }
-    __syncthreads();
-    return *sh;
+    return Chunk{0, 0, 0, 0};
 }
 
 /* Elements i .. i+3 of the pool, dimensions d .. d+3 of a row of hd: zeros beyond hd.
@@ -177,7 +172,6 @@ template <int HDP, int GH> __global__ void __launch_bounds__(kT) attn_decode(Pla
     __shared__ float sc[GH][KT];
     __shared__ __align__(16) float red[KL][GH][HDP];
     __shared__ float m_s[GH], l_s[GH], alpha_s[GH];
-    __shared__ Chunk ch_s;
 
     const cb_attn_args &a = p.a;
     size_t bid = blockIdx.x;
@@ -188,7 +182,7 @@ template <int HDP, int GH> __global__ void __launch_bounds__(kT) attn_decode(Pla
     const int kh = (int)(bid % (size_t)a.shape.kv_heads);
     const size_t r = bid / (size_t)a.shape.kv_heads;
 
-    const Chunk c = find_chunk(a.chunks, a.nchunks, r, &ch_s);
+    const Chunk c = find_chunk(a.chunks, a.nchunks, r);
     if (c.n == 0 || (p.mixed && c.n != 1))
         return; /* the whole block: another grid (or nobody) owns the row */
     const int32_t qpos = c.pos0 + (int32_t)(r - (size_t)c.row0);
@@ -258,6 +252,7 @@ template <int HDP, int GH> __global__ void __launch_bounds__(kT) attn_decode(Pla
                 lt += e;
             }
             lt = cb::warp_sum(lt);
+            __syncwarp(); /* every lane has read m_s[g] before lane 0 rewrites it */
             if (lane == 0) {
                 float al = expf(mo - base);
                 alpha_s[g] = al;
@@ -318,10 +313,9 @@ __global__ void __launch_bounds__(kT) attn_combine(Plan p)
 {
     __shared__ float wt[kMaxSplits];
     __shared__ float inv_l;
-    __shared__ Chunk ch_s;
     const cb_attn_args &a = p.a;
     const size_t r = blockIdx.x / (size_t)a.heads, h = blockIdx.x % (size_t)a.heads;
-    const Chunk c = find_chunk(a.chunks, a.nchunks, r, &ch_s);
+    const Chunk c = find_chunk(a.chunks, a.nchunks, r);
     if (c.n == 0 || (p.mixed && c.n != 1) || c.pos0 + (int32_t)(r - (size_t)c.row0) < 0)
         return;
     const size_t at = (r * (size_t)a.heads + h) * (size_t)p.splits;
@@ -375,8 +369,6 @@ template <int HDP> __global__ void __launch_bounds__(kT) attn_prefill(Plan p)
     __shared__ float sc[R][KT + 1];
     __shared__ float m_s[R], l_s[R], alpha_s[R];
     __shared__ int32_t qpos_s[R];
-    __shared__ Chunk ch_s;
-    __shared__ int32_t t0_s;
 
     const cb_attn_args &a = p.a;
     const int gh = p.gh, qt = R / gh; /* query heads and tokens per tile */
@@ -387,46 +379,38 @@ template <int HDP> __global__ void __launch_bounds__(kT) attn_prefill(Plan p)
     const size_t tile = bid / (size_t)a.shape.kv_heads;
     const int lane = threadIdx.x & 31;
 
-    /* which chunk and which of its tiles: a prefix sum of the chunks' tile counts */
-    if (threadIdx.x < 32) {
-        Chunk found = Chunk{0, 0, 0, 0};
-        int32_t t0 = 0;
-        unsigned long long before = 0;
-        for (size_t base = 0; base < a.nchunks; base += 32) {
-            size_t ci = base + (size_t)lane;
-            unsigned long long t = 0;
-            Chunk k = Chunk{0, 0, 0, 0};
-            if (ci < a.nchunks) {
-                k = chunk_at(a.chunks, ci);
-                if (k.n > 0 && !(p.mixed && k.n == 1))
-                    t = (unsigned long long)((k.n + qt - 1) / qt);
-            }
-            unsigned long long incl = cb::warp_scan(t);
-            bool hit = t > 0 && before + incl - t <= tile && tile < before + incl;
-            unsigned m = __ballot_sync(0xffffffffu, hit);
-            if (m) {
-                int src = __ffs(m) - 1;
-                if (lane == src) {
-                    found = k;
-                    t0 = (int32_t)(tile - (before + incl - t)) * qt;
-                }
-                found.row0 = __shfl_sync(0xffffffffu, found.row0, src);
-                found.n = __shfl_sync(0xffffffffu, found.n, src);
-                found.pos0 = __shfl_sync(0xffffffffu, found.pos0, src);
-                found.bt = __shfl_sync(0xffffffffu, found.bt, src);
-                t0 = __shfl_sync(0xffffffffu, t0, src);
-                break;
-            }
-            before += __shfl_sync(0xffffffffu, incl, 31);
+    /* which chunk and which of its tiles: a prefix sum of the chunks' tile counts, by every
+     * warp for itself (as find_chunk) */
+    Chunk c = Chunk{0, 0, 0, 0};
+    int32_t t0 = 0;
+    unsigned long long before = 0;
+    for (size_t base = 0; base < a.nchunks; base += 32) {
+        size_t ci = base + (size_t)lane;
+        unsigned long long t = 0;
+        Chunk k = Chunk{0, 0, 0, 0};
+        if (ci < a.nchunks) {
+            k = chunk_at(a.chunks, ci);
+            if (k.n > 0 && !(p.mixed && k.n == 1))
+                t = (unsigned long long)((k.n + qt - 1) / qt);
         }
-        if (lane == 0) {
-            ch_s = found;
-            t0_s = t0;
+        unsigned long long incl = cb::warp_scan(t);
+        bool hit = t > 0 && before + incl - t <= tile && tile < before + incl;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (m) {
+            int src = __ffs(m) - 1;
+            if (lane == src) {
+                c = k;
+                t0 = (int32_t)(tile - (before + incl - t)) * qt;
+            }
+            c.row0 = __shfl_sync(0xffffffffu, c.row0, src);
+            c.n = __shfl_sync(0xffffffffu, c.n, src);
+            c.pos0 = __shfl_sync(0xffffffffu, c.pos0, src);
+            c.bt = __shfl_sync(0xffffffffu, c.bt, src);
+            t0 = __shfl_sync(0xffffffffu, t0, src);
+            break;
         }
+        before += __shfl_sync(0xffffffffu, incl, 31);
     }
-    __syncthreads();
-    const Chunk c = ch_s;
-    const int32_t t0 = t0_s;
     if (c.n == 0 || c.row0 < 0)
         return;
     const int hd = a.shape.head_dim;

@@ -67,7 +67,7 @@ pe_status md_ref_inv_freq(const md_hf *h, double theta, int hd, const void *rsv,
     const char *type = ty->valuestring;
     if (strcmp(type, "default") == 0)
         return PE_OK;
-    double factor;
+    double factor = 0;
     pe_status s = md_ref_rs_num(h, rs, "factor", &factor, err);
     if (s != PE_OK)
         return s;
@@ -85,7 +85,7 @@ pe_status md_ref_inv_freq(const md_hf *h, double theta, int hd, const void *rsv,
                        "reads default, linear and llama3)",
                        h->config_path, type);
     /* _compute_llama3_parameters */
-    double low, high, orig;
+    double low = 0, high = 0, orig = 0;
     if ((s = md_ref_rs_num(h, rs, "low_freq_factor", &low, err)) != PE_OK ||
         (s = md_ref_rs_num(h, rs, "high_freq_factor", &high, err)) != PE_OK ||
         (s = md_ref_rs_num(h, rs, "original_max_position_embeddings", &orig, err)) != PE_OK)
