@@ -94,8 +94,7 @@ static int hex_byte(const char *s, size_t n)
     int v = 0;
     for (int k = 3; k < 5; k++) {
         char c = s[k];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-                c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = tx_hex_value(c);
         if (d < 0)
             return -1;
         v = v * 16 + d;

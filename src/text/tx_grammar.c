@@ -294,9 +294,7 @@ static int feed(const pe_grammar *g, tx_grammar_state *st, int32_t id)
         return tx_schema_bytes(g->schema, &st->schema, b, n);
     if (!g->pattern)
         return tx_json_bytes(&st->json, b, n);
-    int32_t at = st->pattern;
-    for (size_t k = 0; k < n && at >= 0; k++)
-        at = tx_pattern_step(g->pattern, at, b[k]);
+    const int32_t at = tx_pattern_bytes(g->pattern, st->pattern, b, n);
     if (at < 0)
         return -1;
     st->pattern = at;

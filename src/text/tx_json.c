@@ -1,5 +1,6 @@
 /* tx_json.c: JSON mode's machine over bytes (tx_json.h). */
 #include "text/tx_json.h"
+#include "text/tx_utf8.h"
 
 #include <string.h>
 
@@ -94,10 +95,6 @@ int tx_json_gap_byte(uint8_t *ws, uint8_t b)
     return -1;
 }
 static int is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
-static int is_hex(uint8_t b)
-{
-    return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
 
 /* The first byte of a value. */
 static int value_start(tx_json *j, uint8_t b)
@@ -225,7 +222,7 @@ static int step(tx_json *j, uint8_t b)
             j->state = J_STR;
             return 0;
         case J_HEX:
-            if (!is_hex(b))
+            if (tx_hex_value(b) < 0)
                 return -1;
             if (--j->aux == 0)
                 j->state = J_STR;

@@ -71,6 +71,14 @@ static inline int32_t tx_pattern_step(const tx_pattern *p, int32_t s, uint8_t b)
 {
     return p->next[(size_t)s * p->nclasses + p->cls[b]];
 }
+/* The state after bytes b[0..n) from state s, or -1 when they lead to no match. */
+static inline int32_t tx_pattern_bytes(const tx_pattern *p, int32_t s, const uint8_t *b,
+                                       size_t n)
+{
+    for (size_t k = 0; k < n && s >= 0; k++)
+        s = tx_pattern_step(p, s, b[k]);
+    return s;
+}
 /* 1 when the bytes that led to s are a whole match. */
 static inline int tx_pattern_accepts(const tx_pattern *p, int32_t s) { return p->accept[s]; }
 /* 1 when some character lo..hi (surrogates left out) may come after state s. */

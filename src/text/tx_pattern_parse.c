@@ -53,22 +53,10 @@ static int out_of_memory(pp *p)
     return -1;
 }
 
-/* items (n of size bytes, room for *cap) with room for one more, or NULL (as they were). */
-static void *grow(void *items, int32_t *cap, int32_t n, size_t size)
-{
-    if (n < *cap)
-        return items;
-    const int32_t more = *cap ? 2 * *cap : 16;
-    void *q = realloc(items, (size_t)more * size);
-    if (q)
-        *cap = more;
-    return q;
-}
-
 static int32_t new_node(pp *p, pt_kind kind)
 {
     pt_tree *t = p->t;
-    pt_node *node = grow(t->node, &t->capnode, t->nnode, sizeof *node);
+    pt_node *node = tx_grow(t->node, &t->capnode, t->nnode, sizeof *node);
     if (!node)
         return out_of_memory(p);
     t->node = node;
@@ -80,7 +68,7 @@ static int32_t new_node(pp *p, pt_kind kind)
 
 static int add_range(pp *p, uint32_t lo, uint32_t hi)
 {
-    pt_range *r = grow(p->set, &p->capset, p->nset, sizeof *r);
+    pt_range *r = tx_grow(p->set, &p->capset, p->nset, sizeof *r);
     if (!r)
         return out_of_memory(p);
     p->set = r;
@@ -162,7 +150,7 @@ static int32_t set_node(pp *p, int negate)
         for (int h = 0; h < 2; h++) {
             if (part[h][0] > part[h][1])
                 continue;
-            pt_range *r = grow(t->range, &t->caprange, t->nrange, sizeof *r);
+            pt_range *r = tx_grow(t->range, &t->caprange, t->nrange, sizeof *r);
             if (!r)
                 return out_of_memory(p);
             t->range = r;
@@ -196,11 +184,7 @@ static int hex_digits(pp *p, size_t at, int count, uint32_t *cp)
 {
     uint32_t v = 0;
     for (int k = 0; k < count; k++) {
-        const int c = p->i < p->n ? p->s[p->i] : 0;
-        const int d = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                             : -1;
+        const int d = tx_hex_value(p->i < p->n ? p->s[p->i] : 0);
         if (d < 0)
             return fail(p, at, "\\%c needs %d hex digits", p->s[at + 1], count);
         v = v * 16 + (uint32_t)d;

@@ -138,21 +138,11 @@ static int literal_whole(const ts_node *e, const tx_schema_state *st)
  * -1 when they lead to no match. */
 static int text_feed(const tx_pattern *p, tx_schema_text *t, const uint8_t *b, size_t n)
 {
-    int32_t at = t->dfa;
-    for (size_t k = 0; k < n && at >= 0; k++)
-        at = tx_pattern_step(p, at, b[k]);
+    const int32_t at = tx_pattern_bytes(p, t->dfa, b, n);
     if (at < 0)
         return -1;
     t->dfa = at;
     return 0;
-}
-
-static int hex_value(uint8_t b)
-{
-    return b >= '0' && b <= '9'   ? b - '0'
-           : b >= 'a' && b <= 'f' ? b - 'a' + 10
-           : b >= 'A' && b <= 'F' ? b - 'A' + 10
-                                  : -1;
 }
 
 /* JSON's two-character escapes and the bytes they stand for. */
@@ -197,7 +187,7 @@ static int text_byte(const tx_schema *s, tx_schema_state *st, uint8_t b)
         const uint8_t d = (uint8_t)escape_to[e - escape_from];
         return text_feed(p, t, &d, 1);
     }
-    const int v = hex_value(b);
+    const int v = tx_hex_value(b);
     if (v < 0)
         return -1;
     t->hex = (uint16_t)(t->hex * 16 + v);

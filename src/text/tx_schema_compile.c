@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "text/tx_schema_nodes.h"
+#include "text/tx_utf8.h"
 
 #define TS_MAX_NESTING 64 /* schemas inside schemas, in the text */
 #define TS_MAX_LENGTH 4096 /* minLength, maxLength (the DFA counts every character) */
@@ -48,25 +49,12 @@ static int fail(const char *path, const char *fmt, const char *arg)
 
 /* ---- nodes -------------------------------------------------------------------------------- */
 
-/* items (n of size bytes, room for *cap) with room for one more: items, or where they moved;
- * NULL when out of memory (items as they were). */
-static void *grow(void *items, int32_t *cap, int32_t n, size_t size)
-{
-    if (n < *cap)
-        return items;
-    const int32_t more = *cap ? 2 * *cap : 16;
-    void *p = realloc(items, (size_t)more * size);
-    if (p)
-        *cap = more;
-    return p;
-}
-
 static int new_node(ts_ctx *c, int kind, const char *path)
 {
     tx_schema *s = c->s;
     if (s->nnode >= TX_SCHEMA_MAX_NODES)
         return fail(path, "the schema has more than %s parts", "65535");
-    ts_node *nodes = grow(s->node, &s->cap, s->nnode, sizeof *nodes);
+    ts_node *nodes = tx_grow(s->node, &s->cap, s->nnode, sizeof *nodes);
     if (!nodes)
         return fail(path, "%s", "out of memory");
     s->node = nodes;
@@ -449,7 +437,7 @@ static int compile_ref(ts_ctx *c, const char *ref, const char *path, int nesting
     const int id = new_node(c, TS_REF, path);
     if (id < 0)
         return -1;
-    ts_ref *refs = grow(c->refs, &c->caprefs, c->nrefs, sizeof *refs);
+    ts_ref *refs = tx_grow(c->refs, &c->caprefs, c->nrefs, sizeof *refs);
     if (refs)
         c->refs = refs;
     if (!refs || !(c->refs[c->nrefs].name = strdup(ref)))

@@ -4,6 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+void *tx_grow(void *items, int32_t *cap, int32_t n, size_t size)
+{
+    if (n < *cap)
+        return items;
+    const int32_t more = *cap ? 2 * *cap : 16;
+    void *p = realloc(items, (size_t)more * size);
+    if (p)
+        *cap = more;
+    return p;
+}
+
 int tx_buf_reserve(tx_buf *b, size_t extra)
 {
     if (b->n + extra <= b->cap)

@@ -17,6 +17,19 @@ typedef struct tx_buf {
     size_t n, cap;
 } tx_buf;
 
+/* items (n of size bytes, room for *cap) with room for one more: items, or where they moved;
+ * NULL when out of memory (items as they were). */
+void *tx_grow(void *items, int32_t *cap, int32_t n, size_t size);
+
+/* The value of hex digit c (0..15), or -1 when c is none. */
+static inline int tx_hex_value(int c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
 /* 0, or -1 when out of memory. */
 int tx_buf_reserve(tx_buf *b, size_t extra);
 int tx_buf_add(tx_buf *b, const void *p, size_t n);
