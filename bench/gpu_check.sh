@@ -198,8 +198,11 @@ jobs=$(nproc 2>/dev/null || echo 4)
 targets=(test_cuda test_cuda_modes test_cuda_decoder test_device_list test_cuda_peer_logic
   pengine_cli bench_cuda)
 t_build=$(date +%s)
+# -U: NCCL is searched again in a build folder kept from an earlier run (its cache would keep
+# the library it found then, whatever NCCL_HOME says now).
 if run_step configure "$(cap 240)" - cmake -S "$repo" -B "$build" -DPE_WITH_CUDA=ON \
-  -DPE_WITH_MPI=OFF -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$arch" &&
+  -DPE_WITH_MPI=OFF -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$arch" \
+  -UPE_NCCL_LIBRARY -UPE_NCCL_INCLUDE_DIR &&
   run_step build "$(cap 400)" - cmake --build "$build" -j "$jobs" --target "${targets[@]}"; then
   warnings=$(grep -c "warning:" "$log")
   step build ok $(($(date +%s) - t_build)) \
