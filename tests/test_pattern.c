@@ -62,7 +62,13 @@
  *     (text ones, counting ones, past U+FFFF) against stepping every code point's UTF-8
  *     (0..U+10FFFF, surrogates left out) through the DFA, for fixed ranges (across the
  *     surrogates, the UTF-8 lengths' edges, past U+FFFF), single code points, \u's hex
- *     prefixes (as tx_schema asks them) and random ranges; and a few answers by hand.
+ *     prefixes (as tx_schema asks them) and random ranges; and a few answers by hand;
+ *   - tx_pattern_int_range (section 7): the pattern of a range matches exactly its integers
+ *     (every one within 40 of each bound and of 0, random ones of 1 to 16 digits, numbers
+ *     past 10^15 on an open side), never -0, leading zeros, '+', fractions or exponents,
+ *     for hand ranges (one integer, 0..0, across 0, digit-count edges, the largest bounds)
+ *     and 200 random ones, closed and open; refused: lo over hi, past 10^15, no bound, and
+ *     a buffer too small.
  * PE_TEST_SMALL (valgrind): fewer random cases, shallower trees, two states per DFA in 6.
  *
  * argv[1]: tests/tokenizer (its node_modules holds the npm packages). */
@@ -1805,6 +1811,98 @@ static void test_any_char_agrees_with_stepping_each_character(void **state)
     assert_int_equal(g_bad, 0);
 }
 
+/* ---- 7. integer ranges (tx_pattern_int_range: a schema's minimum and maximum) ------------ */
+
+/* 1 when text t is one whole match of p. */
+static int whole_match(const tx_pattern *p, const char *t)
+{
+    const int32_t at = tx_pattern_bytes(p, p->start, (const uint8_t *)t, strlen(t));
+    return at >= 0 && tx_pattern_accepts(p, at);
+}
+
+/* The range's pattern matches exactly the integers in it, written as JSON writes them:
+ * checked on every integer within 40 of each bound and of 0, random ones of every size,
+ * numbers past 10^15, and texts that are no such integer (-0, leading zeros, '+'). */
+static int check_range(int has_lo, long long lo, int has_hi, long long hi, rng *r)
+{
+    char re[TX_PATTERN_INT_RANGE_CAP], t[48];
+    tx_pattern *p = NULL;
+    if (tx_pattern_int_range(has_lo, lo, has_hi, hi, re, sizeof re) != PE_OK ||
+        tx_pattern_compile(re, strlen(re), &p) != PE_OK) {
+        print_error("range %d:%lld %d:%lld: %s\n", has_lo, lo, has_hi, hi, pe_last_error());
+        return 1;
+    }
+    long long probe[600];
+    int n = 0;
+    const long long anchors[3] = {lo, hi, 0};
+    for (int a = 0; a < 3; a++)
+        for (long long d = -40; d <= 40; d++)
+            probe[n++] = anchors[a] + d;
+    for (int k = 0; k < 300; k++) { /* sizes from 1 to 16 digits, either sign */
+        long long m = (long long)(rng_next(r) % 1000000000000000ULL);
+        for (uint32_t cut = rnd(r, 16); cut > 0; cut--)
+            m /= 10;
+        probe[n++] = rnd(r, 2) ? -m : m;
+    }
+    int bad = 0;
+    for (int k = 0; k < n; k++) {
+        snprintf(t, sizeof t, "%lld", probe[k]);
+        const int want = (!has_lo || probe[k] >= lo) && (!has_hi || probe[k] <= hi);
+        if (whole_match(p, t) != want && bad++ < 5)
+            print_error("range %d:%lld %d:%lld: %s %s\n", has_lo, lo, has_hi, hi, t,
+                        want ? "refused" : "matched");
+    }
+    const struct {
+        const char *text;
+        int want;
+    } far[] = {{"123456789012345678901234567890", !has_hi}, {"-98765432109876543210", !has_lo},
+               {"-0", 0}, {"007", 0}, {"-01", 0}, {"+5", 0}, {"", 0}, {"1.0", 0}, {"1e3", 0}};
+    for (size_t k = 0; k < sizeof far / sizeof far[0]; k++)
+        if (whole_match(p, far[k].text) != far[k].want && bad++ < 5)
+            print_error("range %d:%lld %d:%lld: '%s' %s\n", has_lo, lo, has_hi, hi,
+                        far[k].text, far[k].want ? "refused" : "matched");
+    tx_pattern_free(p);
+    return bad;
+}
+
+static void test_int_ranges_match_their_integers(void **state)
+{
+    (void)state;
+    static const long long fixed[][4] = {
+        {1, 0, 1, 150},  {1, -20, 1, -4},   {1, 100, 0, 0},  {0, 0, 1, -1000},
+        {1, 2, 1, 7},    {1, 7, 1, 7},      {1, 0, 1, 0},    {1, -1, 1, 1},
+        {1, 10, 1, 99},  {1, 9, 1, 10},     {1, 0, 0, 0},    {0, 0, 1, 0},
+        {1, -1, 0, 0},   {0, 0, 1, -1},     {1, 1999, 1, 2001},
+        {1, -1000000000000000LL, 1, 999999999999999LL},
+        {1, 123456789012345LL, 1, 123456789012399LL}};
+    rng r = {2024};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
+        bad += check_range((int)fixed[k][0], fixed[k][1], (int)fixed[k][2], fixed[k][3], &r);
+    for (int k = 0; k < 200; k++) { /* random ranges: bounds of random sizes and signs */
+        long long b[2];
+        for (int j = 0; j < 2; j++) {
+            long long m = (long long)(rng_next(&r) % 1000000000000001ULL);
+            for (uint32_t cut = rnd(&r, 16); cut > 0; cut--)
+                m /= 10;
+            b[j] = rnd(&r, 3) == 0 ? -m : m;
+        }
+        const long long lo = b[0] < b[1] ? b[0] : b[1], hi = b[0] < b[1] ? b[1] : b[0];
+        const uint32_t sides = 1 + rnd(&r, 3); /* 1: lo, 2: hi, 3: both */
+        bad += check_range(sides & 1, lo, (sides & 2) != 0, hi, &r);
+    }
+    /* refused: lo > hi, past 10^15, no bound; too small a buffer */
+    char re[TX_PATTERN_INT_RANGE_CAP];
+    assert_int_equal(tx_pattern_int_range(1, 5, 1, 4, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_int_range(1, 0, 1, 1000000000000001LL, re, sizeof re),
+                     PE_EINVAL);
+    assert_int_equal(tx_pattern_int_range(1, -1000000000000001LL, 0, 0, re, sizeof re),
+                     PE_EINVAL);
+    assert_int_equal(tx_pattern_int_range(0, 0, 0, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_int_range(1, 0, 1, 123456789, re, 8), PE_ENOMEM);
+    assert_int_equal(bad, 0);
+}
+
 int main(int argc, char **argv)
 {
     static char dir[PATH_MAX];
@@ -1825,6 +1923,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_text_patterns_search_with_lengths),
         cmocka_unit_test(test_random_text_patterns_search_with_lengths),
         cmocka_unit_test(test_any_char_agrees_with_stepping_each_character),
+        cmocka_unit_test(test_int_ranges_match_their_integers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

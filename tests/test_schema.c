@@ -29,7 +29,13 @@
  *     against ^[0-9]{3}$), \u escapes of surrogates refused (at the second digit, D8 to
  *     DF), raw control bytes refused, and after every prefix of those texts every one of
  *     the 256 next bytes as the oracle says; tx_schema_bytes agrees with the steps, and a
- *     refused byte leaves the state unchanged;
+ *     refused byte leaves the state unchanged; integers with bounds (closed, half open,
+ *     exclusive, fractional, far from 0, past 10^15 on an open side, one integer, in a type
+ *     list, an anyOf split by sign, array items): in bounds, a prefix while some integer in
+ *     them begins with it, refused at the digit that leaves them or the byte that ends one
+ *     out of them, -0 and leading zeros refused; the oracle's own reading of the bounds
+ *     (whole numbers past a fractional or exclusive bound) and of a digit string's
+ *     extensions, apart from the machine's regex;
  *   - random instances of several schemas (maps among them, and patterned strings: made by
  *     the oracle, characters kept while a whole text stays in reach, written as themselves
  *     or escaped), made here from the schema:
@@ -50,7 +56,10 @@
  *     pattern, minLength and maxLength beside what cannot be a string (type integer or a
  *     list without string, enum, const, $ref, anyOf, no type), regexes tx_pattern.h
  *     refuses ("'pattern': ", the construct and its byte), ^ or $ beside a top-level |,
- *     minLength over maxLength, lengths over 4096 or not whole, lengths no match has; and
+ *     minLength over maxLength, lengths over 4096 or not whole, lengths no match has;
+ *     bounds beside a number, a type list with number, an enum, a string or no type,
+ *     draft 4's boolean exclusiveMinimum, a bound that is no number or past 10^15, bounds
+ *     no integer fits (4.5..4.9, exclusive 4..5); and
  *     that every hand schema compiles, and the limits (4096) too;
  *   - masks on a hand vocabulary (by hand, then along walks with every id against the
  *     oracle, on a schema of properties and on one of maps; and on a vocabulary of pieces
@@ -66,6 +75,7 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -646,6 +656,81 @@ static int enum_literals(const oschema *os, const cJSON *s, const literal **out,
     return n;
 }
 
+/* ---- integers with bounds, as the oracle sees them --------------------------------------- */
+
+/* The whole numbers s's minimum, exclusiveMinimum, maximum and exclusiveMaximum allow:
+ * [lo, hi], a side without has_* unbounded. */
+typedef struct int_bounds {
+    int has_lo, has_hi;
+    double lo, hi;
+} int_bounds;
+
+static int_bounds bounds_of(const cJSON *s)
+{
+    int_bounds b = {0, 0, 0, 0};
+    const cJSON *v;
+    if ((v = get(s, "minimum")))
+        b.has_lo = 1, b.lo = ceil(v->valuedouble);
+    if ((v = get(s, "exclusiveMinimum")) && (!b.has_lo || floor(v->valuedouble) + 1 > b.lo))
+        b.has_lo = 1, b.lo = floor(v->valuedouble) + 1;
+    if ((v = get(s, "maximum")))
+        b.has_hi = 1, b.hi = floor(v->valuedouble);
+    if ((v = get(s, "exclusiveMaximum")) && (!b.has_hi || ceil(v->valuedouble) - 1 < b.hi))
+        b.has_hi = 1, b.hi = ceil(v->valuedouble) - 1;
+    return b;
+}
+
+static int bounded(const int_bounds *b) { return b->has_lo || b->has_hi; }
+
+static int in_bounds(const int_bounds *b, double v)
+{
+    return (!b->has_lo || v >= b->lo) && (!b->has_hi || v <= b->hi);
+}
+
+/* 1 when some integer in b is written sign, the n digits of m (m < 10^17), then more
+ * digits or none: m x 10^k .. m x 10^k + 10^k - 1 (negated when sign) meets b for some k. */
+static int extends_into(const int_bounds *b, int sign, double m)
+{
+    const int open = sign ? !b->has_lo : !b->has_hi; /* unbounded the way the digits grow */
+    if (open && m > 0)
+        return 1; /* more digits reach past the other bound */
+    for (double p = 1; m * p <= 1e17; p *= 10) {
+        const double a = m * p, z = m * p + p - 1;
+        const double lo = sign ? -z : a, hi = sign ? -a : z;
+        if ((!b->has_lo || hi >= b->lo) && (!b->has_hi || lo <= b->hi))
+            return 1;
+        if (m == 0)
+            break; /* no digit may follow a leading 0 */
+    }
+    return 0;
+}
+
+/* An integer within b, in JSON's syntax without -0 (pengine never writes it when bounds are
+ * given); its first byte at in->i. At the input's end: P_EOF while some integer in b
+ * begins with the bytes read. */
+static int p_bounded(json_parser *in, const int_bounds *b)
+{
+    const int sign = in->s[in->i] == '-';
+    in->i += (size_t)sign;
+    double m = 0;
+    int nd = 0;
+    for (; in->i < in->n && is_digit(in->s[in->i]); in->i++, nd++) {
+        if (nd == 1 && m == 0)
+            return P_BAD; /* a leading zero */
+        m = m < 1e17 ? m * 10 + (in->s[in->i] - '0') : m;
+    }
+    if (sign && nd >= 1 && m == 0)
+        return P_BAD; /* -0 */
+    if (in->i == in->n) {
+        if (nd == 0) /* "-": some negative integer (lo <= hi, so one is then <= hi too) */
+            return !b->has_lo || b->lo <= -1 ? P_EOF : P_BAD;
+        return extends_into(b, sign, m) ? P_EOF : P_BAD;
+    }
+    if (nd == 0)
+        return P_BAD;
+    return in_bounds(b, sign ? -m : m) ? P_OK : P_BAD; /* (m saturated: past every bound) */
+}
+
 static int type_starts(const char *type, uint8_t c)
 {
     if (strcmp(type, "string") == 0)
@@ -662,6 +747,18 @@ static int type_starts(const char *type, uint8_t c)
         return c == '[';
     fail_msg("a type the test does not know: %s", type);
     return 0;
+}
+
+/* 1 when a value of type type under schema s (its bounds, for an integer) may begin with
+ * byte c. */
+static int typed_starts(const cJSON *s, const char *type, uint8_t c)
+{
+    const int_bounds b = bounds_of(s);
+    if (strcmp(type, "integer") != 0 || !bounded(&b))
+        return type_starts(type, c);
+    if (c == '-')
+        return !b.has_lo || b.lo <= -1;
+    return is_digit(c) && extends_into(&b, 0, c - '0');
 }
 
 static int value_starts(uint8_t c)
@@ -690,11 +787,11 @@ static int schema_starts(const oschema *os, const cJSON *s, uint8_t c)
         return 0;
     case SK_TYPES:
         for (const cJSON *t = get(s, "type")->child; t; t = t->next)
-            if (type_starts(t->valuestring, c))
+            if (typed_starts(s, t->valuestring, c))
                 return 1;
         return 0;
     case SK_TYPE:
-        return type_starts(get(s, "type")->valuestring, c);
+        return typed_starts(s, get(s, "type")->valuestring, c);
     default:
         return value_starts(c);
     }
@@ -951,10 +1048,13 @@ cut:
 static int sp_typed(parser *p, const cJSON *s, const char *type)
 {
     json_parser *in = &p->json;
-    if (!type_starts(type, in->s[in->i]))
+    if (!typed_starts(s, type, in->s[in->i]))
         return P_BAD;
     if (strcmp(type, "string") == 0)
         return text_rule_of(p->os, s) ? sp_text(in, text_rule_of(p->os, s)) : p_string(in);
+    const int_bounds b = bounds_of(s);
+    if (strcmp(type, "integer") == 0 && bounded(&b))
+        return p_bounded(in, &b);
     if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
         return p_number(in, strcmp(type, "integer") == 0);
     if (strcmp(type, "boolean") == 0)
@@ -987,7 +1087,7 @@ static int sp_value(parser *p, const cJSON *s)
         return P_BAD;
     case SK_TYPES:
         for (const cJSON *t = get(s, "type")->child; t; t = t->next)
-            if (type_starts(t->valuestring, c))
+            if (typed_starts(s, t->valuestring, c))
                 return sp_typed(p, s, t->valuestring);
         return P_BAD;
     case SK_TYPE:
@@ -1051,6 +1151,9 @@ static int v_typed(validator *v, const cJSON *s, const char *type, const cJSON *
     if (strcmp(type, "integer") == 0) {
         if (!cJSON_IsNumber(x))
             return 0;
+        const int_bounds b = bounds_of(s);
+        if (bounded(&b) && !in_bounds(&b, x->valuedouble))
+            return v_fail(v, "an integer out of its bounds", x);
         for (size_t k = 0; k < v->nnum; k++)
             if (v->num[k] == x)
                 return !memchr(v->num_text[k], '.', v->num_len[k]) &&
@@ -1261,7 +1364,7 @@ static int oracle_verdict(const oschema *os, const uint8_t *s, size_t n, size_t 
 enum {
     S_ORDER, S_ANY_OBJECT, S_FREE, S_ARRAYS, S_ENUM, S_CHOICE, S_REF, S_SELF, S_KEYS,
     S_DEEP_ARRAYS, S_TRICKY, S_ROOT_REF, S_MAP, S_MAPS, S_MAP_SELF, S_MAP_FREE, S_ANY_TRUE,
-    S_ENUM_TYPE, S_TEXT, S_LENGTHS, S_TEXT_NESTED, NSCHEMA
+    S_ENUM_TYPE, S_TEXT, S_LENGTHS, S_TEXT_NESTED, S_BOUNDS, NSCHEMA
 };
 
 static const char *const g_hand_schema[NSCHEMA] = {
@@ -1357,6 +1460,17 @@ static const char *const g_hand_schema[NSCHEMA] = {
                       "'additionalProperties':{'type':'string','pattern':'^v','maxLength':2}},"
                       "'r':{'$ref':'#/$defs/t'},'o':{'anyOf':[{'type':'string','pattern':'z'},"
                       "{'type':'integer'}]}},'$defs':{'t':{'type':'string','pattern':'^t$'}}}",
+    /* integers with bounds: closed, half open, exclusive, fractional, far from 0, in a list
+     * of types, an anyOf split by sign, array items, the largest bounds taken */
+    [S_BOUNDS] = "{'type':'object','properties':{'p':{'type':'integer','minimum':0,"
+                 "'maximum':150},'n':{'type':'integer','minimum':-20,'exclusiveMaximum':-3},"
+                 "'g':{'type':'integer','exclusiveMinimum':99.5},'l':{'type':'integer',"
+                 "'maximum':-1000},'z':{'type':['integer','null'],'minimum':1.5,"
+                 "'maximum':7.9},'o':{'anyOf':[{'type':'integer','minimum':0},"
+                 "{'type':'integer','maximum':-1}]},'a':{'type':'array','items':{"
+                 "'type':'integer','minimum':-3,'maximum':3},'maxItems':4},"
+                 "'big':{'type':'integer','minimum':-1000000000000000,"
+                 "'maximum':999999999999999},'k':{'type':'integer','minimum':7,'maximum':7}}}",
 };
 
 typedef struct hand_case {
@@ -1389,6 +1503,40 @@ static const hand_case g_hand[] = {
     BAD(S_ORDER, "{'b':", "1}"),
     BAD(S_ORDER, "{'b':'x','c':", "null}"),
     BAD(S_ORDER, "{'b':'x','c':tru", "}"),
+    /* integers with bounds */
+    OK(S_BOUNDS, "{}"),
+    OK(S_BOUNDS, "{'p':0}"),
+    OK(S_BOUNDS, "{'p':150,'n':-20,'g':100,'l':-1000,'z':2,'o':0,'a':[-3,0,3],'k':7}"),
+    OK(S_BOUNDS, "{'p':99,'n':-4,'g':12345678901234567890,'l':-123456789012345678901}"),
+    OK(S_BOUNDS, "{'z':null,'o':-5,'big':-1000000000000000}"),
+    OK(S_BOUNDS, "{'z':7,'o':123456789,'big':999999999999999}"),
+    PART(S_BOUNDS, "{'p':15"),
+    PART(S_BOUNDS, "{'g':9"),
+    PART(S_BOUNDS, "{'n':-"),
+    BAD(S_BOUNDS, "{'p':", "-1}"),
+    BAD(S_BOUNDS, "{'p':15", "1}"),
+    BAD(S_BOUNDS, "{'p':20", "0}"),
+    BAD(S_BOUNDS, "{'p':0", "1}"),
+    BAD(S_BOUNDS, "{'p':1", ".5}"),
+    BAD(S_BOUNDS, "{'p':1", "e2}"),
+    BAD(S_BOUNDS, "{'n':-", "3}"),
+    BAD(S_BOUNDS, "{'n':", "0}"),
+    BAD(S_BOUNDS, "{'n':-2", "1}"),
+    BAD(S_BOUNDS, "{'n':-2", "}"),
+    BAD(S_BOUNDS, "{'g':", "0}"),
+    BAD(S_BOUNDS, "{'g':", "-1}"),
+    BAD(S_BOUNDS, "{'g':99", "}"),
+    BAD(S_BOUNDS, "{'l':-999", "}"),
+    BAD(S_BOUNDS, "{'l':", "5}"),
+    BAD(S_BOUNDS, "{'z':", "8}"),
+    BAD(S_BOUNDS, "{'z':", "1}"),
+    BAD(S_BOUNDS, "{'z':", "-2}"),
+    BAD(S_BOUNDS, "{'o':-", "0}"), /* no -0 */
+    BAD(S_BOUNDS, "{'a':[3,", "4]}"),
+    BAD(S_BOUNDS, "{'big':999999999999999", "9}"),
+    BAD(S_BOUNDS, "{'big':-100000000000000", "1}"),
+    BAD(S_BOUNDS, "{'k':", "6}"),
+    BAD(S_BOUNDS, "{'k':7", "0}"),
     /* integers */
     BAD(S_ORDER, "{'a':1", ".5,'b':'x'}"),
     BAD(S_ORDER, "{'a':1", "e5,'b':'x'}"),
@@ -2003,6 +2151,7 @@ static const char *const g_random_schema[][2] = {
     /* strings with patterns and lengths: anchored or not, classes beyond ASCII (as
      * characters and as \u escapes in the pattern), \w \s \S, lengths with and without a
      * pattern, in a list of types, arrays, maps, $ref and anyOf */
+    {"bounds", NULL}, /* the hand cases' S_BOUNDS */
     {"patterns",
      "{'type':'object','properties':{'zip':{'type':'string',"
      "'pattern':'^[0-9]{5}(-[0-9]{4})?$'},"
@@ -2026,7 +2175,7 @@ static const char *const g_random_schema[][2] = {
 static void random_machine(machine *m, size_t k)
 {
     static const int hand[NRANDOM] = {-1, S_REF, S_ARRAYS, S_ANY_OBJECT, S_SELF, -1, -1, -1,
-                                      -1};
+                                      S_BOUNDS, -1};
     const char *text = hand[k] >= 0 ? g_hand_schema[hand[k]] : g_random_schema[k][1];
     machine_load(m, g_random_schema[k][0], text);
 }
@@ -2258,13 +2407,31 @@ static void gen_text(bytes *b, rng *r, const text_rule *tr)
     b_byte(b, '"');
 }
 
+/* An integer within b: mostly within 50 of a bound (or of 0 on an open side), sometimes
+ * anywhere in it; an open side reaches 10^6 past the other bound. */
+static void gen_bounded(bytes *b, rng *r, const int_bounds *ib)
+{
+    const double lo = ib->has_lo ? ib->lo : (ib->has_hi ? ib->hi : 0) - 1e6;
+    const double hi = ib->has_hi ? ib->hi : (ib->has_lo ? ib->lo : 0) + 1e6;
+    double v = lo + floor(rnd_unit(r) * (hi - lo + 1));
+    if (rnd(r, 2))
+        v = rnd(r, 2) ? lo + rnd(r, 50) : hi - rnd(r, 50);
+    v = v < lo ? lo : v > hi ? hi : v;
+    char t[32];
+    snprintf(t, sizeof t, "%.0f", v == 0 ? 0.0 : v); /* (never -0) */
+    b_str(b, t);
+}
+
 static void gen_typed(const oschema *os, bytes *b, rng *r, const cJSON *s, const char *type,
                       int frames)
 {
+    const int_bounds ib = bounds_of(s);
     if (strcmp(type, "string") == 0 && text_rule_of(os, s))
         gen_text(b, r, text_rule_of(os, s));
     else if (strcmp(type, "string") == 0)
         gen_string(b, r, 0);
+    else if (strcmp(type, "integer") == 0 && bounded(&ib))
+        gen_bounded(b, r, &ib);
     else if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
         gen_number(b, r, strcmp(type, "integer") == 0);
     else if (strcmp(type, "boolean") == 0)
@@ -2627,10 +2794,23 @@ typedef struct refused {
 #define PROP(x) "{'type':'object','properties':{'p':" x "}}"
 
 static const refused g_refused[] = {
-    {PROP("{'type':'number','minimum':0}"), "minimum", "/properties/p"},
-    {PROP("{'type':'integer','maximum':9}"), "maximum", "/properties/p"},
+    {PROP("{'type':'number','minimum':0}"), "bound integers only", "/properties/p"},
+    {PROP("{'type':['integer','number'],'maximum':9}"), "bound integers only",
+     "/properties/p"},
     {PROP("{'type':'number','exclusiveMinimum':0}"), "exclusiveMinimum", "/properties/p"},
     {PROP("{'type':'number','exclusiveMaximum':0}"), "exclusiveMaximum", "/properties/p"},
+    {PROP("{'enum':[1,2],'minimum':0}"), "bound integers only", "/properties/p"},
+    {PROP("{'type':'string','maximum':3}"), "bound integers only", "/properties/p"},
+    {PROP("{'maximum':3}"), "bound integers only", "/properties/p"},
+    {PROP("{'type':'integer','exclusiveMinimum':true,'minimum':0}"), "draft 4",
+     "/properties/p"},
+    {PROP("{'type':'integer','minimum':'0'}"), "'minimum' must be a number", "/properties/p"},
+    {PROP("{'type':'integer','maximum':1e16}"), "10^15", "/properties/p"},
+    {PROP("{'type':'integer','minimum':5,'maximum':4}"), "no integer fits", "/properties/p"},
+    {PROP("{'type':'integer','minimum':4.5,'maximum':4.9}"), "no integer fits",
+     "/properties/p"},
+    {PROP("{'type':'integer','exclusiveMinimum':4,'exclusiveMaximum':5}"), "no integer fits",
+     "/properties/p"},
     {PROP("{'type':'integer','multipleOf':2}"), "multipleOf", "/properties/p"},
     {PROP("{'type':'object','properties':{'q':{}},'minProperties':1}"), "minProperties",
      "/properties/p"},

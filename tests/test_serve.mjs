@@ -609,9 +609,9 @@ async function jsonMode(url) {
 // array of at most 2 enum items; whitespace runs are bounded), so every answer must close its
 // object ("stop") well within max_tokens: each parses, and has exactly the schema's
 // properties, in its order, with allowed values, checked here by hand (a RegExp for the
-// pattern); streamed = whole; a chat too. A schema pengine does not enforce (minimum), a
-// pattern it refuses (lookaround), a root that is not an object and a missing schema are 400s
-// naming the problem.
+// pattern); streamed = whole; a chat too. A schema pengine does not enforce (a minimum
+// that bounds no integer), a pattern it refuses (lookaround), a root that is not an object
+// and a missing schema are 400s naming the problem.
 async function jsonSchema(url) {
     const schema = { type: 'object', additionalProperties: false,
                      required: ['color', 'ok', 'code'],

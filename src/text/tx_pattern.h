@@ -55,6 +55,14 @@ typedef struct tx_pattern {
 pe_status tx_pattern_compile(const char *pattern, size_t len, tx_pattern **out);
 /* A pattern of n texts (NUL-terminated UTF-8), each escaped, joined by '|'. */
 pe_status tx_pattern_choices(const char *const *choices, size_t n, tx_pattern **out);
+/* The integers lo..hi in JSON's syntax (no leading zeros, no -0), as a pattern written
+ * into out (cap bytes): a side without has_* is unbounded. Bounds within
+ * +-TX_PATTERN_MAX_INT; PE_EINVAL when lo > hi or out of that range (or neither side is
+ * given), PE_ENOMEM when out is too small (TX_PATTERN_INT_RANGE_CAP always fits). */
+#define TX_PATTERN_MAX_INT 1000000000000000LL /* 10^15 */
+#define TX_PATTERN_INT_RANGE_CAP 4096
+pe_status tx_pattern_int_range(int has_lo, int64_t lo, int has_hi, int64_t hi, char *out,
+                               size_t cap);
 /* The texts a JSON schema's string allows (its characters, as UTF-8): a match of pattern
  * somewhere in them (NULL: any text), at their start when it begins with ^ (or \A), at
  * their end when it ends with $ (JSON schema's search, as ECMA-262 test()); and min_chars

@@ -22,6 +22,7 @@ enum {
     S_MAP_KEY,  /* in a map's key: a string, read by st->value */
     S_JSON,     /* in a scalar or free value, read by st->value */
     S_TEXT,     /* in a string with a pattern or lengths, read by st->text */
+    S_DIGITS,   /* in an integer with bounds, its bytes read by st->text.dfa */
     S_DONE      /* the root object is closed */
 };
 
@@ -145,6 +146,16 @@ static int text_feed(const tx_pattern *p, tx_schema_text *t, const uint8_t *b, s
     return 0;
 }
 
+/* Starts a value of node id read by its DFA p (a patterned string's characters, a bounded
+ * integer's bytes), in phase. */
+static void dfa_begin(tx_schema_state *st, int id, int phase, const tx_pattern *p)
+{
+    st->node = (uint16_t)id;
+    st->phase = (uint8_t)phase;
+    memset(&st->text, 0, sizeof st->text);
+    st->text.dfa = p->start;
+}
+
 /* JSON's two-character escapes and the bytes they stand for. */
 static const char escape_from[] = "\"\\/bfnrt", escape_to[] = "\"\\/\b\f\n\r\t";
 
@@ -222,11 +233,13 @@ static int value_start(const tx_schema *s, tx_schema_state *st, int id, uint8_t 
     case TS_STRING:
         if (!n->text)
             goto json;
-        st->node = (uint16_t)id;
-        st->phase = S_TEXT;
-        memset(&st->text, 0, sizeof st->text);
-        st->text.dfa = n->text->start;
+        dfa_begin(st, id, S_TEXT, n->text);
         return b == '"' ? 0 : -1;
+    case TS_INTEGER:
+        if (!n->text)
+            goto json;
+        dfa_begin(st, id, S_DIGITS, n->text);
+        return text_feed(n->text, &st->text, &b, 1);
     default: /* a scalar, or a value the schema leaves free */
     json:
         st->node = (uint16_t)id;
@@ -339,6 +352,17 @@ int tx_schema_step(const tx_schema *s, tx_schema_state *st, uint8_t b)
             continue;
         }
         case S_TEXT: return text_byte(s, st, b);
+        case S_DIGITS: {
+            const tx_pattern *p = node_of(s, st->node)->text;
+            if (text_feed(p, &st->text, &b, 1) == 0)
+                return 0;
+            /* the integer ends at the first byte that is not its own: a byte that would go
+             * on a number (a digit past the bounds, '.', an exponent) is refused */
+            if (memchr("-0123456789.eE", b, 14) || !tx_pattern_accepts(p, st->text.dfa))
+                return -1;
+            value_end(st);
+            continue;
+        }
         default: return -1; /* S_DONE */
         }
     }

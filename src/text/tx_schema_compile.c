@@ -30,8 +30,7 @@ typedef struct ts_ctx {
 
 /* Keywords that constrain values in ways pengine does not enforce: refused, not ignored. */
 static const char *const refused[] = {
-    "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "patternProperties",
+    "multipleOf", "minProperties", "maxProperties", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedProperties", "unevaluatedItems", "prefixItems", "additionalItems", "contains",
     "minContains", "maxContains", "uniqueItems", "not", "if", "then", "else", "contentSchema"};
@@ -297,6 +296,68 @@ static int compile_string(ts_ctx *c, const cJSON *j, const char *path)
     return id;
 }
 
+/* An integer's bounds: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, as
+ * JSON schema draft 6 and later write them), as the whole numbers lo..hi they allow. */
+static int integer_bounds(const cJSON *j, const char *path, int *has_lo, int64_t *lo,
+                          int *has_hi, int64_t *hi)
+{
+    static const char *const keys[4] = {"minimum", "exclusiveMinimum", "maximum",
+                                        "exclusiveMaximum"};
+    *has_lo = *has_hi = 0;
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
+        if (!v)
+            continue;
+        if (cJSON_IsBool(v))
+            return fail(path, "'%s' must be a number (JSON schema draft 6 and later); draft "
+                              "4's true/false form is not supported",
+                        keys[k]);
+        if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= (double)TX_PATTERN_MAX_INT))
+            return fail(path, "'%s' must be a number within +-10^15", keys[k]);
+        const double x = v->valuedouble;
+        /* the whole numbers it allows: >= ceil(x), > x, <= floor(x), < x */
+        const int64_t w = (int64_t)(k == 0 ? ceil(x) : k == 1 ? floor(x) + 1
+                                           : k == 2 ? floor(x) : ceil(x) - 1);
+        if (k < 2) {
+            *lo = *has_lo && *lo > w ? *lo : w;
+            *has_lo = 1;
+        } else {
+            *hi = *has_hi && *hi < w ? *hi : w;
+            *has_hi = 1;
+        }
+    }
+    if (*has_lo && *has_hi && *lo > *hi)
+        return fail(path, "%s: no integer fits", "the minimum is over the maximum");
+    return 0;
+}
+
+/* An integer's node: with bounds, the DFA of the integers they allow (no -0). */
+static int compile_integer(ts_ctx *c, const cJSON *j, const char *path)
+{
+    int has_lo, has_hi;
+    int64_t lo = 0, hi = 0;
+    if (integer_bounds(j, path, &has_lo, &lo, &has_hi, &hi) < 0)
+        return -1;
+    const int id = new_node(c, TS_INTEGER, path);
+    if (id < 0)
+        return -1;
+    ts_node *n = &c->s->node[id];
+    if (!has_lo && !has_hi) {
+        set_first(n, "-0123456789");
+        return id;
+    }
+    char re[TX_PATTERN_INT_RANGE_CAP];
+    tx_pattern *digits;
+    if (tx_pattern_int_range(has_lo, lo, has_hi, hi, re, sizeof re) != PE_OK ||
+        tx_pattern_compile(re, strlen(re), &digits) != PE_OK)
+        return fail(path, "'minimum', 'maximum': %s", "the range could not be compiled");
+    n->text = digits;
+    for (const char *b = "-0123456789"; *b; b++)
+        if (tx_pattern_step(digits, digits->start, (uint8_t)*b) >= 0)
+            n->first[(uint8_t)*b >> 3] |= (uint8_t)(1u << (*b & 7));
+    return id;
+}
+
 /* A schema of one type, given by name. */
 static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char *path,
                         int nesting)
@@ -305,8 +366,7 @@ static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char 
         const char *name;
         int kind;
         const char *first;
-    } scalars[] = {{"number", TS_NUMBER, "-0123456789"},
-                   {"integer", TS_INTEGER, "-0123456789"}, {"boolean", TS_BOOLEAN, "tf"},
+    } scalars[] = {{"number", TS_NUMBER, "-0123456789"}, {"boolean", TS_BOOLEAN, "tf"},
                    {"null", TS_NULL, "n"}};
     if (!strcmp(type, "object"))
         return compile_object(c, j, path, nesting);
@@ -314,6 +374,8 @@ static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char 
         return compile_array(c, j, path, nesting);
     if (!strcmp(type, "string"))
         return compile_string(c, j, path);
+    if (!strcmp(type, "integer"))
+        return compile_integer(c, j, path);
     for (size_t k = 0; k < sizeof scalars / sizeof *scalars; k++)
         if (!strcmp(type, scalars[k].name)) {
             const int id = new_node(c, scalars[k].kind, path);
@@ -447,13 +509,13 @@ static int compile_ref(ts_ctx *c, const char *ref, const char *path, int nesting
     return to < 0 || add_child(c, id, to, path) < 0 ? -1 : id;
 }
 
-/* 1 when type (a name or a list of them) names string. */
-static int names_string(const cJSON *type)
+/* 1 when type (a name or a list of them) names name. */
+static int names(const cJSON *type, const char *name)
 {
     if (cJSON_IsString(type))
-        return !strcmp(type->valuestring, "string");
+        return !strcmp(type->valuestring, name);
     for (const cJSON *t = cJSON_IsArray(type) ? type->child : NULL; t; t = t->next)
-        if (cJSON_IsString(t) && !strcmp(t->valuestring, "string"))
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, name))
             return 1;
     return 0;
 }
@@ -484,10 +546,17 @@ static int compile(ts_ctx *c, const cJSON *j, const char *path, int nesting)
                                 "'oneOf' and 'allOf' in a schema: pengine does not combine "
                                 "them");
     if ((has(j, "pattern") || has(j, "minLength") || has(j, "maxLength")) &&
-        (is_enum || !names_string(type)))
+        (is_enum || !names(type, "string")))
         return fail(path, "%s constrain strings: give them beside \"type\": \"string\" (or a "
                           "list of types holding it), not beside an enum, $ref or anyOf",
                     "'pattern', 'minLength' and 'maxLength'");
+    if ((has(j, "minimum") || has(j, "maximum") || has(j, "exclusiveMinimum") ||
+         has(j, "exclusiveMaximum")) &&
+        (is_enum || !names(type, "integer") || names(type, "number")))
+        return fail(path, "%s bound integers only: give them beside \"type\": \"integer\" (or "
+                          "a list of types holding it, without number), not beside a number, "
+                          "an enum, $ref or anyOf",
+                    "'minimum', 'maximum', 'exclusiveMinimum' and 'exclusiveMaximum'");
     if (ref)
         return cJSON_IsString(ref) ? compile_ref(c, ref->valuestring, path, nesting)
                                    : fail(path, "%s must be a string", "'$ref'");
