@@ -51,11 +51,12 @@ static const pe_grammar *active; /* the one the runs use */
 static int with_eos;         /* the runs' sequences may end at the model's eos (V - 1) */
 
 /* Properties in order, some optional, of every kind the table's tokens can write (a map
- * too). */
+ * too, and integers with bounds). */
 static const char *const schema_text =
     "{\"type\": \"object\", \"required\": [\"name\"], \"properties\": {"
     "\"name\": {\"type\": \"string\"}, \"key\": {\"enum\": [true, null, \"a\"]}, "
-    "\"value\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"maxItems\": 3},"
+    "\"value\": {\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": -5, "
+    "\"maximum\": 120}, \"maxItems\": 3},"
     "\"b\": {\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"object\", "
     "\"additionalProperties\": {\"type\": \"integer\"}}]}}}";
 
