@@ -857,12 +857,8 @@ static void test_llama2_masks_agree_with_the_oracle(void **state)
 
 int main(int argc, char **argv)
 {
-    static char dir[PATH_MAX];
-    if (argc < 2 || !realpath(argv[1], dir)) {
-        fprintf(stderr, "usage: %s TESTS/tokenizer\n", argv[0]);
+    if (!(g_dir = tu_dir_arg(argc, argv, "TESTS/tokenizer")))
         return 2;
-    }
-    g_dir = dir;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_cases_have_their_known_answers),
         cmocka_unit_test(test_machine_agrees_with_the_oracle_on_random_objects),

@@ -68,13 +68,37 @@
  *     past 10^15 on an open side), never -0, leading zeros, '+', fractions or exponents,
  *     for hand ranges (one integer, 0..0, across 0, digit-count edges, the largest bounds)
  *     and 200 random ones, closed and open; refused: lo over hi, past 10^15, no bound, and
- *     a buffer too small.
+ *     a buffer too small;
+ *   - tx_decimal_of and tx_pattern_num_range (section 8): each bound's decimal reads back
+ *     as the text it came from; the pattern of a range matches exactly its numbers, as an
+ *     exact decimal comparison here says (values x 10^9 in an __int128, digits past the
+ *     ninth as a sticky bit): near each bound and 0 at steps of 1 down to 10^-9, with
+ *     trailing zeros or none, a 25th digit past a bound, random numbers of every size, far
+ *     ones on open sides; never -0, -0.0, leading zeros, '+', a bare point, exponents; for
+ *     16 hand ranges (a point, [0, 0], across 0, exclusive at 0 either way, 10^-6 apart,
+ *     the largest) and 200 random ones (40 under PE_TEST_SMALL) with bounds of up to 6
+ *     digits after the point; tx_decimal_of by hand (0.1, -0.0, -2.5e-7, 1e15; refused:
+ *     1e-25, -1e-40, 5e-324, 1.5e15, NaN, infinity); refused ranges: none fits (lo over
+ *     hi, a point with an exclusive side), no bound, malformed bounds (a trailing zero,
+ *     -0, a letter), and a buffer too small;
+ *   - JSON schema's string formats (section 9; tx_schema_format.h), each DFA built as the
+ *     schema compiler builds it, against validators written here from the RFCs: date on
+ *     every month 00..13 and day 00..32 of the years 0000..9999 (the Gregorian leap rule),
+ *     time on every hour 00..25, minute and second 00..61 with random offsets (Z, z,
+ *     +-hh:mm out of range too) and fractions, date-time on random joins (T, t, a space),
+ *     duration on random texts of its letters against appendix A's grammar read by hand,
+ *     uuid, ipv4 (leading zeros, 3 and 5 fields) and email (dot-atoms, labels of 62 to 64
+ *     characters) on random texts, and hand cases of each; unknown formats have none; and
+ *     through a schema: a date in a type list takes a leap day (an escaped digit too),
+ *     refuses 2023-02-29 at its last digit, an unknown format allows any string, and a
+ *     format beside a pattern, or not a string, is refused naming it.
  * PE_TEST_SMALL (valgrind): fewer random cases, shallower trees, two states per DFA in 6.
  *
  * argv[1]: tests/tokenizer (its node_modules holds the npm packages). */
 #include "test_util.h"
 
-#include <limits.h>
+#include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +110,8 @@
 #include "test_json_oracle.h" /* rng, esc, the npm packages' GPT-2 */
 #include "text/grammar.h"
 #include "text/tx_pattern.h"
+#include "text/tx_schema.h"
+#include "text/tx_schema_format.h"
 
 static const char *g_dir; /* tests/tokenizer, absolute */
 
@@ -1903,14 +1929,632 @@ static void test_int_ranges_match_their_integers(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* ---- 8. number ranges (tx_decimal_of, tx_pattern_num_range: a number's bounds) --------- */
+
+/* Decimals here are exact: a value x 10^9 in an __int128, and sticky when digits past the
+ * ninth after the point are not all 0 (the value then lies strictly inside that 10^-9
+ * step). Bounds have at most 6 digits after the point, so comparing (scaled, sticky) pairs
+ * in order is exact. */
+#define NUM_SCALE 1000000000LL
+typedef __int128 i128;
+
+typedef struct exact {
+    i128 v;     /* value x 10^9 */
+    int sticky; /* 1: a little more than v (in magnitude) */
+} exact;
+
+static int exact_cmp(exact a, exact b)
+{
+    if (a.v != b.v)
+        return a.v < b.v ? -1 : 1;
+    return (a.sticky > b.sticky) - (a.sticky < b.sticky);
+}
+
+/* Reads text as a JSON number without an exponent: 1 with its value, 0 when it is not one.
+ * A negative zero (-0, -0.00) reads as not one: the range never writes it. */
+static int exact_read(const char *t, exact *x)
+{
+    const int neg = *t == '-';
+    t += neg;
+    if (!(*t >= '0' && *t <= '9') || (t[0] == '0' && t[1] >= '0' && t[1] <= '9'))
+        return 0;
+    i128 whole = 0, frac = 0;
+    int sticky = 0;
+    for (; *t >= '0' && *t <= '9'; t++)
+        whole = whole < (i128)1e20 ? whole * 10 + (*t - '0') : whole; /* (saturates) */
+    if (*t == '.') {
+        if (!(t[1] >= '0' && t[1] <= '9'))
+            return 0;
+        i128 unit = NUM_SCALE / 10;
+        for (t++; *t >= '0' && *t <= '9'; t++, unit /= 10) {
+            if (unit)
+                frac += unit * (*t - '0');
+            else
+                sticky |= *t != '0';
+        }
+    }
+    if (*t)
+        return 0;
+    const i128 v = whole * NUM_SCALE + frac;
+    if (neg && v == 0 && !sticky)
+        return 0;
+    *x = (exact){neg ? -v : v, neg ? -sticky : sticky};
+    return 1;
+}
+
+/* A bound: the decimal text it was made from, and its exact value. */
+typedef struct num_bound {
+    int has, excl;
+    char text[40];
+    exact x;
+    tx_decimal d;
+} num_bound;
+
+static int in_num_range(const num_bound *lo, const num_bound *hi, exact x)
+{
+    const int a = lo->has ? exact_cmp(x, lo->x) : 1, z = hi->has ? exact_cmp(x, hi->x) : -1;
+    return (lo->excl ? a > 0 : a >= 0) && (hi->excl ? z < 0 : z <= 0);
+}
+
+/* t: the scaled value v written with the fewest digits, then `zeros` more 0s after the
+ * point (making one where there is none). */
+static void write_exact(char *t, size_t cap, i128 v, int zeros)
+{
+    const i128 m = v < 0 ? -v : v;
+    char frac[16];
+    snprintf(frac, sizeof frac, "%09lld", (long long)(m % NUM_SCALE));
+    size_t f = strlen(frac);
+    while (f > 0 && frac[f - 1] == '0')
+        frac[--f] = '\0';
+    int n = snprintf(t, cap, "%s%lld", v < 0 ? "-" : "", (long long)(m / NUM_SCALE));
+    if (f || zeros)
+        n += snprintf(t + n, cap - (size_t)n, ".%s", frac);
+    for (int k = 0; k < zeros && (size_t)n + 1 < cap; k++)
+        t[n++] = '0', t[n] = '\0';
+}
+
+/* A bound from its decimal text: tx_decimal_of(strtod(text)) must give back the same
+ * digits (a decimal of at most 15 significant digits is its double's shortest). */
+static int make_bound(num_bound *b, int excl, const char *text)
+{
+    b->has = 1;
+    b->excl = excl;
+    snprintf(b->text, sizeof b->text, "%s", text);
+    if (!exact_read(text, &b->x) && strcmp(text, "-0") != 0) {
+        print_error("bound '%s' does not read\n", text);
+        return 1;
+    }
+    if (tx_decimal_of(strtod(text, NULL), &b->d) != PE_OK) {
+        print_error("tx_decimal_of(%s) failed\n", text);
+        return 1;
+    }
+    char back[64];
+    snprintf(back, sizeof back, "%s%llu%s%s", b->d.neg ? "-" : "",
+             (unsigned long long)b->d.whole, b->d.frac[0] ? "." : "", b->d.frac);
+    exact again;
+    if (!exact_read(back, &again) || exact_cmp(again, b->x) != 0 ||
+        (b->d.frac[0] && back[strlen(back) - 1] == '0')) {
+        print_error("tx_decimal_of(%s) gave %s\n", text, back);
+        return 1;
+    }
+    return 0;
+}
+
+static void describe(char *out, size_t cap, const num_bound *lo, const num_bound *hi)
+{
+    snprintf(out, cap, "%s%s, %s%s", lo->has ? (lo->excl ? "(" : "[") : "(",
+             lo->has ? lo->text : "-inf", hi->has ? hi->text : "inf",
+             hi->has ? (hi->excl ? ")" : "]") : ")");
+}
+
+/* The range's pattern matches exactly the numbers in it: probed near each bound and 0 (at
+ * steps of 1, 10^-3, 10^-6, 10^-7 and 10^-9, with trailing zeros or none), just past them
+ * by a 25th digit, at random, and on texts that are no such number. */
+static int check_num_range(const num_bound *lo, const num_bound *hi, rng *r)
+{
+    char re[TX_PATTERN_NUM_RANGE_CAP], what[100], t[96];
+    describe(what, sizeof what, lo, hi);
+    tx_pattern *p = NULL;
+    if (tx_pattern_num_range(lo->has ? &lo->d : NULL, lo->excl, hi->has ? &hi->d : NULL,
+                             hi->excl, re, sizeof re) != PE_OK ||
+        tx_pattern_compile(re, strlen(re), &p) != PE_OK) {
+        print_error("range %s: %s\n", what, pe_last_error());
+        return 1;
+    }
+    int bad = 0;
+    const i128 anchors[3] = {lo->has ? lo->x.v : 0, hi->has ? hi->x.v : 0, 0};
+    static const long long steps[5] = {NUM_SCALE, 1000000, 1000, 100, 1};
+    for (int a = 0; a < 3; a++)
+        for (int s = 0; s < 5; s++)
+            for (int d = -3; d <= 3; d++) {
+                const i128 v = anchors[a] + (i128)d * steps[s];
+                write_exact(t, sizeof t, v, (int)rnd(r, 3));
+                exact x;
+                if (!exact_read(t, &x)) /* (a negative zero: never matched) */
+                    x = (exact){0, 0}, snprintf(t, sizeof t, "-0.0");
+                const int want = strcmp(t, "-0.0") != 0 && in_num_range(lo, hi, x);
+                if (whole_match(p, t) != want && bad++ < 5)
+                    print_error("range %s: %s %s\n", what, t, want ? "refused" : "matched");
+            }
+    for (int k = 0; k < 200; k++) { /* random values, and some a 25th digit past a bound */
+        char u[96];
+        if (k < 40) {
+            const num_bound *b = k % 2 ? hi : lo;
+            if (!b->has || b->text[0] == '-')
+                continue;
+            snprintf(u, sizeof u, "%s%s0000000000000000000%u", b->text,
+                     strchr(b->text, '.') ? "" : ".", 1 + rnd(r, 9));
+        } else {
+            i128 m = (i128)(rng_next(r) % 1000000000000000ULL) * NUM_SCALE +
+                     (i128)(rng_next(r) % NUM_SCALE);
+            for (uint32_t cut = rnd(r, 24); cut > 0; cut--)
+                m /= 10;
+            write_exact(u, sizeof u, rnd(r, 2) ? -m : m, (int)rnd(r, 2));
+        }
+        exact x;
+        const int want = exact_read(u, &x) && in_num_range(lo, hi, x);
+        if (whole_match(p, u) != want && bad++ < 5)
+            print_error("range %s: %s %s\n", what, u, want ? "refused" : "matched");
+    }
+    static const char *const never[] = {"-0", "-0.0", "-0.000", "00", "01.5", "-01", ".5",
+                                        "1.", "-.5", "+1", "1e3", "1.5E2", "", "-", "0x1",
+                                        "1.-5"};
+    for (size_t k = 0; k < sizeof never / sizeof never[0]; k++)
+        if (whole_match(p, never[k]) && bad++ < 5)
+            print_error("range %s: '%s' matched\n", what, never[k]);
+    static const char *const far[2] = {"123456789012345678901234567.5",
+                                       "-98765432109876543210.25"};
+    for (int k = 0; k < 2; k++) /* past every bound: only on an open side */
+        if (whole_match(p, far[k]) != (k == 0 ? !hi->has : !lo->has) && bad++ < 5)
+            print_error("range %s: '%s' %s\n", what, far[k], k == 0 ? "wrong" : "wrong");
+    tx_pattern_free(p);
+    return bad;
+}
+
+/* A random decimal text: a whole part of 0 to 15 digits (under 10^9 with a fraction, so
+ * that it stays within 15 significant digits), 0 to 6 digits after the point, either sign. */
+static void random_decimal(char *t, size_t cap, rng *r)
+{
+    const int nfrac = (int)rnd(r, 7);
+    long long whole = (long long)(rng_next(r) % 1000000000000000ULL);
+    for (uint32_t cut = rnd(r, 16) + (nfrac ? 6 : 0); cut > 0; cut--)
+        whole /= 10;
+    long long frac = nfrac ? (long long)(rng_next(r) % 1000000) : 0;
+    for (int k = nfrac; k < 6; k++)
+        frac /= 10;
+    const int neg = rnd(r, 3) == 0 && (whole || frac);
+    if (nfrac)
+        snprintf(t, cap, "%s%lld.%0*lld", neg ? "-" : "", whole, nfrac, frac);
+    else
+        snprintf(t, cap, "%s%lld", neg ? "-" : "", whole);
+}
+
+static void test_num_ranges_match_their_numbers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *lo, *hi; /* NULL: open */
+        int lo_excl, hi_excl;
+    } fixed[] = {
+        {"0", "1", 0, 0},       {"-1.5", "2.25", 0, 1},     {"0", NULL, 1, 0},
+        {NULL, "-0.001", 0, 0}, {"2.5", "2.5", 0, 0},       {NULL, "0", 0, 1},
+        {"0", "0", 0, 0},       {"-3", "-2.5", 1, 0},       {"0.05", "0.0501", 0, 0},
+        {"9.999", "10.001", 0, 0}, {"-0.5", "0.5", 1, 1},   {"99", "100", 1, 1},
+        {"-1000000000000000", "999999999999999", 0, 0},     {"0.000001", "0.000002", 1, 1},
+        {NULL, "123456789", 0, 1}, {"-7", NULL, 1, 0}};
+    rng r = {77};
+    int bad = 0;
+    const num_bound open = {0};
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {
+        num_bound lo = open, hi = open;
+        if (fixed[k].lo)
+            bad += make_bound(&lo, fixed[k].lo_excl, fixed[k].lo);
+        if (fixed[k].hi)
+            bad += make_bound(&hi, fixed[k].hi_excl, fixed[k].hi);
+        bad += check_num_range(&lo, &hi, &r);
+    }
+    const int nrandom = tu_small() ? 40 : 200;
+    for (int k = 0; k < nrandom; k++) {
+        char a[40], b[40];
+        random_decimal(a, sizeof a, &r);
+        random_decimal(b, sizeof b, &r);
+        num_bound lo = open, hi = open;
+        bad += make_bound(&lo, (int)rnd(&r, 2), a) + make_bound(&hi, (int)rnd(&r, 2), b);
+        if (exact_cmp(lo.x, hi.x) > 0) {
+            const num_bound t = lo;
+            lo = hi, hi = t;
+        }
+        if (exact_cmp(lo.x, hi.x) == 0)
+            lo.excl = hi.excl = 0;
+        const uint32_t sides = 1 + rnd(&r, 3); /* 1: lo, 2: hi, 3: both */
+        bad += check_num_range(sides & 1 ? &lo : &open, sides & 2 ? &hi : &open, &r);
+    }
+    /* tx_decimal_of by hand: the shortest decimal, no -0, refused past its limits */
+    tx_decimal d;
+    assert_int_equal(tx_decimal_of(0.1, &d), PE_OK);
+    assert_true(d.whole == 0 && !d.neg && strcmp(d.frac, "1") == 0);
+    assert_int_equal(tx_decimal_of(-0.0, &d), PE_OK);
+    assert_true(d.whole == 0 && !d.neg && d.frac[0] == '\0');
+    assert_int_equal(tx_decimal_of(-2.5e-7, &d), PE_OK);
+    assert_true(d.whole == 0 && d.neg && strcmp(d.frac, "00000025") == 0);
+    assert_int_equal(tx_decimal_of(1e15, &d), PE_OK);
+    assert_true(d.whole == 1000000000000000ULL && d.frac[0] == '\0');
+    assert_int_equal(tx_decimal_of(123.456, &d), PE_OK);
+    assert_true(d.whole == 123 && strcmp(d.frac, "456") == 0);
+    assert_int_equal(tx_decimal_of(1e-24, &d), PE_OK);
+    assert_int_equal(tx_decimal_of(1e-25, &d), PE_EINVAL);
+    assert_int_equal(tx_decimal_of(-1e-40, &d), PE_EINVAL); /* (zeros past the 24 too) */
+    assert_int_equal(tx_decimal_of(5e-324, &d), PE_EINVAL);
+    assert_int_equal(tx_decimal_of(1.5e15, &d), PE_EINVAL);
+    assert_int_equal(tx_decimal_of(NAN, &d), PE_EINVAL);
+    assert_int_equal(tx_decimal_of(INFINITY, &d), PE_EINVAL);
+    /* refused: no number fits, no bound, a malformed bound; too small a buffer */
+    char re[TX_PATTERN_NUM_RANGE_CAP];
+    tx_decimal five = {0, 5, ""}, four = {0, 4, "9"}, trailing = {0, 1, "50"};
+    tx_decimal neg_zero = {1, 0, ""}, letters = {0, 1, "5x"};
+    assert_int_equal(tx_pattern_num_range(&five, 0, &four, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&five, 1, &five, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&five, 0, &five, 1, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&five, 0, &five, 0, re, sizeof re), PE_OK);
+    assert_int_equal(tx_pattern_num_range(NULL, 0, NULL, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&trailing, 0, NULL, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&neg_zero, 0, NULL, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(NULL, 0, &letters, 0, re, sizeof re), PE_EINVAL);
+    assert_int_equal(tx_pattern_num_range(&four, 0, &five, 0, re, 16), PE_ENOMEM);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 9. JSON schema's string formats (tx_schema_format.h) ------------------------------ */
+
+/* A format's DFA, built as the schema compiler builds it (tx_pattern_text, no lengths). */
+static tx_pattern *format_dfa(const char *format)
+{
+    const char *re = tx_schema_format_regex(format);
+    tx_pattern *p = NULL;
+    if (!re || tx_pattern_text(re, 0, -1, &p) != PE_OK)
+        fail_msg("format %s: %s", format, re ? pe_last_error() : "unknown");
+    return p;
+}
+
+/* Counts a disagreement between the DFA and the validator here (printing the first few). */
+static int disagree(const tx_pattern *p, const char *format, const char *t, int want, int *bad)
+{
+    if (whole_match(p, t) == want)
+        return 0;
+    if ((*bad)++ < 5)
+        print_error("format %s: '%s' %s\n", format, t, want ? "refused" : "matched");
+    return 1;
+}
+
+static int is_leap(int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+static int days_in(int y, int m)
+{
+    static const int days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && is_leap(y) ? 29 : days[m];
+}
+
+static int valid_date(int y, int m, int d)
+{
+    return y >= 0 && y <= 9999 && m >= 1 && m <= 12 && d >= 1 && d <= days_in(y, m);
+}
+
+/* A random time suffix for a valid or invalid time: an offset of hours 0..25 and minutes
+ * 0..61, Z, or a lowercase z (refused: only Z is written); valid says which it was. */
+static void random_offset(char *t, size_t cap, rng *r, int *valid)
+{
+    const uint32_t k = rnd(r, 5);
+    if (k == 0) {
+        snprintf(t, cap, "Z");
+        *valid = 1;
+    } else if (k == 1) {
+        snprintf(t, cap, "z");
+        *valid = 0;
+    } else {
+        const int hh = (int)rnd(r, 26), mm = (int)rnd(r, 62);
+        snprintf(t, cap, "%c%02d:%02d", k == 2 ? '-' : '+', hh, mm);
+        *valid = hh < 24 && mm < 60;
+    }
+}
+
+/* ISO 8601 durations by RFC 3339 appendix A's grammar, read here by hand: "P", then
+ * Y [M [D]] / M [D] / D, each 1*DIGIT and its letter, then optionally "T" with
+ * H [M [S]] / M [S] / S; or "P" then "T..." alone; or "P" and weeks alone. */
+static const char *dur_number(const char *s, char letter)
+{
+    const char *d = s;
+    while (*d >= '0' && *d <= '9')
+        d++;
+    return d > s && *d == letter ? d + 1 : NULL;
+}
+
+static int valid_duration(const char *s)
+{
+    if (*s++ != 'P')
+        return 0;
+    const char *w = dur_number(s, 'W');
+    if (w)
+        return *w == '\0';
+    static const char date_letters[3] = {'Y', 'M', 'D'}, time_letters[3] = {'H', 'M', 'S'};
+    for (int part = 0; part < 2; part++) {
+        const char *letters = part == 0 ? date_letters : time_letters;
+        if (part == 1) {
+            if (*s == '\0')
+                return 1; /* (the date part was there: no time part) */
+            if (*s++ != 'T')
+                return 0;
+        }
+        int k = 0, n = 0; /* the first unit may be any; each next must follow it at once */
+        for (const char *e; k < 3; k++) {
+            if ((e = dur_number(s, letters[k])) != NULL) {
+                s = e, n++;
+            } else if (n > 0) {
+                break;
+            }
+        }
+        if (n == 0 && (part == 1 || *s != 'T'))
+            return 0;
+    }
+    return *s == '\0';
+}
+
+static int valid_uuid(const char *s)
+{
+    if (strlen(s) != 36)
+        return 0;
+    for (int i = 0; i < 36; i++)
+        if (i == 8 || i == 13 || i == 18 || i == 23 ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+static int valid_ipv4(const char *s)
+{
+    for (int field = 0; field < 4; field++) {
+        int n = 0, v = 0;
+        for (; s[n] >= '0' && s[n] <= '9'; n++)
+            v = v * 10 + (s[n] - '0');
+        if (n == 0 || n > 3 || (n > 1 && s[0] == '0') || v > 255)
+            return 0;
+        s += n;
+        if (field < 3 && *s++ != '.')
+            return 0;
+    }
+    return *s == '\0';
+}
+
+static int is_atext(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+/=?^_`{|}~-", c));
+}
+
+/* A dot-atom local part, one '@', two labels or more of letters, digits and inner
+ * hyphens, 1 to 63 characters each. */
+static int valid_email(const char *s)
+{
+    const char *at = strchr(s, '@');
+    if (!at || strchr(at + 1, '@') || at == s || s[0] == '.' || at[-1] == '.')
+        return 0;
+    for (const char *c = s; c < at; c++)
+        if (!(is_atext(*c) || (*c == '.' && c[1] != '.')))
+            return 0;
+    int labels = 0;
+    for (const char *l = at + 1;; labels++) {
+        const char *e = l;
+        while (*e && *e != '.')
+            e++;
+        const long n = e - l;
+        if (n < 1 || n > 63 || l[0] == '-' || e[-1] == '-')
+            return 0;
+        for (const char *c = l; c < e; c++)
+            if (!(isalnum((unsigned char)*c) || *c == '-'))
+                return 0;
+        if (!*e)
+            return labels + 1 >= 2;
+        l = e + 1;
+    }
+}
+
+/* Random text over alphabet, up to max characters. */
+static void random_over(char *t, size_t max, const char *alphabet, rng *r)
+{
+    const size_t n = rnd(r, (uint32_t)max + 1), na = strlen(alphabet);
+    for (size_t i = 0; i < n; i++)
+        t[i] = alphabet[rnd(r, (uint32_t)na)];
+    t[n] = '\0';
+}
+
+static void test_formats_match_what_their_rfcs_allow(void **state)
+{
+    (void)state;
+    rng r = {1};
+    int bad = 0;
+    char t[200], off[16];
+    /* date: every month 00..13 and day 00..32 of 10000 years (of 300 under valgrind) */
+    tx_pattern *p = format_dfa("date");
+    const int nyears = tu_small() ? 300 : 10000;
+    for (int k = 0; k < nyears; k++) {
+        static const int some[6] = {0, 1900, 2000, 2023, 2024, 2100};
+        const int y = tu_small() ? (k < 6 ? some[k] : (int)rnd(&r, 10000)) : k;
+        for (int m = 0; m <= 13; m++)
+            for (int d = 0; d <= 32; d++) {
+                snprintf(t, sizeof t, "%04d-%02d-%02d", y, m, d);
+                disagree(p, "date", t, valid_date(y, m, d), &bad);
+            }
+    }
+    static const char *const not_dates[] = {"2024-1-01", "02024-01-01", "2024-01-01T",
+                                            "2024/01/01", "2024-01-011", "", "-001-01-01"};
+    for (size_t k = 0; k < sizeof not_dates / sizeof not_dates[0]; k++)
+        disagree(p, "date", not_dates[k], 0, &bad);
+    tx_pattern_free(p);
+    /* time: every hour 00..25, minute 00..61 and second 00..61 (a tenth of them under
+     * valgrind), each with a random offset and a fraction or not */
+    p = format_dfa("time");
+    for (int h = 0; h <= 25; h++)
+        for (int m = 0; m <= 61; m++)
+            for (int s = 0; s <= 61; s++) {
+                if (tu_small() && rnd(&r, 10))
+                    continue;
+                int ok;
+                random_offset(off, sizeof off, &r, &ok);
+                snprintf(t, sizeof t, "%02d:%02d:%02d%s%s", h, m, s,
+                         rnd(&r, 3) ? "" : rnd(&r, 2) ? ".5" : ".123456789", off);
+                disagree(p, "time", t, ok && h < 24 && m < 60 && s < 60, &bad);
+            }
+    static const char *const not_times[] = {"12:00:00", "12:00:00.Z", "1:00:00Z", "12:00Z",
+                                            "12:00:00 Z", "12:00:00+0100", "12:00:00+01",
+                                            "T12:00:00Z"};
+    for (size_t k = 0; k < sizeof not_times / sizeof not_times[0]; k++)
+        disagree(p, "time", not_times[k], 0, &bad);
+    tx_pattern_free(p);
+    /* date-time: random dates and times, joined by T (or, refused, by t or a space) */
+    p = format_dfa("date-time");
+    for (int k = 0; k < (tu_small() ? 300 : 20000); k++) {
+        const int y = (int)rnd(&r, 10000), mo = (int)rnd(&r, 14), d = (int)rnd(&r, 33);
+        const int h = (int)rnd(&r, 26), mi = (int)rnd(&r, 62), s = (int)rnd(&r, 62);
+        const char sep = rnd(&r, 8) == 0 ? (rnd(&r, 2) ? 't' : ' ') : 'T';
+        int ok;
+        random_offset(off, sizeof off, &r, &ok);
+        snprintf(t, sizeof t, "%04d-%02d-%02d%c%02d:%02d:%02d%s", y, mo, d, sep, h, mi, s, off);
+        disagree(p, "date-time", t,
+                 ok && sep == 'T' && valid_date(y, mo, d) && h < 24 && mi < 60 && s < 60, &bad);
+    }
+    disagree(p, "date-time", "2024-02-29T23:59:59.999+14:00", 1, &bad);
+    disagree(p, "date-time", "2024-02-29", 0, &bad);
+    tx_pattern_free(p);
+    /* duration: random texts over its letters and digits, against the grammar read here */
+    p = format_dfa("duration");
+    for (int k = 0; k < (tu_small() ? 2000 : 200000); k++) {
+        random_over(t + 1, 9, k % 2 ? "1" "0" "YMDWTHS" : "12YMDTHSMD", &r);
+        t[0] = rnd(&r, 10) ? 'P' : 'T';
+        disagree(p, "duration", t, valid_duration(t), &bad);
+    }
+    static const struct {
+        const char *text;
+        int ok;
+    } durations[] = {{"P1Y2M3DT4H5M6S", 1}, {"P3W", 1}, {"PT0S", 1}, {"P1D", 1}, {"P", 0},
+                     {"PT", 0}, {"P1Y2D", 0}, {"P1W2D", 0}, {"PT0.5S", 0}, {"P1H", 0},
+                     {"PT1H2S", 0}, {"P1M2D", 1}, {"PT1M2S", 1}, {"P1DT", 0}};
+    for (size_t k = 0; k < sizeof durations / sizeof durations[0]; k++) {
+        if (valid_duration(durations[k].text) != durations[k].ok)
+            fail_msg("the test's duration grammar: %s", durations[k].text);
+        disagree(p, "duration", durations[k].text, durations[k].ok, &bad);
+    }
+    tx_pattern_free(p);
+    /* uuid: random texts of hex digits, hyphens and 'g', mostly 36 long, hyphens mostly
+     * in place */
+    p = format_dfa("uuid");
+    for (int k = 0; k < (tu_small() ? 2000 : 100000); k++) {
+        const int n = rnd(&r, 4) ? 36 : 35 + (int)rnd(&r, 3);
+        for (int i = 0; i < n; i++) {
+            const int dash = i == 8 || i == 13 || i == 18 || i == 23;
+            t[i] = rnd(&r, 40) == 0 ? "-g G"[rnd(&r, 4)]
+                   : dash       ? '-'
+                                : "0123456789abcdefABCDEF"[rnd(&r, 22)];
+        }
+        t[n] = '\0';
+        disagree(p, "uuid", t, valid_uuid(t), &bad);
+    }
+    tx_pattern_free(p);
+    /* ipv4: four fields of 1 to 4 digits (leading zeros too), or a field left out */
+    p = format_dfa("ipv4");
+    for (int k = 0; k < (tu_small() ? 2000 : 100000); k++) {
+        int n = 0;
+        const int fields = rnd(&r, 10) ? 4 : 3 + 2 * (int)rnd(&r, 2);
+        for (int f = 0; f < fields; f++) {
+            const uint32_t digits = rnd(&r, 8) ? 1 + rnd(&r, 3) : 4;
+            const uint32_t v = rnd(&r, 2) ? rnd(&r, 300) : rnd(&r, 10000);
+            n += snprintf(t + n, sizeof t - (size_t)n, "%s%0*u", f ? "." : "", (int)digits,
+                          v % (digits == 1 ? 10 : digits == 2 ? 100 : digits == 3 ? 1000 : 10000));
+        }
+        disagree(p, "ipv4", t, valid_ipv4(t), &bad);
+    }
+    disagree(p, "ipv4", "255.255.255.255", 1, &bad);
+    disagree(p, "ipv4", "0.0.0.0", 1, &bad);
+    disagree(p, "ipv4", "256.0.0.0", 0, &bad);
+    tx_pattern_free(p);
+    /* email: random texts over letters, digits, atext marks, dots, hyphens and '@' */
+    p = format_dfa("email");
+    for (int k = 0; k < (tu_small() ? 3000 : 200000); k++) {
+        random_over(t, 12, "aZ0.-@!+_ ~..@", &r);
+        disagree(p, "email", t, valid_email(t), &bad);
+    }
+    static const struct {
+        const char *text;
+        int ok;
+    } emails[] = {{"a@b.co", 1}, {"first.last+tag@mail.example.org", 1},
+                  {"o'hara!#$%&*/=?^_`{|}~-@x-1.io", 1}, {"a@b", 0}, {".a@b.co", 0},
+                  {"a.@b.co", 0}, {"a..b@c.co", 0}, {"a@-b.co", 0}, {"a@b-.co", 0},
+                  {"a@b..co", 0}, {"\"a\"@b.co", 0}, {"a@[1.2.3.4]", 0}, {"a b@c.co", 0}};
+    for (size_t k = 0; k < sizeof emails / sizeof emails[0]; k++) {
+        if (valid_email(emails[k].text) != emails[k].ok)
+            fail_msg("the test's email rule: %s", emails[k].text);
+        disagree(p, "email", emails[k].text, emails[k].ok, &bad);
+    }
+    for (int n = 62; n <= 64; n++) { /* a label of 62, 63, 64 characters */
+        memset(t, 'x', sizeof t);
+        memcpy(t, "a@", 2);
+        snprintf(t + 2 + n, sizeof t - 2 - (size_t)n, ".io");
+        disagree(p, "email", t, n <= 63, &bad);
+    }
+    tx_pattern_free(p);
+    assert_null(tx_schema_format_regex("uri"));
+    assert_null(tx_schema_format_regex("Date"));
+    assert_int_equal(bad, 0);
+}
+
+/* Formats through a schema: a date's machine takes a leap day and refuses 2023's at its
+ * last digit; a format beside a pattern, or not a string, is refused naming it; an unknown
+ * one is an annotation (any string). */
+static void test_formats_in_a_schema(void **state)
+{
+    (void)state;
+    static const char *const schema = "{\"type\": \"object\", \"properties\": {\"d\": "
+                                       "{\"type\": [\"string\", \"null\"], \"format\": "
+                                       "\"date\"}, \"u\": {\"type\": \"string\", "
+                                       "\"format\": \"uri\"}}}";
+    tx_schema *s;
+    assert_int_equal(tx_schema_compile(schema, strlen(schema), &s), PE_OK);
+    tx_schema_state st;
+    static const char *const take[] = {"{\"d\": \"2024-02-29\"}", "{\"d\": null}",
+                                       "{\"d\": \"2000-02-\\u00329\"}",
+                                       "{\"u\": \"not a uri at all\"}"};
+    for (size_t k = 0; k < sizeof take / sizeof take[0]; k++) {
+        tx_schema_start(s, &st);
+        assert_int_equal(tx_schema_bytes(s, &st, (const uint8_t *)take[k], strlen(take[k])),
+                         0);
+        assert_true(tx_schema_done(&st));
+    }
+    tx_schema_start(s, &st);
+    const char *leap = "{\"d\": \"2023-02-2";
+    assert_int_equal(tx_schema_bytes(s, &st, (const uint8_t *)leap, strlen(leap)), 0);
+    assert_int_equal(tx_schema_step(s, &st, '9'), -1);
+    assert_int_equal(tx_schema_step(s, &st, '8'), 0);
+    tx_schema_free(s);
+    static const struct {
+        const char *schema, *names;
+    } bad_formats[] = {
+        {"{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": "
+         "\"date\", \"pattern\": \"^2\"}}}",
+         "'format' \"date\" beside 'pattern'"},
+        {"{\"type\": \"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": "
+         "7}}}",
+         "'format' must be a string"},
+    };
+    for (size_t k = 0; k < sizeof bad_formats / sizeof bad_formats[0]; k++) {
+        const char *text = bad_formats[k].schema;
+        assert_int_equal(tx_schema_compile(text, strlen(text), &s), PE_EINVAL);
+        if (!strstr(pe_last_error(), bad_formats[k].names) ||
+            !strstr(pe_last_error(), "/properties/d"))
+            fail_msg("%s: %s", text, pe_last_error());
+    }
+}
+
 int main(int argc, char **argv)
 {
-    static char dir[PATH_MAX];
-    if (argc < 2 || !realpath(argv[1], dir)) {
-        fprintf(stderr, "usage: %s TESTS/tokenizer\n", argv[0]);
+    if (!(g_dir = tu_dir_arg(argc, argv, "TESTS/tokenizer")))
         return 2;
-    }
-    g_dir = dir;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_texts_have_their_known_verdicts),
         cmocka_unit_test(test_random_texts_agree_with_pcre2),
@@ -1924,6 +2568,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_random_text_patterns_search_with_lengths),
         cmocka_unit_test(test_any_char_agrees_with_stepping_each_character),
         cmocka_unit_test(test_int_ranges_match_their_integers),
+        cmocka_unit_test(test_num_ranges_match_their_numbers),
+        cmocka_unit_test(test_formats_match_what_their_rfcs_allow),
+        cmocka_unit_test(test_formats_in_a_schema),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

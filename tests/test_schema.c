@@ -35,10 +35,23 @@
  *     them begins with it, refused at the digit that leaves them or the byte that ends one
  *     out of them, -0 and leading zeros refused; the oracle's own reading of the bounds
  *     (whole numbers past a fractional or exclusive bound) and of a digit string's
- *     extensions, apart from the machine's regex;
- *   - random instances of several schemas (maps among them, and patterned strings: made by
+ *     extensions, apart from the machine's regex; numbers with bounds (closed, half open,
+ *     exclusive at one end and at both, above 0, at most -0.001, bounds of 4 digits after
+ *     the point, far from 0, one number, in a type list, an anyOf split by sign, array
+ *     items, minimum beside an equal exclusiveMinimum): each bound the decimal it is (0.1
+ *     is 1/10, not the double's 0.1000000000000000055...), a number's value read from its
+ *     text exactly (30 digits after the point, trailing zeros: 1.000 is 1), in bounds
+ *     without an exponent, a prefix while some number in them begins with it ("1." where 1
+ *     is, "-0.0" where -0.05 is), refused at the digit that leaves them (2.2 then 5 below
+ *     2.25, -0.00 then 0 above -0.001) or the byte that ends one out of them (0.0 above 0),
+ *     an exponent, leading zeros, a point with no digit after it, and -0, -0.0 and -0.000
+ *     refused; the oracle's reading of them apart from the machine's regex (a value x
+ *     10^18 in an __int128, digits past the 18th as a place inside that cell);
+ *   - random instances of several schemas (maps among them, patterned strings: made by
  *     the oracle, characters kept while a whole text stays in reach, written as themselves
- *     or escaped), made here from the schema:
+ *     or escaped; and numbers with bounds: at a bound, near one by 10^-18 to 10^6, anywhere
+ *     between, with trailing zeros or 20 to 30 digits after the point, written from their
+ *     digits), made here from the schema:
  *     the machine takes every byte and is done exactly at the end; every prefix of them
  *     and of their mutants, and after some of them every one of the 256 next bytes, get
  *     the oracle's verdict;
@@ -47,8 +60,13 @@
  *     step of a walk's first 60 bytes, a third of the later ones), refuses everything once
  *     done, and what it completes parses with cJSON and passes the naive validator (its
  *     patterned strings matched by PCRE2 and counted; walks write no \u0000, which would
- *     cut cJSON's string short);
+ *     cut cJSON's string short; its bounded numbers read from their text, exactly);
  *     tx_schema_copy into zeros gives the state back whole;
+ *   - numbers with bounds drawn at random (from decimals far from 0, fractional, 0 itself;
+ *     a side open, given once or twice): compiled exactly when the oracle finds a number
+ *     within them, refused naming "no number fits" otherwise; instances taken whole; every
+ *     prefix of them, of their mutants and of any numbers (exponents among them), and after
+ *     a few every one of the 256 next bytes, as the oracle says;
  *   - schemas pengine refuses (PE_EINVAL from tx_schema_compile and pe_grammar_json_schema,
  *     the message naming the keyword and where): among them a map with required names,
  *     additionalProperties a schema beside properties, an enum or const with a value not
@@ -57,10 +75,13 @@
  *     list without string, enum, const, $ref, anyOf, no type), regexes tx_pattern.h
  *     refuses ("'pattern': ", the construct and its byte), ^ or $ beside a top-level |,
  *     minLength over maxLength, lengths over 4096 or not whole, lengths no match has;
- *     bounds beside a number, a type list with number, an enum, a string or no type,
- *     draft 4's boolean exclusiveMinimum, a bound that is no number or past 10^15, bounds
- *     no integer fits (4.5..4.9, exclusive 4..5); and
- *     that every hand schema compiles, and the limits (4096) too;
+ *     bounds beside an enum, a string, no type, $ref or anyOf ("bound numbers"), a type
+ *     list with both integer and number (alternatives that begin alike), draft 4's boolean
+ *     exclusiveMinimum, a bound that is no number or past 10^15, bounds no integer fits
+ *     (4.5..4.9, exclusive 4..5), bounds no number fits (5..4, 3 beside an exclusive 3),
+ *     a bound of more than 24 digits after the point (1e-30, 1.5e-24); and
+ *     that every hand schema compiles, and the limits (4096; 10^15 and 24 digits after the
+ *     point beside a number) too, and bounds beside a number of each kind;
  *   - masks on a hand vocabulary (by hand, then along walks with every id against the
  *     oracle, on a schema of properties and on one of maps; and on a vocabulary of pieces
  *     of escapes and of UTF-8, with a patterned string and one of lengths, masks by hand
@@ -125,6 +146,7 @@ typedef struct literal {
 } literal;
 
 typedef struct text_rule text_rule;
+typedef struct num_bounds num_bounds;
 
 typedef struct oschema {
     const char *name;
@@ -134,6 +156,8 @@ typedef struct oschema {
     size_t nlit, cap;
     text_rule *rule; /* (nrule) strings with a pattern or lengths */
     size_t nrule, caprule;
+    num_bounds *nb; /* (nnb) numbers with bounds */
+    size_t nnb, capnb;
 } oschema;
 
 static void add_literal(oschema *os, const cJSON *node, int key)
@@ -542,6 +566,8 @@ static void collect_text_rules(oschema *os, const cJSON *node)
         collect_text_rules(os, c);
 }
 
+static void collect_num_bounds(oschema *os, const cJSON *node);
+
 /* os from a table's text (quotes as '\''). */
 static void os_load(oschema *os, const char *name, const char *quoted)
 {
@@ -554,6 +580,7 @@ static void os_load(oschema *os, const char *name, const char *quoted)
     assert_non_null(os->root);
     collect_literals(os, os->root);
     collect_text_rules(os, os->root);
+    collect_num_bounds(os, os->root);
 }
 
 static void os_free(oschema *os)
@@ -568,6 +595,7 @@ static void os_free(oschema *os)
         free(os->rule[k].pattern);
     }
     free(os->rule);
+    free(os->nb);
     cJSON_Delete(os->root);
     free(os->text);
 }
@@ -731,6 +759,284 @@ static int p_bounded(json_parser *in, const int_bounds *b)
     return in_bounds(b, sign ? -m : m) ? P_OK : P_BAD; /* (m saturated: past every bound) */
 }
 
+/* ---- numbers with bounds, as the oracle sees them ----------------------------------------- */
+
+/* A decimal as the oracle compares it, exactly: v x 10^-18, or (in 1) a value strictly inside
+ * the cell from v to v + 1 (x 10^-18): digits past the 18th after the point, not all 0. Every
+ * bound lies on the grid of 10^-6 (num_bound), so a value inside a cell compares with each
+ * bound as the whole cell does. Whole parts saturate at 10^17 (past every bound, 10^15). */
+typedef struct dec {
+    __int128 v;
+    int in;
+} dec;
+
+#define DEC_ONE ((__int128)1000000000000000000)      /* 1, as v */
+#define DEC_WHOLE_MAX ((__int128)100000000000000000) /* 10^17, a whole part */
+
+static int dec_cmp(dec a, dec b) { return a.v != b.v ? (a.v < b.v ? -1 : 1) : a.in - b.in; }
+
+/* -a: a cell's negation is the cell below -v. */
+static dec dec_neg(dec a) { return a.in ? (dec){-a.v - 1, 1} : (dec){-a.v, 0}; }
+
+static __int128 pow10_128(int k)
+{
+    __int128 p = 1;
+    while (k-- > 0)
+        p *= 10;
+    return p;
+}
+
+/* A number schema's minimum, exclusiveMinimum, maximum and exclusiveMaximum: the numbers from
+ * lo to hi, the tighter bound of each side kept (of equal ones, the exclusive), a side
+ * without has_* unbounded. */
+struct num_bounds {
+    const cJSON *node; /* the schema: an object whose type names number */
+    int has_lo, has_hi, lo_excl, hi_excl;
+    dec lo, hi;
+};
+
+/* Bound x as the decimal it is (the shortest that reads back as x: 0.1 is 1/10). The schemas
+ * here give bounds of at most 4 digits after the point below 10^9, or whole numbers up to
+ * 10^15; for those "%.6f" writes that decimal itself (such a double lies within 10^-7 of it,
+ * and no other decimal of 6 digits after the point reads back as x). Any other bound is
+ * beyond the oracle, which says so. */
+static dec num_bound(double x)
+{
+    char t[64];
+    snprintf(t, sizeof t, "%.6f", x);
+    const size_t n = strlen(t);
+    if (!(fabs(x) <= 1e15) || strtod(t, NULL) != x || t[n - 1] != '0' || t[n - 2] != '0' ||
+        (fabs(x) >= 1e9 && x != floor(x)))
+        fail_msg("bound %.17g: beyond what the oracle reads exactly (the test's schema is "
+                 "wrong)", x);
+    dec d = {0, 0};
+    const char *p = t + (t[0] == '-');
+    for (; *p != '.'; p++)
+        d.v = d.v * 10 + (*p - '0');
+    d.v *= DEC_ONE;
+    __int128 unit = DEC_ONE;
+    for (p++; *p; p++)
+        d.v += (*p - '0') * (unit /= 10);
+    return t[0] == '-' ? dec_neg(d) : d;
+}
+
+static int names_type(const cJSON *s, const char *type)
+{
+    const cJSON *t = get(s, "type");
+    if (cJSON_IsString(t))
+        return strcmp(t->valuestring, type) == 0;
+    for (const cJSON *c = cJSON_IsArray(t) ? t->child : NULL; c; c = c->next)
+        if (cJSON_IsString(c) && strcmp(c->valuestring, type) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every schema under node whose type names number and that has bounds. */
+static void collect_num_bounds(oschema *os, const cJSON *node)
+{
+    static const char *const keys[4] = {"minimum", "exclusiveMinimum", "maximum",
+                                        "exclusiveMaximum"};
+    if (cJSON_IsObject(node) && names_type(node, "number")) {
+        num_bounds b = {node, 0, 0, 0, 0, {0, 0}, {0, 0}};
+        for (int k = 0; k < 4; k++) {
+            const cJSON *x = get(node, keys[k]);
+            if (!cJSON_IsNumber(x))
+                continue;
+            const dec d = num_bound(x->valuedouble);
+            const int excl = k % 2, lower = k < 2;
+            const int c = lower ? (b.has_lo ? dec_cmp(d, b.lo) : 1)
+                                : (b.has_hi ? dec_cmp(b.hi, d) : 1);
+            if (c < 0 || (c == 0 && !excl))
+                continue; /* not tighter */
+            if (lower)
+                b.has_lo = 1, b.lo = d, b.lo_excl = excl;
+            else
+                b.has_hi = 1, b.hi = d, b.hi_excl = excl;
+        }
+        if (b.has_lo || b.has_hi) {
+            if (os->nnb == os->capnb) {
+                os->capnb = os->capnb ? 2 * os->capnb : 8;
+                os->nb = realloc(os->nb, os->capnb * sizeof *os->nb);
+                assert_non_null(os->nb);
+            }
+            os->nb[os->nnb++] = b;
+        }
+    }
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next)
+        collect_num_bounds(os, c);
+}
+
+/* The bounds of number schema s; NULL when it has none. */
+static const num_bounds *num_bounds_of(const oschema *os, const cJSON *s)
+{
+    for (size_t k = 0; k < os->nnb; k++)
+        if (os->nb[k].node == s)
+            return &os->nb[k];
+    return NULL;
+}
+
+/* 1 when x lies within b. */
+static int dec_within(const num_bounds *b, dec x)
+{
+    const int lo = b->has_lo ? dec_cmp(x, b->lo) : 1, hi = b->has_hi ? dec_cmp(x, b->hi) : -1;
+    return (lo > 0 || (lo == 0 && !b->lo_excl)) && (hi < 0 || (hi == 0 && !b->hi_excl));
+}
+
+/* A number's text as read so far: its sign, its whole part's digits (nd of them, their value
+ * saturated at 10^17), whether a point came, the digits after it (nf): the first 18 as frac
+ * (x 10^-18, as dec's v), of the later ones whether any is not 0 (tail). */
+typedef struct num_text {
+    int sign, nd, point, nf, tail;
+    __int128 whole, frac;
+} num_text;
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)? from in->i (its first byte '-' or a digit), into t: P_OK when a
+ * byte that is no part of it follows (the caller's to judge: no digit, '-' or '.' may follow
+ * a number), P_EOF at the input's end, P_BAD at a leading zero, a '-' or a point without a
+ * digit after it, or an exponent (which bounds rule out). */
+static int num_scan(json_parser *in, num_text *t)
+{
+    memset(t, 0, sizeof *t);
+    t->sign = in->s[in->i] == '-';
+    in->i += (size_t)t->sign;
+    for (; in->i < in->n && is_digit(in->s[in->i]); in->i++, t->nd++) {
+        if (t->nd == 1 && t->whole == 0)
+            return P_BAD; /* a leading zero */
+        t->whole = t->whole < DEC_WHOLE_MAX ? t->whole * 10 + (in->s[in->i] - '0') : t->whole;
+    }
+    NEED(in);
+    if (t->nd == 0)
+        return P_BAD;
+    if (in->s[in->i] == '.') {
+        __int128 unit = DEC_ONE;
+        t->point = 1;
+        for (in->i++; in->i < in->n && is_digit(in->s[in->i]); in->i++) {
+            const int d = in->s[in->i] - '0';
+            if (++t->nf <= 18)
+                t->frac += d * (unit /= 10);
+            else
+                t->tail |= d != 0;
+        }
+        NEED(in);
+        if (t->nf == 0)
+            return P_BAD;
+    }
+    return in->s[in->i] == 'e' || in->s[in->i] == 'E' ? P_BAD : P_OK;
+}
+
+/* The value of a whole number's text t. */
+static dec num_value(const num_text *t)
+{
+    const dec x = {t->whole * DEC_ONE + t->frac, t->tail};
+    return t->sign ? dec_neg(x) : x;
+}
+
+/* -0, -0.0, -0.00...: refused (pengine never writes a negative zero beside bounds). */
+static int num_negative_zero(const num_text *t)
+{
+    return t->sign && t->whole == 0 && t->frac == 0 && !t->tail;
+}
+
+/* The values from a to b (has_a 0: from below every number; has_b 0: on past every one),
+ * each end in or out: those a prefix's completions reach. */
+typedef struct num_span {
+    int has_a, has_b, a_in, b_in;
+    dec a, b;
+} num_span;
+
+static num_span span_neg(num_span s)
+{
+    return (num_span){s.has_b, s.has_a, s.b_in, s.a_in, dec_neg(s.b), dec_neg(s.a)};
+}
+
+/* 1 when some decimal of s (not empty) lies within nb. Decimals are dense and the bounds are
+ * decimals, so they meet when the greater lower end is below the lesser upper end, or equal
+ * to it with both ends in; or when both ends lie inside one cell (then they are s's own,
+ * since bounds lie on the grid, and the cell lies within nb). */
+static int span_meets(const num_bounds *nb, num_span s)
+{
+    if (nb->has_lo) {
+        const int c = s.has_a ? dec_cmp(nb->lo, s.a) : 1;
+        if (c > 0)
+            s.a = nb->lo, s.a_in = !nb->lo_excl;
+        else if (c == 0)
+            s.a_in &= !nb->lo_excl;
+        s.has_a = 1;
+    }
+    if (nb->has_hi) {
+        const int c = s.has_b ? dec_cmp(nb->hi, s.b) : -1;
+        if (c < 0)
+            s.b = nb->hi, s.b_in = !nb->hi_excl;
+        else if (c == 0)
+            s.b_in &= !nb->hi_excl;
+        s.has_b = 1;
+    }
+    if (!s.has_a || !s.has_b)
+        return 1;
+    const int c = dec_cmp(s.a, s.b);
+    return c < 0 || (c == 0 && (s.a.in || (s.a_in && s.b_in)));
+}
+
+/* 1 when some number within nb begins with t's text, the input having ended after it:
+ * "-": any negative number; "0": [0, 1); m (not 0): [m x 10^j, (m + 1) x 10^j) for some
+ * j >= 0; "I.": [I, I + 1); "I.F", k digits after the point: [I.F, I.F + 10^-k) (past 18
+ * digits: from I.F on inside its cell, which ends at I.F + 10^-k or later). After '-' the
+ * span negated, and 0 left out (no negative zero). */
+static int num_reaches(const num_bounds *nb, const num_text *t)
+{
+    const dec zero = {0, 0};
+    if (t->nd == 0)
+        return span_meets(nb, (num_span){0, 1, 0, 0, zero, zero});
+    if (!t->point && t->whole != 0) {
+        if (t->sign ? !nb->has_lo : !nb->has_hi)
+            return 1; /* more digits reach past the other bound */
+        for (__int128 p = 1; t->whole * p <= DEC_WHOLE_MAX; p *= 10) {
+            const num_span s = {1, 1, 1, 0, {t->whole * p * DEC_ONE, 0},
+                                {(t->whole + 1) * p * DEC_ONE, 0}};
+            if (span_meets(nb, t->sign ? span_neg(s) : s))
+                return 1;
+        }
+        return 0; /* (on past 10^17: past every bound) */
+    }
+    const dec a = {t->whole * DEC_ONE + t->frac, t->tail};
+    dec b;
+    if (!t->point || t->nf == 0) /* "0", "I.": the next whole number */
+        b = (dec){(t->whole + 1) * DEC_ONE, 0};
+    else if (t->nf <= 18)
+        b = (dec){a.v + pow10_128(18 - t->nf), 0};
+    else
+        b = (dec){a.v, 1};
+    num_span s = {1, 1, 1, 0, a, b};
+    if (t->sign) {
+        s = span_neg(s);
+        s.b_in = dec_cmp(a, zero) != 0;
+    }
+    return span_meets(nb, s);
+}
+
+/* A number within nb, in JSON's syntax without an exponent, not a negative zero; its first
+ * byte at in->i. At the input's end: P_EOF while some number within nb begins with the bytes
+ * read. */
+static int p_bounded_number(json_parser *in, const num_bounds *nb)
+{
+    num_text t;
+    const int r = num_scan(in, &t);
+    if (r == P_EOF)
+        return num_reaches(nb, &t) ? P_EOF : P_BAD;
+    if (r != P_OK)
+        return r;
+    return dec_within(nb, num_value(&t)) && !num_negative_zero(&t) ? P_OK : P_BAD;
+}
+
+/* 1 when t[0, n) is one whole number p_bounded_number takes under nb. */
+static int num_text_within(const num_bounds *nb, const uint8_t *t, size_t n)
+{
+    json_parser in = {t, n, 0, 0};
+    num_text nt;
+    return n && (t[0] == '-' || is_digit(t[0])) && num_scan(&in, &nt) == P_EOF && nt.nd &&
+           (!nt.point || nt.nf) && !num_negative_zero(&nt) && dec_within(nb, num_value(&nt));
+}
+
 static int type_starts(const char *type, uint8_t c)
 {
     if (strcmp(type, "string") == 0)
@@ -749,12 +1055,19 @@ static int type_starts(const char *type, uint8_t c)
     return 0;
 }
 
-/* 1 when a value of type type under schema s (its bounds, for an integer) may begin with
- * byte c. */
-static int typed_starts(const cJSON *s, const char *type, uint8_t c)
+/* 1 when a value of type type under schema s (its bounds, for an integer or a number) may
+ * begin with byte c. */
+static int typed_starts(const oschema *os, const cJSON *s, const char *type, uint8_t c)
 {
+    const num_bounds *nb = strcmp(type, "number") == 0 ? num_bounds_of(os, s) : NULL;
+    if (nb) {
+        json_parser one = {&c, 1, 0, 0};
+        return (c == '-' || is_digit(c)) && p_bounded_number(&one, nb) == P_EOF;
+    }
+    if (strcmp(type, "integer") != 0)
+        return type_starts(type, c);
     const int_bounds b = bounds_of(s);
-    if (strcmp(type, "integer") != 0 || !bounded(&b))
+    if (!bounded(&b))
         return type_starts(type, c);
     if (c == '-')
         return !b.has_lo || b.lo <= -1;
@@ -787,11 +1100,11 @@ static int schema_starts(const oschema *os, const cJSON *s, uint8_t c)
         return 0;
     case SK_TYPES:
         for (const cJSON *t = get(s, "type")->child; t; t = t->next)
-            if (typed_starts(s, t->valuestring, c))
+            if (typed_starts(os, s, t->valuestring, c))
                 return 1;
         return 0;
     case SK_TYPE:
-        return typed_starts(s, get(s, "type")->valuestring, c);
+        return typed_starts(os, s, get(s, "type")->valuestring, c);
     default:
         return value_starts(c);
     }
@@ -1048,15 +1361,18 @@ cut:
 static int sp_typed(parser *p, const cJSON *s, const char *type)
 {
     json_parser *in = &p->json;
-    if (!typed_starts(s, type, in->s[in->i]))
+    if (!typed_starts(p->os, s, type, in->s[in->i]))
         return P_BAD;
     if (strcmp(type, "string") == 0)
         return text_rule_of(p->os, s) ? sp_text(in, text_rule_of(p->os, s)) : p_string(in);
-    const int_bounds b = bounds_of(s);
-    if (strcmp(type, "integer") == 0 && bounded(&b))
-        return p_bounded(in, &b);
-    if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
-        return p_number(in, strcmp(type, "integer") == 0);
+    if (strcmp(type, "integer") == 0) {
+        const int_bounds b = bounds_of(s);
+        return bounded(&b) ? p_bounded(in, &b) : p_number(in, 1);
+    }
+    if (strcmp(type, "number") == 0) {
+        const num_bounds *nb = num_bounds_of(p->os, s);
+        return nb ? p_bounded_number(in, nb) : p_number(in, 0);
+    }
     if (strcmp(type, "boolean") == 0)
         return p_word(in, in->s[in->i] == 't' ? "true" : "false");
     if (strcmp(type, "null") == 0)
@@ -1087,7 +1403,7 @@ static int sp_value(parser *p, const cJSON *s)
         return P_BAD;
     case SK_TYPES:
         for (const cJSON *t = get(s, "type")->child; t; t = t->next)
-            if (typed_starts(s, t->valuestring, c))
+            if (typed_starts(p->os, s, t->valuestring, c))
                 return sp_typed(p, s, t->valuestring);
         return P_BAD;
     case SK_TYPE:
@@ -1133,6 +1449,15 @@ static int v_fail(validator *v, const char *why, const cJSON *x)
 
 static int v_value(validator *v, const cJSON *s, const cJSON *x);
 
+/* Number x's place among the text's numbers (v->nnum: none). */
+static size_t num_index(const validator *v, const cJSON *x)
+{
+    size_t k = 0;
+    while (k < v->nnum && v->num[k] != x)
+        k++;
+    return k;
+}
+
 static int v_typed(validator *v, const cJSON *s, const char *type, const cJSON *x)
 {
     if (strcmp(type, "string") == 0) {
@@ -1146,20 +1471,30 @@ static int v_typed(validator *v, const cJSON *s, const char *type, const cJSON *
                    ? 1
                    : v_fail(v, "a string its pattern or lengths refuse", x);
     }
-    if (strcmp(type, "number") == 0)
-        return cJSON_IsNumber(x);
+    if (strcmp(type, "number") == 0) {
+        const num_bounds *nb = num_bounds_of(v->os, s);
+        if (!cJSON_IsNumber(x) || !nb)
+            return cJSON_IsNumber(x);
+        const size_t k = num_index(v, x);
+        if (k == v->nnum)
+            return v_fail(v, "a number the text does not have", x);
+        /* its exact value by its text, written without an exponent, not -0 */
+        return num_text_within(nb, (const uint8_t *)v->num_text[k], v->num_len[k])
+                   ? 1
+                   : v_fail(v, "a number out of its bounds, -0, or with an exponent", x);
+    }
     if (strcmp(type, "integer") == 0) {
         if (!cJSON_IsNumber(x))
             return 0;
         const int_bounds b = bounds_of(s);
         if (bounded(&b) && !in_bounds(&b, x->valuedouble))
             return v_fail(v, "an integer out of its bounds", x);
-        for (size_t k = 0; k < v->nnum; k++)
-            if (v->num[k] == x)
-                return !memchr(v->num_text[k], '.', v->num_len[k]) &&
-                       !memchr(v->num_text[k], 'e', v->num_len[k]) &&
-                       !memchr(v->num_text[k], 'E', v->num_len[k]);
-        return v_fail(v, "a number the text does not have", x);
+        const size_t k = num_index(v, x);
+        if (k == v->nnum)
+            return v_fail(v, "a number the text does not have", x);
+        return !memchr(v->num_text[k], '.', v->num_len[k]) &&
+               !memchr(v->num_text[k], 'e', v->num_len[k]) &&
+               !memchr(v->num_text[k], 'E', v->num_len[k]);
     }
     if (strcmp(type, "boolean") == 0)
         return cJSON_IsBool(x);
@@ -1364,7 +1699,7 @@ static int oracle_verdict(const oschema *os, const uint8_t *s, size_t n, size_t 
 enum {
     S_ORDER, S_ANY_OBJECT, S_FREE, S_ARRAYS, S_ENUM, S_CHOICE, S_REF, S_SELF, S_KEYS,
     S_DEEP_ARRAYS, S_TRICKY, S_ROOT_REF, S_MAP, S_MAPS, S_MAP_SELF, S_MAP_FREE, S_ANY_TRUE,
-    S_ENUM_TYPE, S_TEXT, S_LENGTHS, S_TEXT_NESTED, S_BOUNDS, NSCHEMA
+    S_ENUM_TYPE, S_TEXT, S_LENGTHS, S_TEXT_NESTED, S_BOUNDS, S_NUM_BOUNDS, NSCHEMA
 };
 
 static const char *const g_hand_schema[NSCHEMA] = {
@@ -1375,7 +1710,7 @@ static const char *const g_hand_schema[NSCHEMA] = {
                "'title':'t','description':'d','$comment':'c','examples':[{}],'default':{},"
                "'type':'object','properties':{'x':true,'y':{},"
                "'z':{'type':'object','description':'any'},'w':{'type':'array','title':'w'},"
-               "'f':{'type':'string','format':'date-time','default':'x','examples':['y']}}}",
+               "'f':{'type':'string','format':'uri','default':'x','examples':['y']}}}",
     [S_ARRAYS] = "{'type':'object','properties':{'m':{'type':'array','items':{'type':'array',"
                  "'items':{'type':'integer'},'minItems':1,'maxItems':2},'minItems':2,"
                  "'maxItems':3},'e':{'type':'array','maxItems':0},"
@@ -1471,6 +1806,24 @@ static const char *const g_hand_schema[NSCHEMA] = {
                  "'type':'integer','minimum':-3,'maximum':3},'maxItems':4},"
                  "'big':{'type':'integer','minimum':-1000000000000000,"
                  "'maximum':999999999999999},'k':{'type':'integer','minimum':7,'maximum':7}}}",
+    /* numbers with bounds: closed, half open, exclusive, negative, in array items, in a list
+     * of types, an anyOf split by sign, one number, exclusive at both ends, fractional
+     * bounds of 4 digits, far from 0, the tighter of each side kept (of equal ones, the
+     * exclusive) */
+    [S_NUM_BOUNDS] = "{'type':'object','properties':{'c':{'type':'number','minimum':0,"
+                     "'maximum':1},'h':{'type':'number','minimum':-1.5,'exclusiveMaximum':2.25},"
+                     "'pos':{'type':'number','exclusiveMinimum':0},"
+                     "'neg':{'type':'number','maximum':-0.001},'ps':{'type':'array','items':{"
+                     "'type':'number','minimum':0,'maximum':1},'maxItems':4},"
+                     "'nn':{'type':['number','null'],'exclusiveMinimum':-2.5,'maximum':10},"
+                     "'sg':{'anyOf':[{'type':'number','minimum':0},{'type':'number',"
+                     "'exclusiveMaximum':0}]},'pt':{'type':'number','minimum':2.5,"
+                     "'maximum':2.5},'ex':{'type':'number','exclusiveMinimum':0.1,"
+                     "'exclusiveMaximum':0.2},'m1':{'type':'number','maximum':0.1},"
+                     "'fr':{'type':'number','exclusiveMinimum':-0.0001,'maximum':1234.5678},"
+                     "'big':{'type':'number','minimum':-1000000000000000,"
+                     "'maximum':999999999999999},'both':{'type':'number','minimum':1,"
+                     "'exclusiveMinimum':1,'maximum':3,'exclusiveMaximum':3.5}}}",
 };
 
 typedef struct hand_case {
@@ -1537,6 +1890,193 @@ static const hand_case g_hand[] = {
     BAD(S_BOUNDS, "{'big':-100000000000000", "1}"),
     BAD(S_BOUNDS, "{'k':", "6}"),
     BAD(S_BOUNDS, "{'k':7", "0}"),
+    /* numbers with bounds: [0, 1] */
+    OK(S_NUM_BOUNDS, "{}"),
+    OK(S_NUM_BOUNDS, "{'c':0}"),
+    OK(S_NUM_BOUNDS, "{'c':1}"),
+    OK(S_NUM_BOUNDS, "{'c':0.5}"),
+    OK(S_NUM_BOUNDS, "{'c':1.0}"),
+    OK(S_NUM_BOUNDS, "{'c':1.000}"),
+    OK(S_NUM_BOUNDS, "{'c':0.0}"),
+    OK(S_NUM_BOUNDS, "{'c':0.000}"),
+    OK(S_NUM_BOUNDS, "{'c':0.999999999999999999999999}"),
+    OK(S_NUM_BOUNDS, "{'c':0.5 }"),
+    OK(S_NUM_BOUNDS, "{'c':1\n}"),
+    PART(S_NUM_BOUNDS, "{'c':1"),
+    PART(S_NUM_BOUNDS, "{'c':1."),
+    PART(S_NUM_BOUNDS, "{'c':1.0000000000000000000000"),
+    PART(S_NUM_BOUNDS, "{'c':0.99999"),
+    BAD(S_NUM_BOUNDS, "{'c':1.0", "1}"),
+    BAD(S_NUM_BOUNDS, "{'c':1.0000000000000000000000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'c':1", "1}"),
+    BAD(S_NUM_BOUNDS, "{'c':", "-0}"),
+    BAD(S_NUM_BOUNDS, "{'c':", "2}"),
+    BAD(S_NUM_BOUNDS, "{'c':1", "e0}"),
+    BAD(S_NUM_BOUNDS, "{'c':0.5", "E-1}"),
+    BAD(S_NUM_BOUNDS, "{'c':0", "0}"),
+    BAD(S_NUM_BOUNDS, "{'c':1.", "}"),
+    BAD(S_NUM_BOUNDS, "{'c':0.", "e1}"),
+    BAD(S_NUM_BOUNDS, "{'c':0.5", ".5}"),
+    /* [-1.5, 2.25): -0 and -0.0 refused, -0.05 taken */
+    OK(S_NUM_BOUNDS, "{'h':-1.5}"),
+    OK(S_NUM_BOUNDS, "{'h':-1.50}"),
+    OK(S_NUM_BOUNDS, "{'h':-1.4999}"),
+    OK(S_NUM_BOUNDS, "{'h':-1}"),
+    OK(S_NUM_BOUNDS, "{'h':0}"),
+    OK(S_NUM_BOUNDS, "{'h':2}"),
+    OK(S_NUM_BOUNDS, "{'h':2.2}"),
+    OK(S_NUM_BOUNDS, "{'h':2.2499999999999999999999}"),
+    OK(S_NUM_BOUNDS, "{'h':-0.05}"),
+    OK(S_NUM_BOUNDS, "{'h':-0.0000001}"),
+    PART(S_NUM_BOUNDS, "{'h':-"),
+    PART(S_NUM_BOUNDS, "{'h':-0"),
+    PART(S_NUM_BOUNDS, "{'h':-0.0"),
+    PART(S_NUM_BOUNDS, "{'h':-1.5000000000000000000000"),
+    BAD(S_NUM_BOUNDS, "{'h':-1.5000000000000000000000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'h':-1.5", "1}"),
+    BAD(S_NUM_BOUNDS, "{'h':-1.", "6}"),
+    BAD(S_NUM_BOUNDS, "{'h':-", "2}"),
+    BAD(S_NUM_BOUNDS, "{'h':2.2", "5}"), /* 2.25 and all it begins are out */
+    BAD(S_NUM_BOUNDS, "{'h':", "3}"),
+    BAD(S_NUM_BOUNDS, "{'h':-0", "}"),
+    BAD(S_NUM_BOUNDS, "{'h':-0.0", "}"),
+    BAD(S_NUM_BOUNDS, "{'h':-0.000", " }"),
+    BAD(S_NUM_BOUNDS, "{'h':-", "-1}"),
+    BAD(S_NUM_BOUNDS, "{'h':-", ".5}"),
+    /* exclusiveMinimum 0: the positive numbers, however small or large */
+    OK(S_NUM_BOUNDS, "{'pos':0.01}"),
+    OK(S_NUM_BOUNDS, "{'pos':0.000000000000000000000000001}"),
+    OK(S_NUM_BOUNDS, "{'pos':123456789012345678901234567890}"),
+    OK(S_NUM_BOUNDS, "{'pos':123456789012345678901234567890.5}"),
+    PART(S_NUM_BOUNDS, "{'pos':0"),
+    PART(S_NUM_BOUNDS, "{'pos':0.000"),
+    BAD(S_NUM_BOUNDS, "{'pos':0", "}"),
+    BAD(S_NUM_BOUNDS, "{'pos':0.0", "}"),
+    BAD(S_NUM_BOUNDS, "{'pos':0.000000000000000000000", "}"),
+    BAD(S_NUM_BOUNDS, "{'pos':", "-1}"),
+    /* maximum -0.001 */
+    OK(S_NUM_BOUNDS, "{'neg':-0.001}"),
+    OK(S_NUM_BOUNDS, "{'neg':-0.0010}"),
+    OK(S_NUM_BOUNDS, "{'neg':-0.0011}"),
+    OK(S_NUM_BOUNDS, "{'neg':-0.00100000000000000000001}"),
+    OK(S_NUM_BOUNDS, "{'neg':-1}"),
+    OK(S_NUM_BOUNDS, "{'neg':-12345678901234567890.5}"),
+    PART(S_NUM_BOUNDS, "{'neg':-0.00"),
+    PART(S_NUM_BOUNDS, "{'neg':-0.001"),
+    BAD(S_NUM_BOUNDS, "{'neg':-0.00", "09}"), /* -0.000... lies above -0.001 */
+    BAD(S_NUM_BOUNDS, "{'neg':-0.00", "}"),
+    OK(S_NUM_BOUNDS, "{'neg':-0.002}"),
+    BAD(S_NUM_BOUNDS, "{'neg':", "0}"),
+    /* array items in [0, 1] */
+    OK(S_NUM_BOUNDS, "{'ps':[]}"),
+    OK(S_NUM_BOUNDS, "{'ps':[0,1,0.5,0.25]}"),
+    OK(S_NUM_BOUNDS, "{'ps':[ 1.0 , 0.0 ]}"),
+    PART(S_NUM_BOUNDS, "{'ps':[0.5,1."),
+    BAD(S_NUM_BOUNDS, "{'ps':[0.5,1.", "5]}"),
+    BAD(S_NUM_BOUNDS, "{'ps':[", "-0.5]}"),
+    BAD(S_NUM_BOUNDS, "{'ps':[1", "0]}"),
+    BAD(S_NUM_BOUNDS, "{'ps':[0,0,0,0", ",0]}"),
+    /* ['number', 'null'] from -2.5 (out) to 10 */
+    OK(S_NUM_BOUNDS, "{'nn':null}"),
+    OK(S_NUM_BOUNDS, "{'nn':10}"),
+    OK(S_NUM_BOUNDS, "{'nn':10.000}"),
+    OK(S_NUM_BOUNDS, "{'nn':-2.4}"),
+    OK(S_NUM_BOUNDS, "{'nn':-2.49999999999999999999999}"),
+    PART(S_NUM_BOUNDS, "{'nn':n"),
+    PART(S_NUM_BOUNDS, "{'nn':10."),
+    BAD(S_NUM_BOUNDS, "{'nn':-2.", "5}"), /* -2.5 and all it begins are out */
+    BAD(S_NUM_BOUNDS, "{'nn':10", "0}"),
+    BAD(S_NUM_BOUNDS, "{'nn':10.", "1}"),
+    BAD(S_NUM_BOUNDS, "{'nn':10.0", "1}"),
+    BAD(S_NUM_BOUNDS, "{'nn':-", "3}"),
+    BAD(S_NUM_BOUNDS, "{'nn':", "true}"),
+    /* an anyOf split by sign: 0 and up, or below 0 */
+    OK(S_NUM_BOUNDS, "{'sg':0}"),
+    OK(S_NUM_BOUNDS, "{'sg':0.0}"),
+    OK(S_NUM_BOUNDS, "{'sg':5.5}"),
+    OK(S_NUM_BOUNDS, "{'sg':-0.5}"),
+    OK(S_NUM_BOUNDS, "{'sg':-7}"),
+    OK(S_NUM_BOUNDS, "{'sg':-0.0001}"),
+    BAD(S_NUM_BOUNDS, "{'sg':-0", "}"),
+    BAD(S_NUM_BOUNDS, "{'sg':-0.0", "}"),
+    BAD(S_NUM_BOUNDS, "{'sg':", "'x'}"),
+    /* one number: 2.5 */
+    OK(S_NUM_BOUNDS, "{'pt':2.5}"),
+    OK(S_NUM_BOUNDS, "{'pt':2.50}"),
+    OK(S_NUM_BOUNDS, "{'pt':2.5000000000000000000000000}"),
+    PART(S_NUM_BOUNDS, "{'pt':2"),
+    BAD(S_NUM_BOUNDS, "{'pt':2", "}"),
+    BAD(S_NUM_BOUNDS, "{'pt':2", "5}"),
+    BAD(S_NUM_BOUNDS, "{'pt':2.", "4}"),
+    BAD(S_NUM_BOUNDS, "{'pt':2.", "}"),
+    BAD(S_NUM_BOUNDS, "{'pt':2.5", "1}"),
+    BAD(S_NUM_BOUNDS, "{'pt':2.50000000000000000000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'pt':", "3}"),
+    BAD(S_NUM_BOUNDS, "{'pt':", "-2.5}"),
+    /* from 0.1 to 0.2, both out */
+    OK(S_NUM_BOUNDS, "{'ex':0.15}"),
+    OK(S_NUM_BOUNDS, "{'ex':0.10000000000000000000000001}"),
+    OK(S_NUM_BOUNDS, "{'ex':0.19999999999999999999999999}"),
+    PART(S_NUM_BOUNDS, "{'ex':0.1"),
+    PART(S_NUM_BOUNDS, "{'ex':0.100000000000000000000"),
+    BAD(S_NUM_BOUNDS, "{'ex':0.1", "}"),
+    BAD(S_NUM_BOUNDS, "{'ex':0.10", "}"),
+    BAD(S_NUM_BOUNDS, "{'ex':0.100000000000000000000", "}"),
+    BAD(S_NUM_BOUNDS, "{'ex':0.", "2}"),
+    BAD(S_NUM_BOUNDS, "{'ex':0.", "0}"),
+    BAD(S_NUM_BOUNDS, "{'ex':", "1}"),
+    /* maximum 0.1: 1/10 exactly, not the double's 0.1000000000000000055... */
+    OK(S_NUM_BOUNDS, "{'m1':0.1}"),
+    OK(S_NUM_BOUNDS, "{'m1':0.10}"),
+    OK(S_NUM_BOUNDS, "{'m1':0.1000}"),
+    OK(S_NUM_BOUNDS, "{'m1':0.0999999999999999999999}"),
+    OK(S_NUM_BOUNDS, "{'m1':0}"),
+    OK(S_NUM_BOUNDS, "{'m1':-5}"),
+    PART(S_NUM_BOUNDS, "{'m1':0.1000000000000000000000"),
+    BAD(S_NUM_BOUNDS, "{'m1':0.1000000000000000000000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'m1':0.10000000000000000", "6}"),
+    BAD(S_NUM_BOUNDS, "{'m1':0.", "2}"),
+    BAD(S_NUM_BOUNDS, "{'m1':", "1}"),
+    /* from -0.0001 (out) to 1234.5678 */
+    OK(S_NUM_BOUNDS, "{'fr':-0.00009}"),
+    OK(S_NUM_BOUNDS, "{'fr':-0.00000000000000000000001}"),
+    OK(S_NUM_BOUNDS, "{'fr':0}"),
+    OK(S_NUM_BOUNDS, "{'fr':1234.5678}"),
+    OK(S_NUM_BOUNDS, "{'fr':1234.56780}"),
+    BAD(S_NUM_BOUNDS, "{'fr':-0.000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'fr':-0", "}"),
+    BAD(S_NUM_BOUNDS, "{'fr':-0.0", "}"),
+    BAD(S_NUM_BOUNDS, "{'fr':1234.567", "9}"),
+    BAD(S_NUM_BOUNDS, "{'fr':1234.5678", "1}"),
+    BAD(S_NUM_BOUNDS, "{'fr':1234", "5}"),
+    BAD(S_NUM_BOUNDS, "{'fr':-", "1}"),
+    /* far from 0: -10^15 to 10^15 - 1 */
+    OK(S_NUM_BOUNDS, "{'big':-1000000000000000}"),
+    OK(S_NUM_BOUNDS, "{'big':-1000000000000000.000}"),
+    OK(S_NUM_BOUNDS, "{'big':999999999999999}"),
+    OK(S_NUM_BOUNDS, "{'big':999999999999999.0}"),
+    OK(S_NUM_BOUNDS, "{'big':-999999999999999.99999}"),
+    PART(S_NUM_BOUNDS, "{'big':999999999999999."),
+    BAD(S_NUM_BOUNDS, "{'big':999999999999999.", "5}"),
+    BAD(S_NUM_BOUNDS, "{'big':999999999999999.000000", "1}"),
+    BAD(S_NUM_BOUNDS, "{'big':999999999999999", "9}"),
+    BAD(S_NUM_BOUNDS, "{'big':123456789012345", "6}"),
+    BAD(S_NUM_BOUNDS, "{'big':-1000000000000000.0", "1}"),
+    BAD(S_NUM_BOUNDS, "{'big':-1000000000000000", "0}"),
+    BAD(S_NUM_BOUNDS, "{'big':-100000000000000", "1}"),
+    /* minimum 1 and exclusiveMinimum 1: above 1; maximum 3 beside exclusiveMaximum 3.5 */
+    OK(S_NUM_BOUNDS, "{'both':1.00001}"),
+    OK(S_NUM_BOUNDS, "{'both':3}"),
+    OK(S_NUM_BOUNDS, "{'both':3.0000}"),
+    PART(S_NUM_BOUNDS, "{'both':1"),
+    BAD(S_NUM_BOUNDS, "{'both':1", "}"),
+    BAD(S_NUM_BOUNDS, "{'both':1.0", "}"),
+    BAD(S_NUM_BOUNDS, "{'both':3.", "1}"),
+    BAD(S_NUM_BOUNDS, "{'both':3.", "5}"),
+    BAD(S_NUM_BOUNDS, "{'both':", "4}"),
+    BAD(S_NUM_BOUNDS, "{'both':", "0}"),
+    OK(S_NUM_BOUNDS, "{'c':1,'h':-1.5,'pos':1,'neg':-0.001,'ps':[1],'nn':null,'sg':-1,"
+                     "'pt':2.5,'ex':0.15,'m1':0.1,'fr':0,'big':0,'both':2}"),
     /* integers */
     BAD(S_ORDER, "{'a':1", ".5,'b':'x'}"),
     BAD(S_ORDER, "{'a':1", "e5,'b':'x'}"),
@@ -2070,7 +2610,8 @@ static void test_hand_cases_have_their_known_answers(void **state)
                                          "choice", "ref", "self", "keys", "deep arrays",
                                          "tricky", "root ref", "map", "maps", "map self",
                                          "map free", "any true", "enum type", "text",
-                                         "lengths", "text nested"};
+                                         "lengths", "text nested", "bounds",
+                                         "number bounds"};
     for (int k = 0; k < NSCHEMA; k++)
         machine_load(&m[k], names[k], g_hand_schema[k]);
     int bad = 0;
@@ -2169,13 +2710,23 @@ static const char *const g_random_schema[][2] = {
      "'ref':{'$ref':'#/$defs/code'},'alt':{'anyOf':[{'$ref':'#/$defs/code'},"
      "{'type':'integer'}]}},'required':['zip'],"
      "'$defs':{'code':{'type':'string','pattern':'^[A-Z]{2}-[0-9]+$','maxLength':6}}}"},
+    /* numbers with bounds, most of them in every text (so that walks write them): closed,
+     * array items up to an exclusive bound, a narrow range above 0, an anyOf split by sign
+     * away from 0, a list of types */
+    {"number bounds",
+     "{'type':'object','properties':{'c':{'type':'number','minimum':0,'maximum':1},"
+     "'xs':{'type':'array','items':{'type':'number','minimum':-1.5,'exclusiveMaximum':2.25},"
+     "'minItems':1,'maxItems':2},'p':{'type':'number','exclusiveMinimum':0,'maximum':0.001},"
+     "'q':{'anyOf':[{'type':'number','minimum':10},{'type':'number','maximum':-10}]},"
+     "'n':{'type':['null','number'],'minimum':-0.5,'maximum':-0.25}},"
+     "'required':['xs','p','q']}"},
 };
 #define NRANDOM (sizeof g_random_schema / sizeof g_random_schema[0])
 
 static void random_machine(machine *m, size_t k)
 {
     static const int hand[NRANDOM] = {-1, S_REF, S_ARRAYS, S_ANY_OBJECT, S_SELF, -1, -1, -1,
-                                      S_BOUNDS, -1};
+                                      S_BOUNDS, -1, -1};
     const char *text = hand[k] >= 0 ? g_hand_schema[hand[k]] : g_random_schema[k][1];
     machine_load(m, g_random_schema[k][0], text);
 }
@@ -2422,16 +2973,94 @@ static void gen_bounded(bytes *b, rng *r, const int_bounds *ib)
     b_str(b, t);
 }
 
+/* x (x 10^-18, as dec's v) in decimal digits: '-' when below 0, the whole part, then the
+ * point and the 18 digits after it less their trailing zeros, zeros more zeros; or, when tail
+ * is not empty, all 18 and tail after them (a magnitude a little greater than x's). */
+static void put_decimal(bytes *b, __int128 x, int zeros, const char *tail)
+{
+    char t[128], *o = t, d[48];
+    __int128 mag = x < 0 ? -x : x, w = mag / DEC_ONE, f = mag % DEC_ONE;
+    int n = 0, nf = 18;
+    if (x < 0)
+        *o++ = '-';
+    do
+        d[n++] = (char)('0' + (int)(w % 10));
+    while ((w /= 10) > 0);
+    while (n)
+        *o++ = d[--n];
+    for (int k = 17; k >= 0; k--, f /= 10)
+        d[k] = (char)('0' + (int)(f % 10));
+    while (nf && d[nf - 1] == '0' && !*tail)
+        nf--;
+    if (nf || zeros || *tail) {
+        *o++ = '.';
+        memcpy(o, d, (size_t)nf);
+        o += nf;
+        for (; zeros > 0 && !*tail; zeros--)
+            *o++ = '0';
+        for (const char *c = tail; *c; c++)
+            *o++ = *c;
+    }
+    b_put(b, t, (size_t)(o - t));
+}
+
+/* A number within nb, written from its decimal digits: a bound itself (when inclusive), or a
+ * bound moved inwards by 1 to 99 times 10^-18..10^6, or anywhere in the bounds (an open side
+ * reaches 10^6 past the other bound); at times with trailing zeros, at times with 2 to 12
+ * digits past the 18th after the point (20 to 30 in all). Each try is kept when the oracle
+ * finds it within nb; else the middle of the bounds. */
+static void gen_bounded_number(bytes *b, rng *r, const num_bounds *nb)
+{
+    const __int128 far = 1000000 * DEC_ONE;
+    const __int128 lo = nb->has_lo ? nb->lo.v : (nb->has_hi ? nb->hi.v : 0) - far;
+    const __int128 hi = nb->has_hi ? nb->hi.v : (nb->has_lo ? nb->lo.v : 0) + far;
+    bytes t = {0};
+    for (int tries = 0; tries < 20; tries++) {
+        const uint32_t how = rnd(r, 8);
+        const __int128 delta = (__int128)(1 + rnd(r, 99)) * pow10_128((int)rnd(r, 25));
+        __int128 x;
+        if (how == 0)
+            x = rnd(r, 2) ? lo : hi;
+        else if (how < 5)
+            x = rnd(r, 2) ? lo + delta : hi - delta;
+        else
+            x = lo + (__int128)(((unsigned __int128)rng_next(r) << 64 | rng_next(r)) %
+                                (unsigned __int128)(hi - lo + 1));
+        char tail[16] = "";
+        if (rnd(r, 4) == 0) {
+            const uint32_t n = 2 + rnd(r, 11);
+            for (uint32_t k = 0; k < n; k++)
+                tail[k] = (char)(k + 1 < n ? '0' + rnd(r, 10) : '1' + rnd(r, 9));
+            tail[n] = '\0';
+        }
+        t.n = 0;
+        put_decimal(&t, x, rnd(r, 4) == 0 ? (int)(1 + rnd(r, 3)) : 0, tail);
+        if (num_text_within(nb, t.p, t.n)) {
+            b_put(b, t.p, t.n);
+            free(t.p);
+            return;
+        }
+    }
+    t.n = 0;
+    put_decimal(&t, lo + (hi - lo) / 2, 0, "");
+    assert_true(num_text_within(nb, t.p, t.n));
+    b_put(b, t.p, t.n);
+    free(t.p);
+}
+
 static void gen_typed(const oschema *os, bytes *b, rng *r, const cJSON *s, const char *type,
                       int frames)
 {
     const int_bounds ib = bounds_of(s);
+    const num_bounds *nb = strcmp(type, "number") == 0 ? num_bounds_of(os, s) : NULL;
     if (strcmp(type, "string") == 0 && text_rule_of(os, s))
         gen_text(b, r, text_rule_of(os, s));
     else if (strcmp(type, "string") == 0)
         gen_string(b, r, 0);
     else if (strcmp(type, "integer") == 0 && bounded(&ib))
         gen_bounded(b, r, &ib);
+    else if (nb)
+        gen_bounded_number(b, r, nb);
     else if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0)
         gen_number(b, r, strcmp(type, "integer") == 0);
     else if (strcmp(type, "boolean") == 0)
@@ -2564,6 +3193,18 @@ static int check_next_bytes(const machine *m, const uint8_t *s, size_t n)
     return bad;
 }
 
+/* An instance and a mutant of it (into mu): every prefix of both against the oracle, and
+ * with next_bytes every next byte after their prefixes too. */
+static int check_with_a_mutant(const machine *m, const bytes *s, bytes *mu, rng *r,
+                               int next_bytes)
+{
+    mutate(mu, s, r, g_interesting);
+    int bad = check_prefixes(m, s->p, s->n) + check_prefixes(m, mu->p, mu->n);
+    if (next_bytes)
+        bad += check_next_bytes(m, s->p, s->n) + check_next_bytes(m, mu->p, mu->n);
+    return bad;
+}
+
 static void test_random_instances_are_accepted_whole(void **state)
 {
     (void)state;
@@ -2606,14 +3247,8 @@ static void test_random_instances_are_accepted_whole(void **state)
                        o != ORACLE_COMPLETE ? "the oracle rejects it" : why);
                 bad++;
             }
-            mutate(&mu, &s, &r, g_interesting);
+            bad += check_with_a_mutant(&m, &s, &mu, &r, i % (count / fan) == 0 && s.n < fan_len);
             kinds[oracle(&m.os, mu.p, mu.n)]++;
-            bad += check_prefixes(&m, s.p, s.n);
-            bad += check_prefixes(&m, mu.p, mu.n);
-            if (i % (count / fan) == 0 && s.n < fan_len) {
-                bad += check_next_bytes(&m, s.p, s.n);
-                bad += check_next_bytes(&m, mu.p, mu.n);
-            }
         }
         free(s.p);
         free(mu.p);
@@ -2782,7 +3417,97 @@ static void test_random_walks_yield_valid_json(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* ---- 4. schemas refused --------------------------------------------------------------------- */
+/* ---- 4. numbers with bounds at random ----------------------------------------------------- */
+
+/* A schema of one property p, a number with bounds drawn from a list of decimals (far from 0,
+ * fractional, of 4 digits after the point, 0 itself), each side at times left open, at times
+ * given twice (minimum and exclusiveMinimum: the tighter kept). Bounds no number fits must be
+ * refused ("no number fits"); else instances (gen_bounded_number) are taken whole, and every
+ * prefix of them, of their mutants and of any numbers (exponents among them) in p's place,
+ * and after a few of them every one of the 256 next bytes, get the oracle's verdict. */
+static void test_random_number_bounds_agree_with_the_oracle(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"-1000000000000000", "-12.5", "-1", "-0.5", "-0.001",
+                                         "0", "0.0001", "0.1", "0.25", "1", "2.5", "99.99",
+                                         "100", "1234.5678", "999999999999999"};
+    static const char *const keys[4] = {"minimum", "exclusiveMinimum", "maximum",
+                                        "exclusiveMaximum"};
+    const uint32_t nvalues = sizeof values / sizeof values[0];
+    const size_t schemas = tu_size(80, 12), per = tu_size(16, 4);
+    size_t compiled = 0, refused = 0, texts = 0;
+    int bad = 0;
+    rng r = {0xB0B5u};
+    for (size_t k = 0; k < schemas && !bad; k++) {
+        char text[512];
+        int n = snprintf(text, sizeof text, "{'type':'object','properties':{'p':{'type':'number'");
+        /* mostly the lower bounds from values up to split, the upper ones from split on */
+        const uint32_t split = rnd(&r, 4) ? rnd(&r, nvalues) : 0;
+        for (uint32_t side = 0, lower = 0; side < 2; side++) {
+            uint32_t given = rnd(&r, 4) == 0 ? 0 : rnd(&r, 4) == 0 ? 2 : 1;
+            given = side == 1 && lower == 0 && given == 0 ? 1 : given; /* one bound at least */
+            lower = given;
+            for (uint32_t g = 0; g < given; g++) {
+                const uint32_t v = split == 0 ? rnd(&r, nvalues)
+                                   : side == 0 ? rnd(&r, split + 1)
+                                               : split + rnd(&r, nvalues - split);
+                n += snprintf(text + n, sizeof text - (size_t)n, ",'%s':%s",
+                              keys[2 * side + (given == 2 ? g : rnd(&r, 2))], values[v]);
+            }
+        }
+        snprintf(text + n, sizeof text - (size_t)n, "}}}");
+        machine m;
+        os_load(&m.os, "random number bounds", text);
+        const num_bounds *nb = num_bounds_of(&m.os, get(get(m.os.root, "properties"), "p"));
+        assert_non_null(nb);
+        const int c = nb->has_lo && nb->has_hi ? dec_cmp(nb->lo, nb->hi) : -1;
+        const int empty = c > 0 || (c == 0 && (nb->lo_excl || nb->hi_excl));
+        const pe_status st = tx_schema_compile(m.os.text, strlen(m.os.text), &m.s);
+        if (empty || st != PE_OK) {
+            if (!empty || st != PE_EINVAL || !strstr(pe_last_error(), "no number fits")) {
+                print_message("%s: tx_schema_compile: %s (\"%s\"); the oracle: %s\n",
+                              m.os.text, pe_status_str(st), st == PE_OK ? "" : pe_last_error(),
+                              empty ? "no number fits" : "numbers fit");
+                bad++;
+            }
+            if (st == PE_OK)
+                tx_schema_free(m.s);
+            os_free(&m.os);
+            refused += empty;
+            continue;
+        }
+        compiled++;
+        bytes s = {0}, mu = {0};
+        for (size_t i = 0; i < per; i++) {
+            s.n = 0;
+            b_str(&s, "{\"p\":");
+            if (i % 4 == 3)
+                gen_number(&s, &r, 0);
+            else
+                gen_bounded_number(&s, &r, nb);
+            b_byte(&s, '}');
+            texts++;
+            size_t at = 0;
+            const int o = oracle(&m.os, s.p, s.n), v = machine_verdict(&m, s.p, s.n, &at);
+            if (i % 4 != 3 && (o != ORACLE_COMPLETE || v != ORACLE_COMPLETE)) {
+                char d[96];
+                snprintf(d, sizeof d, "an instance: oracle %s, machine %s (at %zu)",
+                         verdict_name(o), verdict_name(v), at);
+                report(&m, "instance", s.p, s.n, d);
+                bad++;
+            }
+            bad += check_with_a_mutant(&m, &s, &mu, &r, i < 2);
+        }
+        free(s.p);
+        free(mu.p);
+        machine_free(&m);
+    }
+    print_message("%zu schemas of random number bounds: %zu compiled, %zu refused (no number "
+                  "fits); %zu texts; %d mismatches\n", schemas, compiled, refused, texts, bad);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 5. schemas refused --------------------------------------------------------------------- */
 
 typedef struct refused {
     const char *schema;  /* '\'' for '"' */
@@ -2794,14 +3519,31 @@ typedef struct refused {
 #define PROP(x) "{'type':'object','properties':{'p':" x "}}"
 
 static const refused g_refused[] = {
-    {PROP("{'type':'number','minimum':0}"), "bound integers only", "/properties/p"},
-    {PROP("{'type':['integer','number'],'maximum':9}"), "bound integers only",
+    /* bounds: beside what is neither an integer nor a number; a list of both (alternatives
+     * that begin alike); numbers none fits; a bound of too many digits after the point or
+     * past 10^15 */
+    {PROP("{'type':['integer','number'],'maximum':9}"), "can both start with",
      "/properties/p"},
-    {PROP("{'type':'number','exclusiveMinimum':0}"), "exclusiveMinimum", "/properties/p"},
-    {PROP("{'type':'number','exclusiveMaximum':0}"), "exclusiveMaximum", "/properties/p"},
-    {PROP("{'enum':[1,2],'minimum':0}"), "bound integers only", "/properties/p"},
-    {PROP("{'type':'string','maximum':3}"), "bound integers only", "/properties/p"},
-    {PROP("{'maximum':3}"), "bound integers only", "/properties/p"},
+    {PROP("{'enum':[1,2],'minimum':0}"), "bound numbers", "/properties/p"},
+    {PROP("{'type':'string','maximum':3}"), "bound numbers", "/properties/p"},
+    {PROP("{'maximum':3}"), "bound numbers", "/properties/p"},
+    {PROP("{'anyOf':[{'type':'number'},{'type':'null'}],'minimum':0}"), "bound numbers",
+     "/properties/p"},
+    {"{'type':'object','properties':{'p':{'$ref':'#/$defs/n','maximum':1}},"
+     "'$defs':{'n':{'type':'number'}}}", "bound numbers", "/properties/p"},
+    {PROP("{'type':'number','minimum':5,'maximum':4}"), "no number fits", "/properties/p"},
+    {PROP("{'type':'number','exclusiveMinimum':3,'maximum':3}"), "no number fits",
+     "/properties/p"},
+    {PROP("{'type':'number','minimum':3,'exclusiveMaximum':3}"), "no number fits",
+     "/properties/p"},
+    {PROP("{'type':['number','null'],'exclusiveMinimum':0.5,'exclusiveMaximum':0.5}"),
+     "no number fits", "/properties/p"},
+    {PROP("{'type':'number','minimum':1e-30}"), "digits after the point", "/properties/p"},
+    {PROP("{'type':'number','maximum':1e-25}"), "digits after the point", "/properties/p"},
+    {PROP("{'type':'number','exclusiveMaximum':1.5e-24}"), "digits after the point",
+     "/properties/p"},
+    {PROP("{'type':'number','maximum':1e16}"), "10^15", "/properties/p"},
+    {PROP("{'type':'number','minimum':-1000000000000000.5}"), "10^15", "/properties/p"},
     {PROP("{'type':'integer','exclusiveMinimum':true,'minimum':0}"), "draft 4",
      "/properties/p"},
     {PROP("{'type':'integer','minimum':'0'}"), "'minimum' must be a number", "/properties/p"},
@@ -3020,8 +3762,17 @@ static void test_unsupported_schemas_are_refused_naming_the_keyword(void **state
         pe_grammar_free(g);
         free(text);
     }
-    /* the limits themselves, an empty pattern, a pattern beside a type list */
+    /* the limits themselves, an empty pattern, a pattern beside a type list; bounds beside
+     * a number: one of each, a list of types, the limits (10^15, 24 digits after the point),
+     * one number */
     static const char *const compiles[] = {
+        PROP("{'type':'number','minimum':0}"),
+        PROP("{'type':'number','exclusiveMinimum':0}"),
+        PROP("{'type':'number','maximum':0}"),
+        PROP("{'type':'number','exclusiveMaximum':0}"),
+        PROP("{'type':['number','null'],'minimum':-1e15,'maximum':1e15}"),
+        PROP("{'type':'number','minimum':1e-24,'exclusiveMaximum':0.000000000000000000000002}"),
+        PROP("{'type':'number','minimum':-0.5,'maximum':-0.5}"),
         PROP("{'type':'string','maxLength':4096}"),
         PROP("{'type':'string','minLength':4096,'maxLength':4096,'pattern':'^a'}"),
         PROP("{'type':'string','minLength':0,'maxLength':0}"),
@@ -3051,7 +3802,7 @@ static void test_unsupported_schemas_are_refused_naming_the_keyword(void **state
     assert_int_equal(bad, 0);
 }
 
-/* ---- 5. token masks ----------------------------------------------------------------------- */
+/* ---- 6. token masks ----------------------------------------------------------------------- */
 
 /* The walks' view of a vocabulary: base's table of bytes (test_grammar checks it against the
  * tokenizer's decode), and the ids the walks weigh at every step. */
@@ -3473,16 +4224,13 @@ static void test_gpt2_masks_follow_the_schema(void **state)
 
 int main(int argc, char **argv)
 {
-    static char dir[PATH_MAX];
-    if (argc < 2 || !realpath(argv[1], dir)) {
-        fprintf(stderr, "usage: %s TESTS/tokenizer\n", argv[0]);
+    if (!(g_dir = tu_dir_arg(argc, argv, "TESTS/tokenizer")))
         return 2;
-    }
-    g_dir = dir;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_cases_have_their_known_answers),
         cmocka_unit_test(test_random_instances_are_accepted_whole),
         cmocka_unit_test(test_random_walks_yield_valid_json),
+        cmocka_unit_test(test_random_number_bounds_agree_with_the_oracle),
         cmocka_unit_test(test_unsupported_schemas_are_refused_naming_the_keyword),
         cmocka_unit_test(test_masks_on_a_hand_vocabulary),
         cmocka_unit_test(test_masks_on_a_hand_vocabulary_with_patterns),

@@ -606,10 +606,12 @@ async function jsonMode(url) {
 
 // Structured outputs (response_format {"type": "json_schema"}) on a schema whose every text is
 // short (enums, a boolean, a string of a fixed pattern, a string of 1 to 3 characters, an
-// array of at most 2 enum items, an integer of -3..250; whitespace runs are bounded), so
-// every answer must close its object ("stop") well within max_tokens: each parses, and has
-// exactly the schema's properties, in its order, with allowed values, checked here by hand
-// (a RegExp for the pattern); streamed = whole; a chat too. A schema pengine does not
+// array of at most 2 enum items, an integer of -3..250, a number of 0..1 (written without
+// an exponent), a date (format "date": a real day, checked by JS's Date); whitespace runs
+// are bounded), so every answer must close its object
+// ("stop") well within max_tokens: each parses, and has exactly the schema's properties, in
+// its order, with allowed values, checked here by hand (a RegExp for the pattern);
+// streamed = whole; a chat too. A schema pengine does not
 // enforce (a minimum that bounds no integer), a pattern it refuses (lookaround), a root that
 // is not an object and a missing schema are 400s naming the problem.
 async function jsonSchema(url) {
@@ -622,17 +624,19 @@ async function jsonSchema(url) {
                                    note: { type: 'null' },
                                    tags: { type: 'array', items: { enum: [1, 2, 3] },
                                            minItems: 1, maxItems: 2 },
-                                   n: { type: 'integer', minimum: -3, maximum: 250 } } };
+                                   n: { type: 'integer', minimum: -3, maximum: 250 },
+                                   p: { type: 'number', minimum: 0, maximum: 1 },
+                                   d: { type: 'string', format: 'date' } } };
     const rf = { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema } };
     const follows = (text, what) => {
         let o = null;
         try { o = JSON.parse(text); } catch { check(false, `${what}: ${JSON.stringify(text)}`); }
         const keys = Object.keys(o);
-        const order = ['color', 'ok', 'code', 'name', 'note', 'tags', 'n'];
+        const order = ['color', 'ok', 'code', 'name', 'note', 'tags', 'n', 'p', 'd'];
         check(keys[0] === 'color' && keys[1] === 'ok' && keys[2] === 'code' &&
               keys.every((k, i) => i === 0 || order.indexOf(k) > order.indexOf(keys[i - 1])),
-              `${what}: properties ${keys} (color, ok, code, then name, note, tags and n, ` +
-              'in order)');
+              `${what}: properties ${keys} (color, ok, code, then name, note, tags, n, p ` +
+              'and d, in order)');
         check(['red', 'green', 'blue'].includes(o.color) && typeof o.ok === 'boolean' &&
               /^[a-z]{2}[0-9]$/.test(o.code) &&
               (!('name' in o) || ([...o.name].length >= 1 && [...o.name].length <= 3)) &&
@@ -640,7 +644,13 @@ async function jsonSchema(url) {
               (!('tags' in o) || (Array.isArray(o.tags) && o.tags.length >= 1 &&
                                   o.tags.length <= 2 && o.tags.every((t) => [1, 2, 3]
                                       .includes(t)))) &&
-              (!('n' in o) || (Number.isInteger(o.n) && o.n >= -3 && o.n <= 250)),
+              (!('n' in o) || (Number.isInteger(o.n) && o.n >= -3 && o.n <= 250)) &&
+              (!('p' in o) || (typeof o.p === 'number' && o.p >= 0 && o.p <= 1 &&
+                               /"p"\s*:\s*(0|1)(\.[0-9]+)?\s*[,}]/.test(text))) &&
+              (!('d' in o) || (/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(o.d) &&
+                               !isNaN(Date.parse(`${o.d}T00:00:00Z`)) &&
+                               new Date(`${o.d}T00:00:00Z`).toISOString().slice(0, 10) ===
+                                   o.d)),
               `${what}: ${text}`);
     };
     for (const [temperature, seed] of [[0, 0], [1, 1], [1.5, 2], [2, 3]]) {

@@ -51,13 +51,14 @@ static const pe_grammar *active; /* the one the runs use */
 static int with_eos;         /* the runs' sequences may end at the model's eos (V - 1) */
 
 /* Properties in order, some optional, of every kind the table's tokens can write (a map
- * too, and integers with bounds). */
+ * too, and integers and numbers with bounds). */
 static const char *const schema_text =
     "{\"type\": \"object\", \"required\": [\"name\"], \"properties\": {"
     "\"name\": {\"type\": \"string\"}, \"key\": {\"enum\": [true, null, \"a\"]}, "
     "\"value\": {\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": -5, "
     "\"maximum\": 120}, \"maxItems\": 3},"
-    "\"b\": {\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"object\", "
+    "\"b\": {\"anyOf\": [{\"type\": \"number\", \"minimum\": -2.5, "
+    "\"exclusiveMaximum\": 10}, {\"type\": \"object\", "
     "\"additionalProperties\": {\"type\": \"integer\"}}]}}}";
 
 /* Up to 4 values, the numbers unbounded: a whole match may go on after each digit. */

@@ -4,6 +4,7 @@
 #include "kernels/sample.h"
 
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -154,4 +155,14 @@ void tu_run_free(tu_run *r)
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+const char *tu_dir_arg(int argc, char **argv, const char *what)
+{
+    static char dir[PATH_MAX];
+    if (argc < 2 || !realpath(argv[1], dir)) {
+        fprintf(stderr, "usage: %s %s\n", argv[0], what);
+        return NULL;
+    }
+    return dir;
 }

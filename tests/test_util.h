@@ -31,6 +31,10 @@ char *tu_slurp(const char *path, size_t *n);
 /* Removes dir and everything under it (no error when it is missing). */
 void tu_rm_tree(const char *dir);
 
+/* The absolute path of the folder a test takes as its one argument (tests/tokenizer), or
+ * NULL after printing "usage: PROG WHAT" when it is missing or does not exist. */
+const char *tu_dir_arg(int argc, char **argv, const char *what);
+
 /* A command for tu_run_cmd. */
 typedef struct tu_cmd {
     const char *bin;    /* the program */

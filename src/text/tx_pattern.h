@@ -63,6 +63,29 @@ pe_status tx_pattern_choices(const char *const *choices, size_t n, tx_pattern **
 #define TX_PATTERN_INT_RANGE_CAP 4096
 pe_status tx_pattern_int_range(int has_lo, int64_t lo, int has_hi, int64_t hi, char *out,
                                size_t cap);
+
+/* A bound of tx_pattern_num_range: a decimal of up to 15 whole digits and
+ * TX_PATTERN_MAX_FRAC digits after the point. */
+#define TX_PATTERN_MAX_FRAC 24
+#define TX_PATTERN_MAX_FRAC_TEXT "24"
+typedef struct tx_decimal {
+    int neg;                            /* 1 below 0 (never for 0 itself) */
+    uint64_t whole;                     /* the whole part, up to TX_PATTERN_MAX_INT */
+    char frac[TX_PATTERN_MAX_FRAC + 1]; /* the digits after the point, without trailing
+                                         * zeros ("" for none) */
+} tx_decimal;
+/* x as the shortest decimal that reads back as x (0.1 is "0" and "1", not the double's
+ * 0.1000000000000000055...). PE_EINVAL when x is not finite, past +-TX_PATTERN_MAX_INT, or
+ * needs more than TX_PATTERN_MAX_FRAC digits after the point (1e-30). */
+pe_status tx_decimal_of(double x, tx_decimal *d);
+/* The numbers from lo to hi in JSON's syntax without an exponent (-?(0|[1-9][0-9]*)
+ * (\.[0-9]+)?; no -0, nor -0.0), exactly: a bound is compared as the decimal it is, and
+ * 0.50 is 0.5. NULL: that side unbounded; *_excl: the bound itself left out. PE_EINVAL when
+ * no number fits, a bound is malformed, or both are NULL; PE_ENOMEM when out (cap bytes) is
+ * too small (TX_PATTERN_NUM_RANGE_CAP always fits). */
+#define TX_PATTERN_NUM_RANGE_CAP 16384
+pe_status tx_pattern_num_range(const tx_decimal *lo, int lo_excl, const tx_decimal *hi,
+                               int hi_excl, char *out, size_t cap);
 /* The texts a JSON schema's string allows (its characters, as UTF-8): a match of pattern
  * somewhere in them (NULL: any text), at their start when it begins with ^ (or \A), at
  * their end when it ends with $ (JSON schema's search, as ECMA-262 test()); and min_chars

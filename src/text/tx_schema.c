@@ -22,7 +22,7 @@ enum {
     S_MAP_KEY,  /* in a map's key: a string, read by st->value */
     S_JSON,     /* in a scalar or free value, read by st->value */
     S_TEXT,     /* in a string with a pattern or lengths, read by st->text */
-    S_DIGITS,   /* in an integer with bounds, its bytes read by st->text.dfa */
+    S_DIGITS,   /* in a number or integer with bounds, its bytes read by st->text.dfa */
     S_DONE      /* the root object is closed */
 };
 
@@ -236,6 +236,7 @@ static int value_start(const tx_schema *s, tx_schema_state *st, int id, uint8_t 
         dfa_begin(st, id, S_TEXT, n->text);
         return b == '"' ? 0 : -1;
     case TS_INTEGER:
+    case TS_NUMBER:
         if (!n->text)
             goto json;
         dfa_begin(st, id, S_DIGITS, n->text);
@@ -356,7 +357,7 @@ int tx_schema_step(const tx_schema *s, tx_schema_state *st, uint8_t b)
             const tx_pattern *p = node_of(s, st->node)->text;
             if (text_feed(p, &st->text, &b, 1) == 0)
                 return 0;
-            /* the integer ends at the first byte that is not its own: a byte that would go
+            /* the number ends at the first byte that is not its own: a byte that would go
              * on a number (a digit past the bounds, '.', an exponent) is refused */
             if (memchr("-0123456789.eE", b, 14) || !tx_pattern_accepts(p, st->text.dfa))
                 return -1;

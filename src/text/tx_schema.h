@@ -16,17 +16,20 @@
  *   - array: items, minItems, maxItems;
  *   - enum, const: values written as JSON writes them without whitespace;
  *   - string: pattern (a regex the characters contain, tx_pattern.h's syntax; anchored by
- *     ^ and $), minLength, maxLength (characters);
- *   - integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, within
- *     +-10^15), read by the DFA of the integers they allow (tx_pattern_int_range; no -0);
+ *     ^ and $), or format (date, time, date-time, duration, uuid, ipv4, email:
+ *     tx_schema_format.h's regexes), minLength, maxLength (characters);
+ *   - integer, number: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers,
+ *     within +-10^15), read by the DFA of the values they allow (tx_pattern_int_range,
+ *     tx_pattern_num_range: a bounded number without an exponent; no -0);
  *   - anyOf, oneOf: alternatives whose values start with different characters (their
  *     types, or their enums' first characters differ), so the first byte chooses one;
  *     allOf of one schema;
  *   - $ref to "#", "#/$defs/NAME" or "#/definitions/NAME", recursion included;
- *   - true and {} accept any value; title, description, default, examples, format and
- *     other annotations are ignored (format is an annotation in JSON schema 2020-12);
- *   - any keyword that constrains values otherwise (multipleOf, uniqueItems, bounds on a
- *     number, ...) is refused, naming it, rather than left unenforced.
+ *   - true and {} accept any value; title, description, default, examples, other
+ *     formats and other annotations are ignored (formats are annotations in JSON schema
+ *     2020-12 unless a validator is asked to assert them);
+ *   - any keyword that constrains values otherwise (multipleOf, uniqueItems, ...) is
+ *     refused, naming it, rather than left unenforced.
  * The root must be an object. Whitespace follows JSON mode's rule; at most
  * TX_SCHEMA_MAX_DEPTH of the schema's objects and arrays are open at once. */
 #ifndef PE_TEXT_TX_SCHEMA_H
@@ -50,8 +53,8 @@ typedef struct tx_schema_frame {
 } tx_schema_frame;
 
 /* A string with a pattern or lengths, being read (phase S_TEXT): its characters, JSON's
- * escapes decoded, go through the DFA of its pattern and lengths (tx_pattern_text). An
- * integer with bounds (phase S_DIGITS) uses dfa alone, for its bytes. */
+ * escapes decoded, go through the DFA of its pattern and lengths (tx_pattern_text). A
+ * number or integer with bounds (phase S_DIGITS) uses dfa alone, for its bytes. */
 typedef struct tx_schema_text {
     int32_t dfa;    /* the characters so far (a tx_pattern state) */
     uint16_t hex;   /* \uXXXX: the digits so far */
@@ -63,8 +66,8 @@ _Static_assert(sizeof(tx_schema_text) == sizeof(tx_json), "tx_schema_text is tx_
 typedef struct tx_schema_state {
     union {
         tx_json value;       /* the scalar or free value being read (phase S_JSON) */
-        tx_schema_text text; /* a string with a pattern or lengths (phase S_TEXT), or an
-                              * integer with bounds (S_DIGITS) */
+        tx_schema_text text; /* a string with a pattern or lengths (phase S_TEXT), or a
+                              * number or integer with bounds (S_DIGITS) */
     };
     uint16_t node;   /* the value's node (an enum, or the scalar's type) */
     uint16_t cand;   /* a literal being matched: the first candidate the bytes fit */

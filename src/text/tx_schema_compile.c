@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "text/tx_schema_format.h"
 #include "text/tx_schema_nodes.h"
 #include "text/tx_utf8.h"
 
@@ -269,10 +270,18 @@ static int compile_array(ts_ctx *c, const cJSON *j, const char *path, int nestin
 static int compile_string(ts_ctx *c, const cJSON *j, const char *path)
 {
     const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(j, "format");
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(j, "minLength");
     const cJSON *hi = cJSON_GetObjectItemCaseSensitive(j, "maxLength");
     if (pattern && !cJSON_IsString(pattern))
         return fail(path, "%s must be a string (a regular expression)", "'pattern'");
+    if (format && !cJSON_IsString(format))
+        return fail(path, "%s must be a string (a format's name)", "'format'");
+    const char *format_regex = format ? tx_schema_format_regex(format->valuestring) : NULL;
+    if (format_regex && pattern)
+        return fail(path, "'format' \"%.40s\" beside 'pattern': pengine enforces one of them; "
+                          "give the pattern alone",
+                    format->valuestring);
     if ((lo && !is_count(lo)) || (hi && !is_count(hi)))
         return fail(path, "%s must be whole numbers of 0 or more",
                     "'minLength' and 'maxLength'");
@@ -285,25 +294,33 @@ static int compile_string(ts_ctx *c, const cJSON *j, const char *path)
     if (id < 0)
         return -1;
     set_first(&c->s->node[id], "\"");
-    if (!pattern && !lo && !hi)
+    if (!pattern && !format_regex && !lo && !hi)
         return id;
     tx_pattern *text;
-    if (tx_pattern_text(pattern ? pattern->valuestring : NULL, lo ? (int32_t)lo->valuedouble : 0,
+    const char *regex = pattern ? pattern->valuestring : format_regex;
+    if (tx_pattern_text(regex, lo ? (int32_t)lo->valuedouble : 0,
                         hi ? (int32_t)hi->valuedouble : -1, &text) != PE_OK)
-        return fail(path, pattern ? "'pattern': %s" : "'minLength', 'maxLength': %s",
+        return fail(path, pattern ? "'pattern': %s"
+                          : format_regex ? "'format' with 'minLength', 'maxLength': %s"
+                                         : "'minLength', 'maxLength': %s",
                     pe_last_error());
     c->s->node[id].text = text;
     return id;
 }
 
-/* An integer's bounds: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, as
- * JSON schema draft 6 and later write them), as the whole numbers lo..hi they allow. */
-static int integer_bounds(const cJSON *j, const char *path, int *has_lo, int64_t *lo,
-                          int *has_hi, int64_t *hi)
+/* A number's or an integer's bounds: minimum, exclusiveMinimum, maximum, exclusiveMaximum
+ * (numbers, as JSON schema draft 6 and later write them), the tighter of each side kept. */
+typedef struct ts_bounds {
+    int has_lo, has_hi, lo_excl, hi_excl;
+    double lo, hi;
+    const char *lo_key, *hi_key; /* the keywords they came from */
+} ts_bounds;
+
+static int read_bounds(const cJSON *j, const char *path, ts_bounds *b)
 {
     static const char *const keys[4] = {"minimum", "exclusiveMinimum", "maximum",
                                         "exclusiveMaximum"};
-    *has_lo = *has_hi = 0;
+    memset(b, 0, sizeof *b);
     for (int k = 0; k < 4; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
         if (!v)
@@ -315,47 +332,100 @@ static int integer_bounds(const cJSON *j, const char *path, int *has_lo, int64_t
         if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= (double)TX_PATTERN_MAX_INT))
             return fail(path, "'%s' must be a number within +-10^15", keys[k]);
         const double x = v->valuedouble;
-        /* the whole numbers it allows: >= ceil(x), > x, <= floor(x), < x */
-        const int64_t w = (int64_t)(k == 0 ? ceil(x) : k == 1 ? floor(x) + 1
-                                           : k == 2 ? floor(x) : ceil(x) - 1);
-        if (k < 2) {
-            *lo = *has_lo && *lo > w ? *lo : w;
-            *has_lo = 1;
-        } else {
-            *hi = *has_hi && *hi < w ? *hi : w;
-            *has_hi = 1;
+        const int excl = k == 1 || k == 3;
+        if (k < 2 && (!b->has_lo || x > b->lo || (x == b->lo && excl))) {
+            *b = (ts_bounds){1, b->has_hi, excl, b->hi_excl, x, b->hi, keys[k], b->hi_key};
+        } else if (k >= 2 && (!b->has_hi || x < b->hi || (x == b->hi && excl))) {
+            *b = (ts_bounds){b->has_lo, 1, b->lo_excl, excl, b->lo, x, b->lo_key, keys[k]};
         }
     }
-    if (*has_lo && *has_hi && *lo > *hi)
-        return fail(path, "%s: no integer fits", "the minimum is over the maximum");
     return 0;
+}
+
+/* A bounded node's DFA, from the regex of the values its bounds allow, and its first bytes
+ * from the DFA (so that an anyOf may split numbers by sign). */
+static int bounded_by(ts_ctx *c, int id, const char *re, const char *path)
+{
+    tx_pattern *p;
+    if (tx_pattern_compile(re, strlen(re), &p) != PE_OK)
+        return fail(path, "'minimum', 'maximum': the range could not be compiled: %s",
+                    pe_last_error());
+    ts_node *n = &c->s->node[id];
+    n->text = p;
+    for (const char *b = "-0123456789"; *b; b++)
+        if (tx_pattern_step(p, p->start, (uint8_t)*b) >= 0)
+            n->first[(uint8_t)*b >> 3] |= (uint8_t)(1u << (*b & 7));
+    return id;
 }
 
 /* An integer's node: with bounds, the DFA of the integers they allow (no -0). */
 static int compile_integer(ts_ctx *c, const cJSON *j, const char *path)
 {
-    int has_lo, has_hi;
-    int64_t lo = 0, hi = 0;
-    if (integer_bounds(j, path, &has_lo, &lo, &has_hi, &hi) < 0)
+    ts_bounds b;
+    if (read_bounds(j, path, &b) < 0)
         return -1;
+    /* the whole numbers allowed: >= ceil(lo), > lo, <= floor(hi), < hi */
+    const double lo = b.lo_excl ? floor(b.lo) + 1 : ceil(b.lo);
+    const double hi = b.hi_excl ? ceil(b.hi) - 1 : floor(b.hi);
+    if ((b.has_lo && lo > (double)TX_PATTERN_MAX_INT) ||
+        (b.has_hi && hi < -(double)TX_PATTERN_MAX_INT))
+        return fail(path, "'%s': the integers it allows lie past +-10^15, beyond what pengine "
+                          "bounds",
+                    b.has_lo && lo > (double)TX_PATTERN_MAX_INT ? b.lo_key : b.hi_key);
+    if (b.has_lo && b.has_hi && lo > hi)
+        return fail(path, "%s: no integer fits", "no whole number lies between the bounds");
     const int id = new_node(c, TS_INTEGER, path);
     if (id < 0)
         return -1;
-    ts_node *n = &c->s->node[id];
-    if (!has_lo && !has_hi) {
-        set_first(n, "-0123456789");
+    if (!b.has_lo && !b.has_hi) {
+        set_first(&c->s->node[id], "-0123456789");
         return id;
     }
     char re[TX_PATTERN_INT_RANGE_CAP];
-    tx_pattern *digits;
-    if (tx_pattern_int_range(has_lo, lo, has_hi, hi, re, sizeof re) != PE_OK ||
-        tx_pattern_compile(re, strlen(re), &digits) != PE_OK)
-        return fail(path, "'minimum', 'maximum': %s", "the range could not be compiled");
-    n->text = digits;
-    for (const char *b = "-0123456789"; *b; b++)
-        if (tx_pattern_step(digits, digits->start, (uint8_t)*b) >= 0)
-            n->first[(uint8_t)*b >> 3] |= (uint8_t)(1u << (*b & 7));
-    return id;
+    if (tx_pattern_int_range(b.has_lo, (int64_t)lo, b.has_hi, (int64_t)hi, re, sizeof re) !=
+        PE_OK)
+        return fail(path, "'minimum', 'maximum': %s", "the range could not be written");
+    return bounded_by(c, id, re, path);
+}
+
+/* A number's node: with bounds, the DFA of the numbers they allow, written without an
+ * exponent (no -0), each bound compared as the shortest decimal of its double. */
+static int compile_number(ts_ctx *c, const cJSON *j, const char *path)
+{
+    ts_bounds b;
+    if (read_bounds(j, path, &b) < 0)
+        return -1;
+    if (!b.has_lo && !b.has_hi) {
+        const int id = new_node(c, TS_NUMBER, path);
+        if (id >= 0)
+            set_first(&c->s->node[id], "-0123456789");
+        return id;
+    }
+    if (b.has_lo && b.has_hi && (b.lo > b.hi || (b.lo == b.hi && (b.lo_excl || b.hi_excl))))
+        return fail(path, "%s: no number fits", "the lower bound is over the upper bound, or "
+                                                "equal to it with one of them exclusive");
+    tx_decimal lo, hi;
+    const char *bad = b.has_lo && tx_decimal_of(b.lo, &lo) != PE_OK   ? b.lo_key
+                      : b.has_hi && tx_decimal_of(b.hi, &hi) != PE_OK ? b.hi_key
+                                                                      : NULL;
+    if (bad)
+        return fail(path, "'%s' must be written with at most " TX_PATTERN_MAX_FRAC_TEXT
+                          " digits after the point (pengine bounds numbers as decimals)",
+                    bad);
+    const int id = new_node(c, TS_NUMBER, path);
+    if (id < 0)
+        return -1;
+    char *re = malloc(TX_PATTERN_NUM_RANGE_CAP);
+    if (!re)
+        return fail(path, "%s", "out of memory");
+    const int written = tx_pattern_num_range(b.has_lo ? &lo : NULL, b.lo_excl,
+                                             b.has_hi ? &hi : NULL, b.hi_excl, re,
+                                             TX_PATTERN_NUM_RANGE_CAP) == PE_OK;
+    const int r = written ? bounded_by(c, id, re, path)
+                          : fail(path, "'minimum', 'maximum': %s", "the range could not be "
+                                                                  "written");
+    free(re);
+    return r;
 }
 
 /* A schema of one type, given by name. */
@@ -366,8 +436,7 @@ static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char 
         const char *name;
         int kind;
         const char *first;
-    } scalars[] = {{"number", TS_NUMBER, "-0123456789"}, {"boolean", TS_BOOLEAN, "tf"},
-                   {"null", TS_NULL, "n"}};
+    } scalars[] = {{"boolean", TS_BOOLEAN, "tf"}, {"null", TS_NULL, "n"}};
     if (!strcmp(type, "object"))
         return compile_object(c, j, path, nesting);
     if (!strcmp(type, "array"))
@@ -376,6 +445,8 @@ static int compile_type(ts_ctx *c, const cJSON *j, const char *type, const char 
         return compile_string(c, j, path);
     if (!strcmp(type, "integer"))
         return compile_integer(c, j, path);
+    if (!strcmp(type, "number"))
+        return compile_number(c, j, path);
     for (size_t k = 0; k < sizeof scalars / sizeof *scalars; k++)
         if (!strcmp(type, scalars[k].name)) {
             const int id = new_node(c, scalars[k].kind, path);
@@ -552,10 +623,10 @@ static int compile(ts_ctx *c, const cJSON *j, const char *path, int nesting)
                     "'pattern', 'minLength' and 'maxLength'");
     if ((has(j, "minimum") || has(j, "maximum") || has(j, "exclusiveMinimum") ||
          has(j, "exclusiveMaximum")) &&
-        (is_enum || !names(type, "integer") || names(type, "number")))
-        return fail(path, "%s bound integers only: give them beside \"type\": \"integer\" (or "
-                          "a list of types holding it, without number), not beside a number, "
-                          "an enum, $ref or anyOf",
+        (is_enum || !(names(type, "integer") || names(type, "number"))))
+        return fail(path, "%s bound numbers: give them beside \"type\": \"integer\" or "
+                          "\"number\" (or a list of types holding one), not beside an enum, "
+                          "$ref or anyOf",
                     "'minimum', 'maximum', 'exclusiveMinimum' and 'exclusiveMaximum'");
     if (ref)
         return cJSON_IsString(ref) ? compile_ref(c, ref->valuestring, path, nesting)

@@ -42,7 +42,8 @@ typedef struct ts_node {
                               * i; nchild when none */
     uint16_t min_items, max_items;
     char *where;             /* anyOf: where it is in the schema (for errors) */
-    tx_pattern *text;        /* string: its characters' pattern and lengths (NULL: any) */
+    tx_pattern *text;        /* string: its characters' pattern or format, and lengths;
+                              * number, integer: the bytes its bounds allow (NULL: any) */
 } ts_node;
 
 struct tx_schema {
