@@ -77,7 +77,8 @@
  *     minLength over maxLength, lengths over 4096 or not whole, lengths no match has;
  *     bounds beside an enum, a string, no type, $ref or anyOf ("bound numbers"), a type
  *     list with both integer and number (alternatives that begin alike), draft 4's boolean
- *     exclusiveMinimum, a bound that is no number or past 10^15, bounds no integer fits
+ *     exclusiveMinimum, a bound that is no number or past 10^15 (or an exclusive one at
+ *     10^15, which leaves only integers past it), bounds no integer fits
  *     (4.5..4.9, exclusive 4..5), bounds no number fits (5..4, 3 beside an exclusive 3),
  *     a bound of more than 24 digits after the point (1e-30, 1.5e-24); and
  *     that every hand schema compiles, and the limits (4096; 10^15 and 24 digits after the
@@ -3548,6 +3549,10 @@ static const refused g_refused[] = {
      "/properties/p"},
     {PROP("{'type':'integer','minimum':'0'}"), "'minimum' must be a number", "/properties/p"},
     {PROP("{'type':'integer','maximum':1e16}"), "10^15", "/properties/p"},
+    {PROP("{'type':'integer','exclusiveMinimum':1e15}"),
+     "'exclusiveMinimum': the integers it allows lie past +-10^15", "/properties/p"},
+    {PROP("{'type':'integer','exclusiveMaximum':-1e15}"),
+     "'exclusiveMaximum': the integers it allows lie past +-10^15", "/properties/p"},
     {PROP("{'type':'integer','minimum':5,'maximum':4}"), "no integer fits", "/properties/p"},
     {PROP("{'type':'integer','minimum':4.5,'maximum':4.9}"), "no integer fits",
      "/properties/p"},
