@@ -88,7 +88,8 @@
  *     +-hh:mm out of range too) and fractions, date-time on random joins (T, t, a space),
  *     duration on random texts of its letters against appendix A's grammar read by hand,
  *     uuid, ipv4 (leading zeros, 3 and 5 fields) and email (dot-atoms, labels of 62 to 64
- *     characters) on random texts, and hand cases of each; unknown formats have none; and
+ *     characters) on random texts, ipv6 on random groups and '::'s (an IPv4 address at
+ *     the end sometimes) against inet_pton, and hand cases of each; unknown formats have none; and
  *     through a schema: a date in a type list takes a leap day (an escaped digit too),
  *     refuses 2023-02-29 at its last digit, an unknown format allows any string, and a
  *     format beside a pattern, or not a string, is refused naming it.
@@ -97,6 +98,7 @@
  * argv[1]: tests/tokenizer (its node_modules holds the npm packages). */
 #include "test_util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -2474,6 +2476,49 @@ static void test_formats_match_what_their_rfcs_allow(void **state)
     disagree(p, "ipv4", "0.0.0.0", 1, &bad);
     disagree(p, "ipv4", "256.0.0.0", 0, &bad);
     tx_pattern_free(p);
+    /* ipv6: random groups of 0 to 5 hex digits (a 'g' sometimes), joined by ':' with a
+     * '::' or two, an IPv4 address at the end sometimes; and random short texts: against
+     * inet_pton (glibc's reading of RFC 4291, IPv4 octets without leading zeros) */
+    p = format_dfa("ipv6");
+    struct in6_addr a6;
+    for (int k = 0; k < (tu_small() ? 3000 : 200000); k++) {
+        int n = 0;
+        if (k % 4 == 3) {
+            random_over(t, 12, "0aF:::.1g", &r);
+        } else {
+            const int groups = (int)rnd(&r, 10), cut = (int)rnd(&r, groups + 2) - 1;
+            for (int g = 0; g < groups; g++) {
+                const int digits = rnd(&r, 10) ? 1 + (int)rnd(&r, 4) : (int)rnd(&r, 6);
+                for (int d = 0; d < digits; d++)
+                    t[n++] = rnd(&r, 60) ? "0123456789abcdefABCDEF"[rnd(&r, 22)] : 'g';
+                if (g + 1 < groups || g == cut)
+                    t[n++] = ':';
+                if (g == cut || (rnd(&r, 30) == 0))
+                    t[n++] = ':';
+            }
+            if (rnd(&r, 4) == 0)
+                n += snprintf(t + n, sizeof t - (size_t)n, "%s%u.%u.%u.%0*u",
+                              n && t[n - 1] != ':' ? ":" : "", rnd(&r, 256), rnd(&r, 300),
+                              rnd(&r, 256), rnd(&r, 8) ? 1 : 2, rnd(&r, 256));
+            t[n] = '\0';
+        }
+        disagree(p, "ipv6", t, inet_pton(AF_INET6, t, &a6) == 1, &bad);
+    }
+    static const struct {
+        const char *text;
+        int ok;
+    } ipv6s[] = {{"::", 1}, {"::1", 1}, {"2001:db8::8a2e:370:7334", 1},
+                 {"1:2:3:4:5:6:7:8", 1}, {"1:2:3:4:5:6:7::", 1}, {"::2:3:4:5:6:7:8", 1},
+                 {"::ffff:192.0.2.128", 1}, {"1:2:3:4:5:6:1.2.3.4", 1}, {"1::2::3", 0},
+                 {"1:2:3:4:5:6:7:8:9", 0}, {"1:2:3:4:5:6:7:8::", 0}, {"12345::", 0},
+                 {":1::", 0}, {"::1.2.3.04", 0}, {"1:2:3:4:5:6:7:1.2.3.4", 0},
+                 {"fe80::1%eth0", 0}, {"", 0}};
+    for (size_t k = 0; k < sizeof ipv6s / sizeof ipv6s[0]; k++) {
+        if ((inet_pton(AF_INET6, ipv6s[k].text, &a6) == 1) != ipv6s[k].ok)
+            fail_msg("inet_pton and the test disagree on %s", ipv6s[k].text);
+        disagree(p, "ipv6", ipv6s[k].text, ipv6s[k].ok, &bad);
+    }
+    tx_pattern_free(p);
     /* email: random texts over letters, digits, atext marks, dots, hyphens and '@' */
     p = format_dfa("email");
     for (int k = 0; k < (tu_small() ? 3000 : 200000); k++) {
@@ -2500,6 +2545,7 @@ static void test_formats_match_what_their_rfcs_allow(void **state)
     }
     tx_pattern_free(p);
     assert_null(tx_schema_format_regex("uri"));
+    assert_null(tx_schema_format_regex("hostname"));
     assert_null(tx_schema_format_regex("Date"));
     assert_int_equal(bad, 0);
 }

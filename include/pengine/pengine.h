@@ -464,10 +464,11 @@ pe_status pe_grammar_json(const pe_tokenizer *t, pe_grammar **out);
  * base's table of token bytes, so it costs the schema's compile only: base must outlive
  * it. docs/api.md lists what a schema may say: properties come in the order listed,
  * strings may have a pattern (pe_grammar_regex's syntax, searched for) or a format (date,
- * time, date-time, duration, uuid, ipv4, email) and lengths, integers and numbers bounds
- * (minimum, maximum, exclusive ones; a bounded number is written without an exponent),
- * and a keyword that constrains values in a way pengine does not enforce (multipleOf,
- * uniqueItems, ...) is PE_EINVAL, naming it and where it is, rather than ignored. */
+ * time, date-time, duration, uuid, ipv4, ipv6, email) and lengths, integers and numbers
+ * bounds (minimum, maximum, exclusive ones; a bounded number is written without an
+ * exponent), and a keyword that constrains values in a way pengine does not enforce
+ * (multipleOf, uniqueItems, ...) is PE_EINVAL, naming it and where it is, rather than
+ * ignored. */
 pe_status pe_grammar_json_schema(const pe_grammar *base, const char *schema,
                                  pe_grammar **out);
 /* Text that is one whole match of a regular expression (vLLM's guided_regex): pattern is

@@ -16,7 +16,7 @@
  *   - array: items, minItems, maxItems;
  *   - enum, const: values written as JSON writes them without whitespace;
  *   - string: pattern (a regex the characters contain, tx_pattern.h's syntax; anchored by
- *     ^ and $), or format (date, time, date-time, duration, uuid, ipv4, email:
+ *     ^ and $), or format (date, time, date-time, duration, uuid, ipv4, ipv6, email:
  *     tx_schema_format.h's regexes), minLength, maxLength (characters);
  *   - integer, number: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers,
  *     within +-10^15), read by the DFA of the values they allow (tx_pattern_int_range,

@@ -29,6 +29,18 @@
 
 #define HEX4 "[0-9a-fA-F]{4}"
 #define OCTET "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+#define IPV4 OCTET "(?:\\." OCTET "){3}"
+
+/* RFC 3986's IPv6address: h16 is 1 to 4 hex digits, ls32 two of them or an IPv4 address,
+ * "::" stands for one group of zeros or more: */
+#define H16 "[0-9a-fA-F]{1,4}"
+#define LS32 "(?:" H16 ":" H16 "|" IPV4 ")"
+#define IPV6                                                                               \
+    "(?:(?:" H16 ":){6}" LS32 "|::(?:" H16 ":){5}" LS32 "|(?:" H16 ")?::(?:" H16 ":){4}"    \
+    LS32 "|(?:(?:" H16 ":){0,1}" H16 ")?::(?:" H16 ":){3}" LS32 "|(?:(?:" H16 ":){0,2}"    \
+    H16 ")?::(?:" H16 ":){2}" LS32 "|(?:(?:" H16 ":){0,3}" H16 ")?::" H16 ":" LS32         \
+    "|(?:(?:" H16 ":){0,4}" H16 ")?::" LS32 "|(?:(?:" H16 ":){0,5}" H16 ")?::" H16         \
+    "|(?:(?:" H16 ":){0,6}" H16 ")?::)"
 
 /* RFC 5322 atext, and a domain label (RFC 1035 / 1123). */
 #define ATEXT "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
@@ -42,7 +54,8 @@ static const struct {
     {"date-time", "^" FULL_DATE "T" FULL_TIME "$"},
     {"duration", "^" DURATION "$"},
     {"uuid", "^[0-9a-fA-F]{8}-" HEX4 "-" HEX4 "-" HEX4 "-" HEX4 HEX4 HEX4 "$"},
-    {"ipv4", "^" OCTET "(?:\\." OCTET "){3}$"},
+    {"ipv4", "^" IPV4 "$"},
+    {"ipv6", "^" IPV6 "$"},
     {"email", "^" ATEXT "(?:\\." ATEXT ")*@" LABEL "(?:\\." LABEL ")+$"},
 };
 

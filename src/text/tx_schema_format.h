@@ -15,6 +15,7 @@
  *   - "duration": RFC 3339 appendix A's ISO 8601 duration ("P1Y2M", "PT30M", "P2W");
  *   - "uuid": RFC 4122's 8-4-4-4-12 hex digits, either case;
  *   - "ipv4": four decimal octets 0 to 255, without leading zeros;
+ *   - "ipv6": RFC 3986's IPv6address (glibc's inet_pton reads the same), without a zone;
  *   - "email": a dot-atom local part (RFC 5322's atext), "@", and a domain of two labels
  *     or more (letters, digits and inner hyphens, 1 to 63 characters each). */
 const char *tx_schema_format_regex(const char *format);
