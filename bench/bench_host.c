@@ -10,6 +10,8 @@
  *              bf16 W widened per tile;
  *       own    the host backend's GEMV kernels at every M (its path at every M with
  *              AVX-512, for small M with AVX2), fp32 W; own16: bf16 W read as bf16;
+ *       amx16  bf16 W on AMX tiles (hb_amx.h; linear's path for bf16 W where the CPU has
+ *              them), NaN elsewhere;
  *     W rotates through copies that together exceed the caches, so every call reads W
  *     from memory, as a forward pass does; the ways take turns, one call each per round;
  *   - the GEMV's bytes of W per second, fp32 and bf16, M = 1 and 8, as a ratio to the
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_internal.h"
 #include "backend/host/hb_simd.h"
 #include "bench_util.h"
@@ -120,9 +123,10 @@ typedef enum {
     WAY_SLICE16,
     WAY_OWN,
     WAY_OWN16,
+    WAY_AMX16,
     NWAYS
 } way;
-static const char *const way_names[NWAYS] = {"blis", "slice", "slice16", "own", "own16"};
+static const char *const way_names[NWAYS] = {"blis", "slice", "slice16", "own", "own16", "amx16"};
 
 #ifdef PE_HAVE_BLIS_H
 typedef __typeof__(&bli_sgemm_ex) blis_sgemm_ex_fn;
@@ -176,6 +180,10 @@ static void run_linear(void *arg)
         break;
     case WAY_OWN16:
         b->status |= hb_linear_with(dev, HB_LINEAR_GEMV, PE_DTYPE_BF16, b->M, b->N, b->K,
+                                    b->xh, Wh, NULL, BE_ACT_NONE, b->y, 0, NULL);
+        break;
+    case WAY_AMX16:
+        b->status |= hb_linear_with(dev, HB_LINEAR_AMX, PE_DTYPE_BF16, b->M, b->N, b->K,
                                     b->xh, Wh, NULL, BE_ACT_NONE, b->y, 0, NULL);
         break;
     default:
@@ -385,7 +393,7 @@ static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double ge
     double times[NWAYS][MAXREPS];
     int ok[NWAYS], rounds = 0;
     for (int w = 0; w < NWAYS; w++) {
-        ok[w] = w != WAY_BLIS || have_blis;
+        ok[w] = (w != WAY_BLIS || have_blis) && (w != WAY_AMX16 || hb_amx_available());
         b->w = (way)w;
         if (ok[w])
             run_linear(b); /* warm-up */
@@ -421,15 +429,15 @@ static void bench_linear_shape(lin_bench *b, int have_blis, cJSON *jl, double ge
         timing t = {bu_min(times[w], (size_t)rounds), bu_median(times[w], (size_t)rounds)};
         gf[w] = flop / t.best * 1e-9;
         cJSON_AddItemToObject(row, way_names[w], timing_json(t, flop, "flop_per_s"));
-        const int bf16_w = w == WAY_SLICE16 || w == WAY_OWN16;
+        const int bf16_w = w == WAY_SLICE16 || w == WAY_OWN16 || w == WAY_AMX16;
         if (!bf16_w && (fastest < 0 || gf[w] > gf[fastest]))
             fastest = w;
         if (N == 50257 && (M == 1 || M == 8) && (w == WAY_OWN || w == WAY_OWN16))
             gemv_bytes[M == 8][w == WAY_OWN16] =
                 (double)wn * (w == WAY_OWN16 ? 2.0 : 4.0) / t.best;
     }
-    printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N, gf[WAY_BLIS],
-           gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_OWN], gf[WAY_OWN16],
+    printf("%5zu %6zu | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f | %-7s %.2f\n", M, N, gf[WAY_BLIS],
+           gf[WAY_SLICE], gf[WAY_SLICE16], gf[WAY_OWN], gf[WAY_OWN16], gf[WAY_AMX16],
            fastest >= 0 ? way_names[fastest] : "-",
            fastest >= 0 ? gf[WAY_OWN] / gf[fastest] : NAN);
     cJSON_AddStringToObject(row, "fastest_fp32", fastest >= 0 ? way_names[fastest] : "none");
@@ -447,8 +455,8 @@ static void bench_linear(cJSON *root, double bw)
     printf("\nLinear y(M, N) = x(M, K) W(N, K)^T, K = %zu, GFLOP/s (best of repetitions); "
            "W from memory\n",
            K);
-    printf("%5s %6s | %8s %8s %8s %8s %8s | %-7s %s\n", "M", "N", "blis", "slice", "slice16",
-           "own", "own16", "fastest", "own/fastest(fp32)");
+    printf("%5s %6s | %8s %8s %8s %8s %8s %8s | %-7s %s\n", "M", "N", "blis", "slice",
+           "slice16", "own", "own16", "amx16", "fastest", "own/fastest(fp32)");
     double gemv_bytes[2][2] = {{0}}; /* [M = 1, 8][fp32, bf16]: best bytes/s, N = 50257 */
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         size_t N = Ns[ni], wn = N * K;
@@ -566,12 +574,14 @@ int main(int argc, char **argv)
                 threads, err.msg, dev ? ops->last_error(dev) : "");
         return 1;
     }
-    printf("bench_host: %d threads on %s, vector loops %s, load average %s\n", threads, cores,
-           hb_simd_get()->name, load0);
+    printf("bench_host: %d threads on %s, vector loops %s, AMX tiles %s, load average %s\n",
+           threads, cores, hb_simd_get()->name,
+           hb_amx_enabled() ? "yes (bf16 linear)" : hb_amx_available() ? "off" : "no", load0);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "threads", threads);
     cJSON_AddStringToObject(root, "cores", cores);
     cJSON_AddStringToObject(root, "simd", hb_simd_get()->name);
+    cJSON_AddBoolToObject(root, "amx", hb_amx_enabled());
     cJSON_AddStringToObject(root, "loadavg_before", load0);
 
     if (!attention_only) {

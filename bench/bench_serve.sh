@@ -6,7 +6,8 @@
 #
 #   bench/bench_serve.sh [--pengine PATH] [--tokenizer FILE] [--tiny] [--preset P]
 #                        [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--inner N]
-#                        [--context N] [--threads N] [--kv-tokens N] [--max-step-tokens N]
+#                        [--context N] [--dtype fp32|bf16] [--threads N] [--kv-tokens N]
+#                        [--max-step-tokens N]
 #                        [--batch B] [bench_serve.mjs flags: --requests N --seed S
 #                        --rates 0.25,0.5,0.75,1 --trials T --lone N --prompt-min/max --out-min/max
 #                        --json FILE --markdown]
@@ -32,7 +33,7 @@ while (($#)); do
     --tiny) gen=(--preset tiny --context 512); shift ;;
     --preset | --layers | --hidden | --heads | --kv-heads | --inner | --context)
         gen+=("$1" "$2"); shift 2 ;;
-    --threads | --max-step-tokens) serve+=("$1" "$2"); shift 2 ;;
+    --threads | --max-step-tokens | --dtype) serve+=("$1" "$2"); shift 2 ;;
     --kv-tokens) kv_tokens=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --prompt-max) prompt_max=$2; node_args+=("$1" "$2"); shift 2 ;;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_internal.h"
 #include "backend/host/hb_simd.h"
 #include "kernels/bf16.h"
@@ -369,12 +370,67 @@ static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
 {
     be_device *dev = *state;
     const hb_simd *versions[3] = {hb_simd_avx512(), hb_simd_avx2(), hb_simd_portable()};
+    hb_amx_use(0); /* bf16 W through the GEMV too (AMX: the next test) */
     for (int v = 0; v < 3; v++)
         if (versions[v]) {
             hb_simd_use(versions[v]);
             gemv_rows_do_not_depend_on_the_batch_or_threads(dev);
         }
     hb_simd_use(NULL);
+    hb_amx_use(1);
+}
+
+/* ---- AMX (hb_amx.h): bf16 W on tiles, where the CPU has them ---- */
+
+/* The tile kernel against the naive Linear in double, through linear's AMX path: M across
+ * the blocks of 16 rows of x (1, 2 and 3 blocks, and pairs of them with one left over),
+ * N across the slabs of 16 rows of W (a last slab of 1 to 15 rows, its own configuration),
+ * K across the tiles' 32 values (a tail: the zero-padded block), with bias, activations
+ * and a bf16 output, on 1 and 2 threads; and an AMX linear refused without AMX or for
+ * fp32 W. */
+static void test_amx_linear_matches_a_naive_double_gemm(void **state)
+{
+    be_device *dev = *state;
+    float x[32] = {0}, W[32] = {0}, y[4];
+    assert_int_equal(hb_linear_with(dev, HB_LINEAR_AMX, PE_DTYPE_FP32, 1, 1, 8, x, W, NULL,
+                                    BE_ACT_NONE, y, 0, NULL),
+                     PE_EINVAL);
+    assert_non_null(strstr(ops->last_error(dev), "bf16"));
+    if (!hb_amx_available()) {
+        assert_int_equal(hb_linear_with(dev, HB_LINEAR_AMX, PE_DTYPE_BF16, 1, 1, 8, x, W, NULL,
+                                        BE_ACT_NONE, y, 0, NULL),
+                         PE_EINVAL);
+        assert_non_null(strstr(ops->last_error(dev), "no AMX"));
+        skip(); /* the kernel itself needs AMX */
+    }
+    const size_t Ms[] = {1, 3, 15, 16, 17, 32, 33, 48, 50, 64, 100};
+    const size_t NK[][2] = {{1, 32}, {16, 64}, {37, 29}, {131, 75}, {70, 264}, {203, 333},
+                            {48, 1}};
+    const size_t nM = tu_small() ? 5 : sizeof Ms / sizeof Ms[0];
+    linear_path = HB_LINEAR_AMX;
+    for (int threads = 1; threads <= 2; threads++) {
+        assert_int_equal(ops->set_compute_threads(dev, threads), PE_OK);
+        for (size_t i = 0; i < nM; i++)
+            for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+                size_t M = Ms[i], N = NK[s][0], K = NK[s][1];
+                be_act act = (be_act)((i + s) % 3);
+                check_linear(dev, PE_DTYPE_BF16, 0, M, N, K, (int)(s & 1), act);
+                check_linear(dev, PE_DTYPE_BF16, 1, M, N, K, 1, act);
+            }
+    }
+    linear_path = HB_LINEAR_AUTO;
+}
+
+/* With AMX, linear runs bf16 W on the tiles at every M, so a row of y has the same bits
+ * whatever the other rows of its call and the thread count (the GEMV test's check, on the
+ * tiles: row offsets that move a row of x to another place in its tile, counts across
+ * blocks of 16). */
+static void test_amx_rows_do_not_depend_on_the_batch_or_threads(void **state)
+{
+    be_device *dev = *state;
+    if (!hb_amx_enabled())
+        skip();
+    gemv_rows_do_not_depend_on_the_batch_or_threads(dev);
 }
 
 /* The sgemm path (M beyond the portable GEMV's) gives the same bits on 1, 2 and 3 threads: its
@@ -543,6 +599,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sgemm_path_does_not_depend_on_threads, setup,
                                         teardown),
         cmocka_unit_test(test_avx512_gemv_gives_the_avx2_bits),
+        cmocka_unit_test_setup_teardown(test_amx_linear_matches_a_naive_double_gemm, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_amx_rows_do_not_depend_on_the_batch_or_threads,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_strided_batched_matches_each_product, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments_are_rejected_with_a_message, setup,

@@ -793,6 +793,36 @@ static void test_attention_rejects_bad_steps_with_a_message(void **state)
 
 /* ---- argmax, top-k ------------------------------------------------------------------------ */
 
+/* Each vector version's argmax (greedy sampling's) against the row rule of
+ * pe_k_argmax_row: rows of 1 to 40 values and of 5003 (tails after the vectors), drawn
+ * from a few values so that ties are common: +0 and -0 (equal: the first wins), -inf, +inf,
+ * NaNs (never win; a row of NaNs gives 0), and random values. */
+static void test_argmax_vector_loops_match_the_row_rule(void **state)
+{
+    (void)state;
+    const float values[] = {0.0f, -0.0f, -INFINITY, INFINITY, NAN, 1.0f, -1.0f, 2.5f};
+    const hb_simd *versions[3] = {hb_simd_avx512(), hb_simd_avx2(), hb_simd_portable()};
+    uint64_t seed = 7;
+    float *x = malloc(5003 * sizeof *x);
+    for (int trial = 0; trial < 4000; trial++) {
+        const int32_t n = trial % 50 == 49 ? 5003 : 1 + trial % 40;
+        const int mix = trial % 5; /* 0: random values; 1-4: more and more of the pool */
+        for (int32_t i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(seed >> 33);
+            x[i] = (int)(r % 5) < mix ? values[(r >> 3) % 8] : (float)((r >> 8) % 1000) - 500.0f;
+            if (trial % 97 == 5) /* a row of NaNs */
+                x[i] = NAN;
+        }
+        const int32_t want = pe_k_argmax_row(x, n);
+        for (int v = 0; v < 3; v++)
+            if (versions[v] && versions[v]->argmax(x, n) != want)
+                fail_msg("%s argmax of a row of %d (trial %d) = %d, want %d", versions[v]->name,
+                         (int)n, trial, (int)versions[v]->argmax(x, n), (int)want);
+    }
+    free(x);
+}
+
 static void test_argmax_is_the_first_largest(void **state)
 {
     be_device *dev = *state;
@@ -1278,6 +1308,7 @@ int main(void)
         cmocka_unit_test(test_vector_gelu_and_silu_are_within_a_few_ulp),
         cmocka_unit_test(test_attention_loops_over_query_groups),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
+        cmocka_unit_test(test_argmax_vector_loops_match_the_row_rule),
         cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_mask_sets_the_disallowed_logits_to_minus_inf_by_hand,

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_simd.h"
 #include "engine/engine_testing.h"
 #include "kernels/sample.h"
@@ -109,12 +110,12 @@ static uint64_t submit(pe_engine *e, const int32_t *prompt, size_t n, int max_to
 
 /* ---- mixed batches --------------------------------------------------------------------- */
 
-/* Each of 6 sequences gets in a mixed batch what it gets alone: the same tokens, and on a
- * batch-invariant backend (hb_simd_batch_invariant) the same logprobs bit for bit, else within
- * 1e-4. The steps take 16 tokens, so the prompts go in chunks cut at other places alone and
- * together; the longest reaches past 256 positions, attention's first span of keys (16
- * blocks of 16). With the host's vector loops v. */
-static void mixed_batch_against_alone(const hb_simd *v)
+/* Each of 6 sequences gets in a mixed batch what it gets alone: the same tokens, and where
+ * `exact` (a batch-invariant backend) the same logprobs bit for bit, else within 1e-4. The
+ * steps take 16 tokens, so the prompts go in chunks cut at other places alone and together;
+ * the longest reaches past 256 positions, attention's first span of keys (16 blocks of 16).
+ * In dtype dt. */
+static void mixed_batch_against_alone(pe_dtype dt, int exact)
 {
     enum { N = 6, LONGEST = 290 };
     const size_t lens[N] = {1, 5, 17, 33, 3, LONGEST};
@@ -133,6 +134,7 @@ static void mixed_batch_against_alone(const hb_simd *v)
     pe_config_init(&cfg);
     cfg.max_step_tokens = 16; /* long prompts take several steps, beside the decodes */
     cfg.prefix_caching = 0;   /* together, the prompts are computed again */
+    cfg.dtype = dt;
     pe_engine *e = tm_engine(dir, 1, &cfg);
     for (int i = 0; i < N; i++) { /* alone: one at a time */
         submit(e, prompts[i], lens[i], G, i, NULL);
@@ -141,7 +143,6 @@ static void mixed_batch_against_alone(const hb_simd *v)
     for (int i = 0; i < N; i++) /* together */
         submit(e, prompts[i], lens[i], G, i, NULL);
     drain(e, &mixed);
-    const int exact = hb_simd_batch_invariant(v);
     for (int i = 0; i < N; i++) {
         assert_int_equal(mixed.ntok[i], G);
         assert_int_equal(mixed.finals[i], 1);
@@ -165,9 +166,19 @@ static void a_mixed_batch_gives_each_sequence_what_it_gets_alone(void **state)
     for (int v = 0; v < 3; v++)
         if (versions[v]) {
             hb_simd_use(versions[v]); /* no engine runs now */
-            mixed_batch_against_alone(versions[v]);
+            mixed_batch_against_alone(PE_DTYPE_FP32, hb_simd_batch_invariant(versions[v]));
         }
     hb_simd_use(NULL);
+}
+
+/* bf16 weights on AMX tiles (hb_amx.h), where the CPU has them: the tile kernel takes every
+ * step's rows, so a sequence's logprobs are bit for bit its own alone here too. */
+static void a_mixed_bf16_batch_on_amx_gives_each_sequence_what_it_gets_alone(void **state)
+{
+    (void)state;
+    if (!hb_amx_enabled())
+        skip();
+    mixed_batch_against_alone(PE_DTYPE_BF16, 1);
 }
 
 /* ---- paging --------------------------------------------------------------------------- */
@@ -1135,6 +1146,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_mixed_batch_gives_each_sequence_what_it_gets_alone),
+        cmocka_unit_test(a_mixed_bf16_batch_on_amx_gives_each_sequence_what_it_gets_alone),
         cmocka_unit_test(ended_sequences_free_their_blocks_and_an_exact_pool_works),
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
         cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),

@@ -123,13 +123,19 @@ pe_status hb_gemm_bf16(be_device *dev, int trans_a, int trans_b, size_t M, size_
 
 /* ---- Linear (hb_linear.c) ---- */
 /* Up to hb_simd's gemv_max_m rows of x (every M with AVX-512), linear runs the GEMV kernel;
- * beyond, the sgemm slices. */
+ * beyond, the sgemm slices; bf16 W on AMX (hb_amx_enabled()), the tile kernel at every M. */
 pe_status hb_linear(be_device *dev, pe_dtype dtype, size_t M, size_t N, size_t K,
                     const void *x, const void *W, const float *b, be_act act, void *y,
                     int y_bf16, float *tmp);
 /* linear on a chosen path (the benchmark and the tests compare them): AUTO as linear; GEMV:
- * the GEMV kernel at any M; SGEMM: the per-thread OpenBLAS slices at any M. */
-typedef enum hb_linear_path { HB_LINEAR_AUTO = 0, HB_LINEAR_GEMV, HB_LINEAR_SGEMM } hb_linear_path;
+ * the GEMV kernel at any M; SGEMM: the per-thread OpenBLAS slices at any M; AMX: the tile
+ * kernel at any M. */
+typedef enum hb_linear_path {
+    HB_LINEAR_AUTO = 0,
+    HB_LINEAR_GEMV,
+    HB_LINEAR_SGEMM,
+    HB_LINEAR_AMX /* bf16 W only, where hb_amx_available() */
+} hb_linear_path;
 pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, size_t M,
                          size_t N, size_t K, const void *x, const void *W, const float *b,
                          be_act act, void *y, int y_bf16, float *tmp);

@@ -13,6 +13,10 @@
  * scratch, never all of W at once.
  * docs/architecture.md has the measurements behind the choices.
  *
+ * bf16 W on a CPU with AMX (hb_amx.h): x packed once into the tiles' layout, then the tile
+ * kernel at every M over tiles of rows of W as the GEMV's (at M <= 16, 2 a thread); a step
+ * of up to 16 rows of x costs about what one row does.
+ *
  * Bias, activation and the bf16 rounding of y apply to each tile right after its sums, on
  * the thread that computed it, in the order be_linear_unfused applies them.
  */
@@ -20,6 +24,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_internal.h"
 #include "backend/host/hb_simd.h"
 #include "kernels/bf16.h"
@@ -31,6 +36,7 @@
 #define HB_GEMV_LONG_M 8                /* rows of x up to which the kernels pass over a piece
                                          * of W once, so pieces are long (below) */
 #define HB_GEMV_PIECES 4                /* GEMV pieces per thread at M <= 8, at least */
+#define HB_AMX_PIECES 2                 /* AMX pieces per thread at M <= 16 */
 #define HB_GEMV_INLINE_WORK (64 * 1024) /* M x N x K below which no region is worth it */
 #define HB_SGEMM_COLS 512               /* output columns per sgemm call, about */
 #define HB_WIDEN_TILE_FLOATS (1u << 20) /* a thread's widened tile of bf16 W: 4 MiB */
@@ -40,16 +46,17 @@ typedef struct lin_job {
     const hb_simd *simd;
     int bf16;
     size_t M, N, K;
-    const float *x;  /* (M, K) fp32: the input, or the bf16 input widened */
-    const void *W;   /* (N, K) fp32 or bf16 */
-    const float *b;  /* (N) or NULL */
+    const float *x;     /* (M, K) fp32: the input, or the bf16 input widened */
+    const uint16_t *xp; /* the bf16 input packed for AMX (hb_amx_pack_x), or NULL */
+    const void *W;      /* (N, K) fp32 or bf16 */
+    const float *b;     /* (N) or NULL */
     be_act act;
-    float *sums;     /* (M, N) the fp32 results: y, or tmp when y is bf16 */
-    uint16_t *ybf;   /* (M, N) bf16 y, or NULL */
-    size_t cols;     /* output columns per sgemm call (sgemm_cols) */
-    size_t wtile;    /* rows of W per widened tile (bf16 GEMM) */
-    size_t tile;     /* rows of W per GEMV tile */
-    int widen_tile;  /* bf16 W: widen each GEMV tile into the thread's scratch first */
+    float *sums;        /* (M, N) the fp32 results: y, or tmp when y is bf16 */
+    uint16_t *ybf;      /* (M, N) bf16 y, or NULL */
+    size_t cols;        /* output columns per sgemm call (sgemm_cols) */
+    size_t wtile;       /* rows of W per widened tile (bf16 GEMM) */
+    size_t tile;        /* rows of W per GEMV (or AMX) tile */
+    int widen_tile;     /* bf16 W: widen each GEMV tile into the thread's scratch first */
 } lin_job;
 
 /* Bias (unless the sums hold it already), activation and rounding of the columns [n0, n0 +
@@ -89,6 +96,13 @@ static void gemv_cols(void *arg, size_t n0, size_t n1, int thread)
     for (size_t nb = n0; nb < n1; nb += j->tile) {
         size_t nn = n1 - nb < j->tile ? n1 - nb : j->tile;
         const float *wf = (const float *)j->W + nb * j->K;
+        if (j->xp) { /* AMX: every row of x in one call */
+            float *yt = j->M <= HB_AMX_ROWS ? hb_tls(j->dev, thread) : NULL;
+            hb_amx_linear_bf16(j->sums + nb, j->N, yt, j->xp, j->M,
+                               (const uint16_t *)j->W + nb * j->K, j->K, nn);
+            epilogue(j, nb, nn);
+            continue;
+        }
         if (wt) { /* the same values as the bf16 kernel widens in registers: the same bits */
             j->simd->widen(wt, (const uint16_t *)j->W + nb * j->K, nn * j->K);
             wf = wt;
@@ -142,6 +156,19 @@ static void gemm_cols(void *arg, size_t n0, size_t n1, int thread)
             sgemm_call(j, wt, nb, nn);
         }
     }
+}
+
+typedef struct pack_job {
+    uint16_t *xp;
+    const uint16_t *x;
+    size_t M, K;
+} pack_job;
+
+static void pack_blocks(void *arg, size_t b0, size_t b1, int thread)
+{
+    const pack_job *j = arg;
+    (void)thread;
+    hb_amx_pack_x(j->xp, j->x, j->M, j->K, b0, b1);
 }
 
 typedef struct widen_job {
@@ -200,7 +227,7 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
     HB_NEED(dev, x, K, "linear");
     HB_NEED(dev, W, K, "linear");
     const int bf16 = dtype == PE_DTYPE_BF16;
-    lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, W, b, act,
+    lin_job j = {dev,  hb_simd_get(), bf16, M, N, K, x, NULL, W, b, act,
                  y_bf16 ? tmp : y, y_bf16 ? y : NULL, 0, 0, 0, 0};
     if (K == 0) { /* empty sums: y = act(b) */
         for (size_t m = 0; m < M; m++)
@@ -210,9 +237,24 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
         return PE_OK;
     }
     j.cols = sgemm_cols(N);
-    const int gemv = path == HB_LINEAR_GEMV ||
+    if (path == HB_LINEAR_AMX && (!bf16 || !hb_amx_available()))
+        return hb_fail(dev, PE_EINVAL, "linear on host device %d: the AMX path takes bf16 W, "
+                       "on a CPU and kernel that run AMX tiles (%s)", dev->id,
+                       !bf16 ? "W is fp32" : "this one has no AMX");
+    const int amx =
+        bf16 && (path == HB_LINEAR_AMX || (path == HB_LINEAR_AUTO && hb_amx_enabled()));
+    const int gemv = amx || path == HB_LINEAR_GEMV ||
                      (path == HB_LINEAR_AUTO && M <= j.simd->gemv_max_m[bf16]);
-    if (bf16) { /* x widened to fp32 (exact), M x K: small next to W */
+    if (amx) { /* x packed into the tiles' layout, M x K: small next to W */
+        size_t blocks = (M + HB_AMX_ROWS - 1) / HB_AMX_ROWS;
+        uint16_t *xp = hb_call_scratch(dev, hb_amx_packed_size(M, K) * sizeof *xp, "linear");
+        if (!xp)
+            return PE_ENOMEM;
+        pack_job pj = {xp, x, M, K};
+        hb_for(dev, blocks, (hb_row_grain(K) + HB_AMX_ROWS - 1) / HB_AMX_ROWS, pack_blocks,
+               &pj);
+        j.xp = xp;
+    } else if (bf16) { /* x widened to fp32 (exact), M x K: small next to W */
         float *xf = hb_call_scratch(dev, M * K * sizeof *xf, "linear");
         if (!xf)
             return PE_ENOMEM;
@@ -229,12 +271,19 @@ pe_status hb_linear_with(be_device *dev, hb_linear_path path, pe_dtype dtype, si
          * long (decode steps of 3-8 sequences up to 19% faster than in pieces of 64 rows:
          * docs/architecture.md); beyond, further passes of x re-read a piece, from the
          * caches while it is 64 rows */
-        if (M <= HB_GEMV_LONG_M) {
-            size_t pieces = (size_t)HB_GEMV_PIECES * (size_t)hb_compute_threads(dev);
+        if (M <= HB_GEMV_LONG_M || (amx && M <= HB_AMX_ROWS)) {
+            size_t pieces = (size_t)(amx ? HB_AMX_PIECES : HB_GEMV_PIECES) *
+                            (size_t)hb_compute_threads(dev);
             size_t tile = (N + pieces - 1) / pieces;
             j.tile = tile > HB_GEMV_TILE ? (tile + 15) / 16 * 16 : HB_GEMV_TILE;
+            if (amx) { /* the tile's y^T, 16 floats a row of W (hb_amx_linear_bf16) */
+                pe_status s = hb_scratch_reserve(dev, j.tile * HB_AMX_ROWS * sizeof(float),
+                                                 "linear");
+                if (s != PE_OK)
+                    return s;
+            }
         }
-        if (bf16 && M >= j.simd->gemv_widen_m) {
+        if (bf16 && !amx && M >= j.simd->gemv_widen_m) {
             /* tiles of 64 rows, or fewer where K is long (a multiple of 8, which every
              * version's tiles of W divide), so that a widened tile stays within
              * HB_WIDEN_TILE_FLOATS */

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "backend/host/hb_internal.h"
+#include "backend/host/hb_simd.h"
 #include "kernels/sample.h"
 
 /* Checks a (rows, n) logits operand; n must fit sample.h's int32 indices. */
@@ -30,8 +31,9 @@ static void argmax_rows(void *arg, size_t r0, size_t r1, int thread)
 {
     const argmax_job *j = arg;
     (void)thread;
+    const hb_simd *simd = hb_simd_get();
     for (size_t r = r0; r < r1; r++)
-        j->idx[r] = pe_k_argmax_row(j->x + r * j->n, (int32_t)j->n);
+        j->idx[r] = simd->argmax(j->x + r * j->n, (int32_t)j->n);
 }
 
 pe_status hb_argmax(be_device *dev, const float *x, size_t rows, size_t n, int32_t *idx)
@@ -144,9 +146,12 @@ static void sample_rows(void *arg, size_t r0, size_t r1, int thread)
     float *w = hb_tls(j->dev, thread);         /* (n) weights */
     uint32_t *hist = (uint32_t *)(w + j->n);    /* (256) */
     float *mass = (float *)(hist + 256);        /* (256) */
+    const hb_simd *simd = hb_simd_get();
     for (size_t r = r0; r < r1; r++) {
         const float *row = j->x + r * j->n;
-        int32_t t = pe_k_sample_row(row, (int32_t)j->n, j->params[r], w, hist, mass);
+        int32_t t = j->params[r].temperature > 0.0f /* else greedy: pe_k_sample_row's argmax */
+                        ? pe_k_sample_row(row, (int32_t)j->n, j->params[r], w, hist, mass)
+                        : simd->argmax(row, (int32_t)j->n);
         j->tokens[r] = t;
         if (j->logit)
             j->logit[r] = row[t];

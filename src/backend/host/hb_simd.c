@@ -11,6 +11,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
+#include "kernels/sample.h"
 
 /* ---- portable ------------------------------------------------------------------------ */
 
@@ -111,6 +112,8 @@ static void silu_mul_c(float *out, const float *g, const float *u, size_t n)
         out[i] = pe_k_silu_mul(g[i], u[i]);
 }
 
+static int32_t argmax_c(const float *x, int32_t n) { return pe_k_argmax_row(x, n); }
+
 static const hb_simd portable = {
     .name = "portable",
     .scores = scores_c,
@@ -122,6 +125,7 @@ static const hb_simd portable = {
     .widen = widen_c,
     .gelu = gelu_c,
     .silu_mul = silu_mul_c,
+    .argmax = argmax_c,
     .gemv_f32 = gemv_f32_c,
     .gemv_bf16 = gemv_bf16_c,
     .gemv_max_m = {HB_GEMV_MAX_M_PORTABLE, HB_GEMV_MAX_M_BF16_PORTABLE},
@@ -279,6 +283,43 @@ AVX2 static void silu_mul_avx2(float *out, const float *g, const float *u, size_
         for (size_t k = 0; k < n - i; k++)
             out[i + k] = bg[k];
     }
+}
+
+/* pe_k_argmax_row in two passes: the largest value that is not a NaN (max_ps keeps its
+ * second operand, the running maximum, where x is a NaN), then the first index that equals
+ * it (+0 and -0 equal, as for the row's > and ==). */
+AVX2 static int32_t argmax_avx2(const float *x, int32_t n)
+{
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    __m256 any = _mm256_setzero_ps(); /* lanes that met a value that is not a NaN */
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        m = _mm256_max_ps(v, m);
+        any = _mm256_or_ps(any, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float mx = _mm_cvtss_f32(h);
+    int found = _mm256_movemask_ps(any) != 0;
+    for (int32_t k = i; k < n; k++)
+        if (x[k] == x[k]) {
+            found = 1;
+            mx = x[k] > mx ? x[k] : mx;
+        }
+    if (!found)
+        return 0;
+    const __m256 want = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want, _CMP_EQ_OQ));
+        if (hit)
+            return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx)
+            return i;
+    return 0; /* not reached: mx is one of the values */
 }
 
 AVX2 static float exp_sum_avx2(float *p, int n, float m)
@@ -594,6 +635,7 @@ static const hb_simd avx2 = {
     .widen = widen_avx2,
     .gelu = gelu_avx2,
     .silu_mul = silu_mul_avx2,
+    .argmax = argmax_avx2,
     .gemv_f32 = gemv_f32_avx2,
     .gemv_bf16 = gemv_bf16_avx2,
     .gemv_max_m = {HB_GEMV_MAX_M_VECTOR, HB_GEMV_MAX_M_VECTOR},

@@ -52,6 +52,8 @@ typedef struct hb_simd {
     void (*gelu)(float *x, size_t n);
     /* out(n) = pe_k_silu_mul(g, u) */
     void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
+    /* pe_k_argmax_row(x, n): the first index of the largest value, NaNs never winning */
+    int32_t (*argmax)(const float *x, int32_t n);
     /* y(M, ldy)[:, 0..nrows) = x(M, K) . W(nrows, K)^T, row-major; fp32 sums */
     void (*gemv_f32)(float *y, size_t ldy, const float *x, size_t M, const float *W, size_t K,
                      size_t nrows);
