@@ -1017,6 +1017,10 @@ static void test_topology_report(void **state)
         print_run(&r);
     assert_int_equal(r.status, 0);
     assert_true(strlen(r.out) > 0);
+    /* each host device names the kernels that compute */
+    assert_true(strstr(r.out, "host device 0, ") && strstr(r.out, "; kernels: "));
+    assert_true(strstr(r.out, "; kernels: avx512") || strstr(r.out, "; kernels: avx2") ||
+                strstr(r.out, "; kernels: portable"));
     tu_run_free(&r);
     /* --threads 1: the device's worker gets one core, core 0 */
     r = RUN("--topology", "--gpus", "0", "--backend", "host", "--threads", "1");
@@ -1037,6 +1041,16 @@ static void test_topology_report(void **state)
     assert_true(num(j, "cores") >= 1);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "workers");
     assert_int_equal(cJSON_GetArraySize(w), (int)num(j, "cores"));
+    cJSON_Delete(j);
+    tu_run_free(&r);
+    /* with devices, each worker's device and its kernels */
+    r = RUN("--topology", "--json", "--backend", "host", "--gpus", "0");
+    assert_int_equal(r.status, 0);
+    j = cJSON_Parse(r.out);
+    assert_non_null(j);
+    w = cJSON_GetObjectItemCaseSensitive(j, "workers");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(w, 0), "kernels");
+    assert_true(cJSON_IsString(k) && k->valuestring[0]);
     cJSON_Delete(j);
     tu_run_free(&r);
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_simd.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
@@ -793,6 +794,24 @@ static void test_attention_rejects_bad_steps_with_a_message(void **state)
 
 /* ---- argmax, top-k ------------------------------------------------------------------------ */
 
+/* A host device's description names the kernels it computes with: the vector loops'
+ * version, and AMX tiles for bf16 where they run (pe_device_describe, pengine --topology). */
+static void test_host_device_names_its_kernels(void **state)
+{
+    (void)state;
+    be_device_desc d;
+    char want[64];
+    for (int amx = 1; amx >= 0; amx--) {
+        hb_amx_use(amx);
+        assert_int_equal(be_host_ops()->device_describe(3, &d, NULL), PE_OK);
+        assert_string_equal(d.name, "host device 3");
+        snprintf(want, sizeof want, "%s%s", hb_simd_get()->name,
+                 amx && hb_amx_available() ? ", bf16 on AMX tiles" : "");
+        assert_string_equal(d.kernels, want);
+    }
+    hb_amx_use(1);
+}
+
 /* Each vector version's argmax (greedy sampling's) against the row rule of
  * pe_k_argmax_row: rows of 1 to 40 values and of 5003 (tails after the vectors), drawn
  * from a few values so that ties are common: +0 and -0 (equal: the first wins), -inf, +inf,
@@ -1309,6 +1328,7 @@ int main(void)
         cmocka_unit_test(test_attention_loops_over_query_groups),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test(test_argmax_vector_loops_match_the_row_rule),
+        cmocka_unit_test(test_host_device_names_its_kernels),
         cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_mask_sets_the_disallowed_logits_to_minus_inf_by_hand,

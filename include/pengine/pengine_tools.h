@@ -151,6 +151,8 @@ typedef struct pe_device_desc {
     char bus_id[32];     /* PCI bus id, "" for host devices */
     int numa_node;       /* -1 if unknown */
     char cpulist[256];   /* the cores near the device ("0-7"), "" = any */
+    char kernels[64];    /* host: the kernels that compute ("avx512", "avx2", "portable";
+                          * ", bf16 on AMX tiles" where those run); "" for CUDA */
 } pe_device_desc;
 
 /* The backend kind resolves to: AUTO is CUDA when a GPU answers, else the host, and notice

@@ -46,6 +46,7 @@ typedef struct be_device_desc {
     char bus_id[32];     /* PCI bus id, "" for host devices */
     int numa_node;       /* -1 if unknown */
     char cpulist[256];   /* cores near the device in hwloc list syntax ("0-7"), "" = any */
+    char kernels[64];    /* the kernels that compute ("avx512, bf16 on AMX tiles"), or "" */
 } be_device_desc;
 
 /* The activation of a Linear layer (linear), applied in fp32 after the bias. */

@@ -70,6 +70,7 @@ pe_status pe_device_describe(pe_backend_kind kind, int id, pe_device_desc *out)
     memcpy(out->bus_id, d.bus_id, sizeof out->bus_id);
     out->numa_node = d.numa_node;
     memcpy(out->cpulist, d.cpulist, sizeof out->cpulist);
+    memcpy(out->kernels, d.kernels, sizeof out->kernels);
     return PE_OK;
 }
 

@@ -51,9 +51,10 @@ static void print_devices(const be_ops *ops, FILE *out)
         be_device_desc desc;
         if (ops->device_describe(d, &desc, NULL) != PE_OK)
             continue;
-        fprintf(out, "  device %d: %s, %.1f GiB%s%s%s%s\n", d, desc.name,
+        fprintf(out, "  device %d: %s, %.1f GiB%s%s%s%s%s%s\n", d, desc.name,
                 (double)desc.memory_bytes / (1024.0 * 1024.0 * 1024.0), desc.bus_id[0] ? ", " : "",
-                desc.bus_id, desc.cpulist[0] ? ", near cores " : "", desc.cpulist);
+                desc.bus_id, desc.cpulist[0] ? ", near cores " : "", desc.cpulist,
+                desc.kernels[0] ? "; kernels: " : "", desc.kernels);
     }
     if (count > LISTED_DEVICES)
         fprintf(out, "  ... devices %d to %d alike\n", LISTED_DEVICES, count - 1);
@@ -81,7 +82,8 @@ static pe_status print_json(const rt_topology *t, const be_ops *ops, const topo_
         ok = ok && cJSON_AddNumberToObject(w, "worker", i);
         if (p->desc && ok) {
             ok = cJSON_AddNumberToObject(w, "device", p->desc[i].id) &&
-                 cJSON_AddStringToObject(w, "name", p->desc[i].name);
+                 cJSON_AddStringToObject(w, "name", p->desc[i].name) &&
+                 cJSON_AddStringToObject(w, "kernels", p->desc[i].kernels);
         }
         ok = ok && cJSON_AddStringToObject(w, "cpulist", p->plan[i].cpulist);
         ok = ok && cJSON_AddBoolToObject(w, "shared", p->plan[i].shared);

@@ -8,8 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/host/hb_amx.h"
 #include "backend/host/hb_internal.h"
 #include "backend/host/hb_net.h"
+#include "backend/host/hb_simd.h"
 
 pe_status hb_fail(be_device *dev, pe_status s, const char *fmt, ...)
 {
@@ -105,6 +107,8 @@ static pe_status hb_device_describe(int id, be_device_desc *out, pe_err *err)
     snprintf(out->name, sizeof out->name, "host device %d", id);
     out->memory_bytes = physical_ram();
     out->numa_node = -1;
+    snprintf(out->kernels, sizeof out->kernels, "%s%s", hb_simd_get()->name,
+             hb_amx_enabled() ? ", bf16 on AMX tiles" : "");
     /* bus_id and cpulist stay "": the runtime's topology plan picks each worker's cores. */
     return PE_OK;
 }
