@@ -181,6 +181,21 @@ static void a_mixed_bf16_batch_on_amx_gives_each_sequence_what_it_gets_alone(voi
     mixed_batch_against_alone(PE_DTYPE_BF16, 1);
 }
 
+/* The engine says which host kernels run it: the vector loops' version, and the AMX tiles
+ * for bf16 where they run (pe_engine_info.kernels). */
+static void the_engine_names_its_host_kernels(void **state)
+{
+    (void)state;
+    pe_engine *e = tm_engine(llama_dir, 2, NULL);
+    pe_engine_info info;
+    assert_int_equal(pe_engine_info_get(e, &info), PE_OK);
+    char want[64];
+    snprintf(want, sizeof want, "%s%s", hb_simd_get()->name,
+             hb_amx_enabled() ? ", bf16 on AMX tiles" : "");
+    assert_string_equal(info.kernels, want);
+    pe_engine_destroy(e);
+}
+
 /* ---- paging --------------------------------------------------------------------------- */
 
 /* A sequence of prompt 20 + 44 tokens needs 64 positions: 4 blocks of 16. */
@@ -1147,6 +1162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_mixed_batch_gives_each_sequence_what_it_gets_alone),
         cmocka_unit_test(a_mixed_bf16_batch_on_amx_gives_each_sequence_what_it_gets_alone),
+        cmocka_unit_test(the_engine_names_its_host_kernels),
         cmocka_unit_test(ended_sequences_free_their_blocks_and_an_exact_pool_works),
         cmocka_unit_test(a_full_pool_makes_a_new_sequence_wait_or_refuses_it),
         cmocka_unit_test(a_score_that_finds_the_pool_promised_is_refused_with_eagain),

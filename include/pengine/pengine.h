@@ -194,6 +194,9 @@ typedef struct pe_engine_info {
     int stage_first_layer[64]; /* stage p owns layers [first[p], first[p+1]); pp + 1 entries */
     char notice[256];          /* e.g. the auto-fallback notice; "" if none */
     char collectives[256];     /* how the ranks talk, one line ("nccl", the peer path, ...) */
+    char kernels[64];          /* host: the kernels that compute ("avx512", "avx2" or
+                                * "portable", and ", bf16 on AMX tiles" where those run);
+                                * "" on CUDA (pe_device_desc.kernels of device 0) */
     int threads[64];           /* cores each worker computes with (host), by world rank */
     /* memory of each worker, by world rank (after load) */
     size_t weight_bytes[64];   /* its weights on its device */
