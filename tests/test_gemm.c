@@ -319,13 +319,16 @@ static void test_linear_paths_match_a_naive_double_gemm(void **state)
     hb_simd_use(NULL);
 }
 
-static void gemv_rows_do_not_depend_on_the_batch_or_threads(be_device *dev)
+/* amx: bf16 W on the tiles, up to 100 rows of x (prefill's two slabs at a time from
+ * HB_AMX_PAIR_M rows); else up to 60, fewer where the GEMV takes fewer. */
+static void gemv_rows_do_not_depend_on_the_batch_or_threads(be_device *dev, int amx)
 {
     const size_t N = 203, K = 333;
-    const size_t firsts[] = {0, 1, 5, 23, 30}, counts[] = {1, 2, 3, 7, 8, 12, 24, 29};
+    const size_t firsts[] = {0, 1, 5, 23, 30}, counts[] = {1, 2, 3, 7, 8, 12, 24, 29, 64, 70};
     for (int bf = 0; bf < 2; bf++) {
         pe_dtype dt = bf ? PE_DTYPE_BF16 : PE_DTYPE_FP32;
-        const size_t most = hb_simd_get()->gemv_max_m[bf], M = most < 60 ? most : 60;
+        const size_t most = hb_simd_get()->gemv_max_m[bf];
+        const size_t M = amx && bf ? 100 : most < 60 ? most : 60;
         float *x = matrix(M, K, K, 501), *W = matrix(N, K, K, 502), *b = matrix(1, N, N, 503);
         uint16_t *xh = round_to_bf16(x, M * K), *Wh = round_to_bf16(W, N * K);
         const void *xin = bf ? (const void *)xh : x, *Win = bf ? (const void *)Wh : W;
@@ -374,7 +377,7 @@ static void test_gemv_rows_do_not_depend_on_the_batch_or_threads(void **state)
     for (int v = 0; v < 3; v++)
         if (versions[v]) {
             hb_simd_use(versions[v]);
-            gemv_rows_do_not_depend_on_the_batch_or_threads(dev);
+            gemv_rows_do_not_depend_on_the_batch_or_threads(dev, 0);
         }
     hb_simd_use(NULL);
     hb_amx_use(1);
@@ -430,7 +433,7 @@ static void test_amx_rows_do_not_depend_on_the_batch_or_threads(void **state)
     be_device *dev = *state;
     if (!hb_amx_enabled())
         skip();
-    gemv_rows_do_not_depend_on_the_batch_or_threads(dev);
+    gemv_rows_do_not_depend_on_the_batch_or_threads(dev, 1);
 }
 
 /* The sgemm path (M beyond the portable GEMV's) gives the same bits on 1, 2 and 3 threads: its

@@ -842,6 +842,54 @@ static void test_argmax_vector_loops_match_the_row_rule(void **state)
     free(x);
 }
 
+/* hb_simd's narrow (fp32 to bf16, the linear's input on AMX and bf16 W) against
+ * pe_k_to_bf16, bit for bit, in every version this CPU runs: hand-computed ties, overflow
+ * and NaNs, then random bit patterns (every class of float) in runs of 0-40 and 1000 values
+ * (the vector loops' tails). */
+static void test_narrow_vector_loops_match_pe_k_to_bf16(void **state)
+{
+    (void)state;
+    const hb_simd *versions[3] = {hb_simd_avx512(), hb_simd_avx2(), hb_simd_portable()};
+    /* bits in, bf16 out: ties to even (down, then up), the largest float up to inf, a
+     * negative NaN kept negative and quiet, a signalling NaN quieted, a denormal tie, -0 */
+    const uint32_t in[9] = {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff800001u, 0x7f800001u,
+                            0x00008000u, 0x80000000u, 0x3f800001u, 0xbf80c000u};
+    const uint16_t out[9] = {0x3f80u, 0x3f82u, 0x7f80u, 0xffc0u, 0x7fc0u,
+                             0x0000u, 0x8000u, 0x3f80u, 0xbf81u};
+    float x[1000];
+    uint16_t got[1000];
+    for (int i = 0; i < 9; i++)
+        memcpy(&x[i], &in[i], sizeof x[i]);
+    for (int v = 0; v < 3; v++)
+        if (versions[v]) {
+            versions[v]->narrow(got, x, 9);
+            for (int i = 0; i < 9; i++)
+                if (got[i] != out[i])
+                    fail_msg("%s narrow of 0x%08x = 0x%04x, want 0x%04x", versions[v]->name,
+                             in[i], got[i], out[i]);
+        }
+    uint64_t seed = 11;
+    for (int trial = 0; trial < 2000; trial++) {
+        const size_t n = trial % 100 == 99 ? 1000 : (size_t)(trial % 41);
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t u = (uint32_t)(seed >> 32);
+            if (trial % 3 == 1) /* the dropped half a tie */
+                u = (u & 0xffff0000u) | 0x8000u;
+            memcpy(&x[i], &u, sizeof u);
+        }
+        for (int v = 0; v < 3; v++) {
+            if (!versions[v])
+                continue;
+            versions[v]->narrow(got, x, n);
+            for (size_t i = 0; i < n; i++)
+                if (got[i] != pe_k_to_bf16(x[i]))
+                    fail_msg("%s narrow: value %zu of %zu (trial %d) = 0x%04x, want 0x%04x",
+                             versions[v]->name, i, n, trial, got[i], pe_k_to_bf16(x[i]));
+        }
+    }
+}
+
 static void test_argmax_is_the_first_largest(void **state)
 {
     be_device *dev = *state;
@@ -1328,6 +1376,7 @@ int main(void)
         cmocka_unit_test(test_attention_loops_over_query_groups),
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test(test_argmax_vector_loops_match_the_row_rule),
+        cmocka_unit_test(test_narrow_vector_loops_match_pe_k_to_bf16),
         cmocka_unit_test(test_host_device_names_its_kernels),
         cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
                                         teardown),

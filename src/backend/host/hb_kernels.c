@@ -124,12 +124,28 @@ pe_status hb_embedding(be_device *dev, pe_dtype dtype, float *out, const void *t
     return PE_OK;
 }
 
+typedef struct narrow_job {
+    uint16_t *out;
+    const float *in;
+} narrow_job;
+
+static void narrow_range(void *arg, size_t i0, size_t i1, int thread)
+{
+    (void)thread;
+    const narrow_job *j = arg;
+    hb_simd_get()->narrow(j->out + i0, j->in + i0, i1 - i0);
+}
+
+/* Pieces of 16384 values: a prefill's activations (rows x hidden) split over the threads,
+ * a decode step's few rows in one piece. */
+#define HB_NARROW_GRAIN 16384
+
 pe_status hb_to_bf16(be_device *dev, uint16_t *out, const float *in, size_t n)
 {
     HB_NEED(dev, out, n, "to_bf16");
     HB_NEED(dev, in, n, "to_bf16");
-    for (size_t i = 0; i < n; i++)
-        out[i] = pe_k_to_bf16(in[i]);
+    narrow_job j = {out, in};
+    hb_for(dev, n, HB_NARROW_GRAIN, narrow_range, &j);
     return PE_OK;
 }
 

@@ -73,6 +73,12 @@ static void widen_c(float *dst, const uint16_t *src, size_t n)
         dst[i] = pe_k_from_bf16(src[i]);
 }
 
+static void narrow_c(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pe_k_to_bf16(src[i]);
+}
+
 static void gemv_f32_c(float *y, size_t ldy, const float *x, size_t M, const float *W, size_t K,
                        size_t nrows)
 {
@@ -123,6 +129,7 @@ static const hb_simd portable = {
     .accum = accum_c,
     .accum_bf16 = accum_bf16_c,
     .widen = widen_c,
+    .narrow = narrow_c,
     .gelu = gelu_c,
     .silu_mul = silu_mul_c,
     .argmax = argmax_c,
@@ -450,6 +457,29 @@ AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n)
         dst[i] = pe_k_from_bf16(src[i]);
 }
 
+/* pe_k_to_bf16 on 8 lanes: u + 0x7fff + (u >> 16 & 1), then the high halves, packed; NaN
+ * lanes take (u >> 16) | 0x40 instead. */
+AVX2 static void narrow_avx2(uint16_t *dst, const float *src, size_t n)
+{
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i quiet = _mm256_set1_epi32(0x40), abs = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i hi = _mm256_srli_epi32(u, 16);
+        __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(hi, one)), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+        /* 8 halves in 32-bit lanes to 8 uint16: pack within 128-bit lanes, then order */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++)
+        dst[i] = pe_k_to_bf16(src[i]);
+}
+
 /* Prefetches the lines of 4 rows of W at element k, ahead of the loads (the next rows:
  * rows of W are short, 768 elements, so the hardware prefetcher has little time to catch
  * each row's stream before it ends). */
@@ -633,6 +663,7 @@ static const hb_simd avx2 = {
     .accum = accum_avx2,
     .accum_bf16 = accum_bf16_avx2,
     .widen = widen_avx2,
+    .narrow = narrow_avx2,
     .gelu = gelu_avx2,
     .silu_mul = silu_mul_avx2,
     .argmax = argmax_avx2,

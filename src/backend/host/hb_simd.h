@@ -48,6 +48,8 @@ typedef struct hb_simd {
                        const uint16_t *V, int nk, int hd);
     /* dst(n) = src(n) widened from bf16 (exact) */
     void (*widen)(float *dst, const uint16_t *src, size_t n);
+    /* dst(n) = pe_k_to_bf16(src(n)): rounded half to even, NaNs kept quiet, bit for bit */
+    void (*narrow)(uint16_t *dst, const float *src, size_t n);
     /* x(n) = pe_k_gelu(x), in place (AVX2: the exponential above, within a few ulp) */
     void (*gelu)(float *x, size_t n);
     /* out(n) = pe_k_silu_mul(g, u) */
