@@ -710,6 +710,50 @@ static void test_attention_loops_over_query_groups(void **state)
                 }
 }
 
+/* The AVX-512 scores and accum over bf16 KV (two keys a register; 16 columns a register)
+ * give the AVX2 loops' bits: every head count of a pass (2-4, and 5 and 8 in passes; 1 is
+ * the AVX2 loops'), head dims with a tail of 8 columns (24, 72) and none (16, 64, 128) and
+ * ones the AVX2 loops take whole (10), key counts below 8, at 8 and with a tail. */
+static void test_avx512_attention_gives_the_avx2_bits(void **state)
+{
+    (void)state;
+    const hb_simd *wide = hb_simd_avx512(), *avx2 = hb_simd_avx2();
+    if (!wide || !avx2)
+        skip();
+    const int hds[] = {64, 16, 24, 72, 128, 10}, nks[] = {1, 7, 8, 13, 16, 17, 40},
+              Gs[] = {1, 2, 3, 4, 5, 8};
+    enum { MAXK = 40, MAXD = 128, MAXG = 8, LQ = MAXD + 3, LS = MAXK + 5, LA = MAXD + 7 };
+    static uint16_t K[MAXK * MAXD], V[MAXK * MAXD];
+    static float q[MAXG * LQ], p[MAXG * LS];
+    static float sw[MAXG * LS], sn[MAXG * LS], aw[MAXG * LA], an[MAXG * LA];
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+        for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++)
+            for (size_t c = 0; c < sizeof Gs / sizeof Gs[0]; c++) {
+                const int hd = hds[a], nk = nks[b], G = Gs[c];
+                const size_t n = (size_t)nk * (size_t)hd;
+                float *r = fvec(2 * n + MAXG * (size_t)(LQ + LS + LA), 700 + 10 * a + b, 1.0f);
+                for (size_t i = 0; i < n; i++) {
+                    K[i] = pe_k_to_bf16(r[i]);
+                    V[i] = pe_k_to_bf16(r[n + i]);
+                }
+                const float *rest = r + 2 * n;
+                memcpy(q, rest, sizeof q);
+                for (int i = 0; i < MAXG * LS; i++)
+                    p[i] = fabsf(rest[MAXG * LQ + i]);
+                memset(sw, 0, sizeof sw);
+                memset(sn, 0, sizeof sn);
+                wide->scores_bf16(sw, LS, q, LQ, G, K, nk, hd, 0.125f);
+                avx2->scores_bf16(sn, LS, q, LQ, G, K, nk, hd, 0.125f);
+                assert_memory_equal(sw, sn, sizeof sw);
+                memcpy(aw, rest + MAXG * (size_t)(LQ + LS), sizeof aw);
+                memcpy(an, aw, sizeof an);
+                wide->accum_bf16(aw, LA, p, LS, G, V, nk, hd);
+                avx2->accum_bf16(an, LA, p, LS, G, V, nk, hd);
+                assert_memory_equal(aw, an, sizeof aw);
+                free(r);
+            }
+}
+
 /* The vectorized GELU and SwiGLU (hb_simd gelu, silu_mul) against the functions in double,
  * relative to max(1, |value|): within 8 ulp for GELU, the vector exponential's few ulp
  * and the division; tails of every length give the same bits as the vector body (an
@@ -1377,6 +1421,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_argmax_is_the_first_largest, setup, teardown),
         cmocka_unit_test(test_argmax_vector_loops_match_the_row_rule),
         cmocka_unit_test(test_narrow_vector_loops_match_pe_k_to_bf16),
+        cmocka_unit_test(test_avx512_attention_gives_the_avx2_bits),
         cmocka_unit_test(test_host_device_names_its_kernels),
         cmocka_unit_test_setup_teardown(test_penalize_changes_the_named_logits_by_hand, setup,
                                         teardown),

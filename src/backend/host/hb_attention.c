@@ -25,7 +25,7 @@
  * block (block_tokens positions, contiguous per head in the pool) with an online softmax:
  * per query a running max m, a running sum l and an unnormalized output acc; a block whose
  * max exceeds m rescales acc and l by exp(m - new max). The inner loops over head_dim are
- * hb_simd's (AVX2/FMA where the CPU has it).
+ * hb_simd's (AVX2/FMA where the CPU has it; AVX-512 for bf16 KV groups).
  *
  * Units run on the device's threads in any order; a unit's result depends only on its
  * inputs, so the output has the same bits for any thread count.
