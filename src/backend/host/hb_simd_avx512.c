@@ -337,7 +337,7 @@ AVX512 static inline __m512 load16_bf16(const uint16_t *p)
 ATTN512_KERNELS(bf16, uint16_t, pair_bf16, load16_bf16)
 
 /* The entry points: G query heads 4 at a time; what the passes leave, to the AVX2 loops. */
-#define ATTN512_ENTRY(SCORES, ACCUM, SUF, KT)                                                           \
+#define ATTN512_ENTRY(SCORES, ACCUM, SUF, KT)                                                      \
     AVX512 static void scores_##SUF##_avx512(float *s, size_t ls, const float *q, size_t lq,  \
                                              int G, const KT *K, int nk, int hd, float scale)  \
     {                                                                                          \
