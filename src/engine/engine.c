@@ -275,6 +275,9 @@ pe_status pe_engine_create(const pe_config *cfg, pe_engine **out)
     }
     if (s == PE_OK)
         s = en_procs_layout(e, &err);
+    be_device_desc first; /* the kernels: every device of a process runs the same */
+    if (s == PE_OK && e->ops->device_describe(e->devices[0], &first, NULL) == PE_OK)
+        memcpy(e->kernels, first.kernels, sizeof e->kernels);
     if (s == PE_OK) {
         e->cfg.devices = e->devices;
         e->cfg.ndevices = e->world;
@@ -546,9 +549,7 @@ pe_status pe_engine_info_get(const pe_engine *e, pe_engine_info *out)
     out->dtype = e->cfg.dtype;
     out->processes = e->procs.n;
     out->process = e->procs.me;
-    be_device_desc first; /* the kernels: every device of a process runs the same */
-    if (e->ops->device_describe(e->devices[0], &first, NULL) == PE_OK)
-        memcpy(out->kernels, first.kernels, sizeof out->kernels);
+    memcpy(out->kernels, e->kernels, sizeof out->kernels);
     if (e->loaded)
         memcpy(out->stage_first_layer, e->stage_first, (size_t)(e->pp + 1) * sizeof(int));
     for (int r = 0; e->loaded && e->decoder && r < e->world && r < 64; r++) {

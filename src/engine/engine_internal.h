@@ -158,6 +158,7 @@ struct pe_engine {
     const be_ops *ops;
     char notice[256];
     char collectives[256]; /* be_comm_path_describe of the device list */
+    char kernels[64];      /* device 0's be_device_desc.kernels, read at create, or "" */
     int world, dp, pp, tp, m;
     pe_schedule schedule;
     const en_schedule *sched; /* how a request travels (schedule.h) */
