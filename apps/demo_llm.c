@@ -36,6 +36,8 @@ static void header(cli_report *r, const cli_options *o, const pe_engine_info *in
     snprintf(buf, sizeof buf, "dp=%d x pp=%d x tp=%d (%d worker%s)", info->dp, info->pp,
              info->tp, info->world, info->world == 1 ? "" : "s");
     report_str(r, "grid", "grid", buf);
+    if (info->kernels[0]) /* host: the vector loops, and AMX where bf16 runs on its tiles */
+        report_str(r, "kernels", "kernels", info->kernels);
     if (info->pp > 1) { /* "blocks 0-2 | 3-3 (+ head)" */
         size_t used = (size_t)snprintf(buf, sizeof buf, "blocks");
         for (int p = 0; p < info->pp && used < sizeof buf; p++)

@@ -51,6 +51,8 @@ void cli_report_header(cli_report *r, const cli_options *o, const char *title,
     report_int(r, "tp", NULL, info->tp, NULL);
     report_int(r, "world", NULL, info->world, NULL);
     report_pop(r);
+    if (info->kernels[0]) /* host: the vector loops, and AMX where bf16 runs on its tiles */
+        report_str(r, "kernels", "kernels", info->kernels);
     if (info->pp > 1) {
         size_t used = 0;
         buf[0] = '\0';

@@ -198,6 +198,9 @@ static int serve_until_signal(serve_server *s, const sigset_t *sigs)
         return rc;
     printf("pengine serve: %s (%s template) on http://%s:%d/v1\n", s->model_id,
            s->chat ? s->chat->name : "no chat", s->o->host, port);
+    pe_engine_info info;
+    if (pe_engine_info_get(s->e, &info) == PE_OK && info.kernels[0])
+        printf("pengine serve: kernels: %s\n", info.kernels);
     fflush(stdout);
     int sig = 0;
     sigwait(sigs, &sig);

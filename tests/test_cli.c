@@ -567,6 +567,13 @@ static void test_decoder_demo_verifies_against_the_reference(void **state)
     expect_demo_ok(&r, 1);
     assert_non_null(strstr(r.out, "2 sequences x 8 prompt tokens, then 4 generated"));
     assert_non_null(strstr(r.out, "greedy tokens = reference argmax 4 of 4"));
+    /* the host kernels that computed: avx512, avx2 or portable */
+    const char *k = strstr(r.out, "\n  kernels ");
+    assert_non_null(k);
+    k += strlen("\n  kernels ");
+    k += strspn(k, " ");
+    assert_true(!strncmp(k, "avx512", 6) || !strncmp(k, "avx2", 4) ||
+                !strncmp(k, "portable", 8));
     assert_string_equal(r.err, "");
     tu_run_free(&r);
 
@@ -578,6 +585,9 @@ static void test_decoder_demo_verifies_against_the_reference(void **state)
     assert_int_equal((int)num(rates, "generated"), 2 * 4);
     assert_true(num(rates, "ttft_ms") > 0);
     assert_true(num(rates, "decode_ms_per_token") > 0 && num(rates, "decode_tok_s") > 0);
+    const cJSON *kj = cJSON_GetObjectItemCaseSensitive(j, "kernels");
+    assert_true(cJSON_IsString(kj));
+    assert_true(!strncmp(kj->valuestring, "avx", 3) || !strcmp(kj->valuestring, "portable"));
     const cJSON *v = obj(j, "verify");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "match")));
     assert_int_equal((int)num(v, "positions"), 8 + 4);
