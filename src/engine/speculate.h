@@ -3,7 +3,7 @@
  * prompt (code edits, quoting, extraction), often goes on as it went on the last time its
  * latest tokens appeared. Those continuations are drafts: the device checks all of them in
  * one step (one chunk, one logit row per token), and the scheduler keeps the tokens the
- * model itself samples, up to the first draft it disagrees with (scheduler.c). A draft
+ * model itself samples, up to the first draft it disagrees with (scheduler_step.c). A draft
  * never changes a token: row k samples with the draw the token would have had anyway. */
 #ifndef PE_ENGINE_SPECULATE_H
 #define PE_ENGINE_SPECULATE_H
