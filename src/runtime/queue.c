@@ -119,6 +119,7 @@ void rt_queue_destroy(rt_queue *q)
         RT_HAPPENS_FORGET(&q->slots[i]);
         RT_UNIGNORE_WORD(q->slots[i].seq);
     }
+    RT_HAPPENS_FORGET(&q->tail);
     RT_UNIGNORE_WORD(q->tail);
     RT_UNIGNORE_WORD(q->head);
     free(q->slots);
@@ -174,8 +175,10 @@ pe_status rt_queue_try_pop(rt_queue *q, void **item)
         } else if (diff < 0) {
             /* Not filled yet, so nobody popped past it: pos is the current head. */
             uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-            if ((tail & RT_CLOSED) && (tail & ~RT_CLOSED) == pos)
+            if ((tail & RT_CLOSED) && (tail & ~RT_CLOSED) == pos) {
+                RT_HAPPENS_AFTER(&q->tail); /* pairs with rt_queue_close */
                 return PE_ECLOSED;
+            }
             return PE_EAGAIN;
         } else { /* another consumer took pos */
             pos = atomic_load_explicit(&q->head, memory_order_relaxed);
@@ -264,6 +267,10 @@ pe_status rt_queue_pop(rt_queue *q, void **item)
 
 void rt_queue_close(rt_queue *q)
 {
+    /* What the closer did before is seen by a consumer that finds the queue closed (the
+     * OR releases, the consumer's load of tail acquires): a worker that exits on it may
+     * then free what its owner read before closing. */
+    RT_HAPPENS_BEFORE(&q->tail);
     atomic_fetch_or_explicit(&q->tail, RT_CLOSED, memory_order_seq_cst);
     rt_park_notify_all(&q->not_empty);
     rt_park_notify_all(&q->not_full);
