@@ -630,6 +630,24 @@ static void test_vector_exp_is_within_3_ulp(void **state)
     }
 }
 
+/* Random inputs for the attention loops (seed): n keys' and values' elements in bf16, nq
+ * query values, np weights (>= 0), then nacc values from which a test starts its sums;
+ * returns the random buffer (free it), the nacc values at its end. */
+static float *attention_inputs(uint64_t seed, size_t n, uint16_t *K, uint16_t *V, float *q,
+                               size_t nq, float *p, size_t np, size_t nacc, const float **acc)
+{
+    float *r = fvec(2 * n + nq + np + nacc, seed, 1.0f);
+    for (size_t i = 0; i < n; i++) {
+        K[i] = pe_k_to_bf16(r[i]);
+        V[i] = pe_k_to_bf16(r[n + i]);
+    }
+    memcpy(q, r + 2 * n, nq * sizeof *q);
+    for (size_t i = 0; i < np; i++)
+        p[i] = fabsf(r[2 * n + nq + i]);
+    *acc = r + 2 * n + nq + np;
+    return r;
+}
+
 /* Attention's loops over a group of G query heads sharing keys and values (scores, accum;
  * hb_attention takes GQA's groups through them):
  * - each head gets the bits of a call for it alone (G = 1), whatever G (1-4 heads a pass,
@@ -659,15 +677,9 @@ static void test_attention_loops_over_query_groups(void **state)
                     const hb_simd *x = versions[v];
                     const int hd = hds[a], nk = nks[b], G = Gs[c];
                     const size_t n = (size_t)nk * (size_t)hd;
-                    float *r = fvec(2 * n + MAXG * (size_t)(LQ + LS + LA), 300 + 10 * a + b, 1.0f);
-                    for (size_t i = 0; i < n; i++) {
-                        K[i] = pe_k_to_bf16(r[i]);
-                        V[i] = pe_k_to_bf16(r[n + i]);
-                    }
-                    const float *rest = r + 2 * n;
-                    memcpy(q, rest, sizeof q);
-                    for (int i = 0; i < MAXG * LS; i++)
-                        p[i] = fabsf(rest[MAXG * LQ + i]);
+                    const float *a0;
+                    float *r = attention_inputs(300 + 10 * a + b, n, K, V, q, MAXG * LQ, p,
+                                                MAXG * LS, MAXG * LA, &a0);
                     x->widen(Kf, K, n);
                     x->widen(Vf, V, n);
                     x->scores_bf16(s16, LS, q, LQ, G, K, nk, hd, 0.125f);
@@ -686,7 +698,6 @@ static void test_attention_loops_over_query_groups(void **state)
                             assert_true(fabs(sg[t] - 0.125 * want) <= 1e-5 * 0.125 * mag);
                         }
                     }
-                    const float *a0 = rest + MAXG * (size_t)(LQ + LS);
                     memcpy(acc16, a0, sizeof acc16);
                     memcpy(acc32, a0, sizeof acc32);
                     x->accum_bf16(acc16, LA, p, LS, G, V, nk, hd);
@@ -731,21 +742,15 @@ static void test_avx512_attention_gives_the_avx2_bits(void **state)
             for (size_t c = 0; c < sizeof Gs / sizeof Gs[0]; c++) {
                 const int hd = hds[a], nk = nks[b], G = Gs[c];
                 const size_t n = (size_t)nk * (size_t)hd;
-                float *r = fvec(2 * n + MAXG * (size_t)(LQ + LS + LA), 700 + 10 * a + b, 1.0f);
-                for (size_t i = 0; i < n; i++) {
-                    K[i] = pe_k_to_bf16(r[i]);
-                    V[i] = pe_k_to_bf16(r[n + i]);
-                }
-                const float *rest = r + 2 * n;
-                memcpy(q, rest, sizeof q);
-                for (int i = 0; i < MAXG * LS; i++)
-                    p[i] = fabsf(rest[MAXG * LQ + i]);
+                const float *a0;
+                float *r = attention_inputs(700 + 10 * a + b, n, K, V, q, MAXG * LQ, p,
+                                            MAXG * LS, MAXG * LA, &a0);
                 memset(sw, 0, sizeof sw);
                 memset(sn, 0, sizeof sn);
                 wide->scores_bf16(sw, LS, q, LQ, G, K, nk, hd, 0.125f);
                 avx2->scores_bf16(sn, LS, q, LQ, G, K, nk, hd, 0.125f);
                 assert_memory_equal(sw, sn, sizeof sw);
-                memcpy(aw, rest + MAXG * (size_t)(LQ + LS), sizeof aw);
+                memcpy(aw, a0, sizeof aw);
                 memcpy(an, aw, sizeof an);
                 wide->accum_bf16(aw, LA, p, LS, G, V, nk, hd);
                 avx2->accum_bf16(an, LA, p, LS, G, V, nk, hd);
